@@ -1,0 +1,449 @@
+"""Where blocks live and how a pass runs over them.
+
+A :class:`BlockGroup` holds several n x n matrices that share one
+:class:`BlockLayout` (for NOMAD: D, P, Gamma, G).  Their blocks live together, per
+block key (i, j), in one of three places:
+
+``"local"``
+    a dict of NumPy arrays in this process; a pass runs the kernels on a thread
+    pool (the kernels release the GIL).  The in-memory twin of the distributed
+    backend, and the fast path for small n where a scheduler round trip per
+    matvec would cost more than the matvec.
+``"distributed"``
+    one bundle (a dict name -> array) per key, held in a dask.distributed
+    worker's memory.  A pass is one task per key, pinned to the worker that
+    holds the bundle, updating it in place; only the small per-block results
+    travel back, in one ``gather``.
+``"zarr"``
+    one Zarr array per matrix in the run's store; a pass is one task per key that
+    reads its blocks, runs the kernel and writes the updated blocks back (out of
+    core: a worker holds a few blocks, whatever n is).  Tasks run on the cluster
+    when there is a client, else on the local thread pool.
+
+Every pass is recorded in :attr:`BlockGroup.passes` (bytes read and written,
+seconds, tasks), so solvers and benchmarks can compare a pass with the machine's
+bandwidth.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..errors import InputValueError, StoreError
+from .layout import BlockLayout
+
+BACKENDS = ("local", "distributed", "zarr")
+
+
+@dataclass
+class PassRecord:
+    """What one pass over the blocks cost."""
+
+    name: str
+    tasks: int
+    bytes_read: int
+    bytes_written: int
+    seconds: float
+
+
+class PassLog:
+    """The recent passes a group has made, and running totals since it was created.
+
+    ``mark()`` returns a snapshot of the totals; ``since(mark)`` the cost after it.
+    """
+
+    FIELDS = ("passes", "tasks", "bytes_read", "bytes_written", "seconds")
+
+    def __init__(self, keep=1000):
+        self.records = []
+        self.keep = keep
+        self._totals = dict.fromkeys(self.FIELDS, 0)
+
+    def add(self, rec: PassRecord):
+        self.records.append(rec)
+        if len(self.records) > self.keep:
+            del self.records[: len(self.records) - self.keep]
+        t = self._totals
+        t["passes"] += 1
+        t["tasks"] += rec.tasks
+        t["bytes_read"] += rec.bytes_read
+        t["bytes_written"] += rec.bytes_written
+        t["seconds"] += rec.seconds
+
+    def mark(self):
+        return dict(self._totals)
+
+    def since(self, mark=None):
+        if mark is None:
+            return dict(self._totals)
+        return {k: self._totals[k] - mark[k] for k in self.FIELDS}
+
+
+# ---------------------------------------------------------------- zarr helpers
+def _zarr():
+    import zarr
+
+    return zarr
+
+
+@lru_cache(maxsize=256)
+def _open_zarr_array(url: str, path: str, generation: str):
+    """Cached handle to an existing array (``generation`` changes when it is re-created)."""
+    zarr = _zarr()
+    kw = {"path": path} if path else {}
+    try:
+        return zarr.open_array(store=url, mode="r+", **kw)
+    except (PermissionError, OSError):  # a read-only input store
+        return zarr.open_array(store=url, mode="r", **kw)
+
+
+def create_zarr_array(url, path, n, block_size, dtype, *, overwrite=True, attrs=None):
+    """Create an n x n array chunked b x b, uncompressed: scratch state is read hundreds of
+    times and zstd decodes at ~1 GB/s per core, far below the memory bandwidth."""
+    zarr = _zarr()
+    arr = zarr.create_array(
+        store=url,
+        name=path,
+        shape=(n, n),
+        chunks=(block_size, block_size),
+        dtype=dtype,
+        compressors=None,
+        fill_value=0,
+        overwrite=overwrite,
+        config={"write_empty_chunks": True},
+    )
+    if attrs:
+        arr.attrs.update(attrs)
+    return arr
+
+
+def _zarr_read(url, path, gen, key, layout):
+    """Block ``key`` of an array (a symmetric layout reads only stored blocks i <= j)."""
+    arr = _open_zarr_array(url, path, gen)
+    (r0, r1), (c0, c1) = layout.bounds(key[0]), layout.bounds(key[1])
+    return np.ascontiguousarray(arr[r0:r1, c0:c1])
+
+
+def _zarr_write(url, path, gen, key, layout, block):
+    arr = _open_zarr_array(url, path, gen)
+    (r0, r1), (c0, c1) = layout.bounds(key[0]), layout.bounds(key[1])
+    arr[r0:r1, c0:c1] = block
+
+
+# ------------------------------------------------------------ task functions
+# Module-level so that workers import them; they never close over large arrays.
+def _bundle_task(bundle, key, func, args):
+    """Run ``func(bundle, key, *args)`` on a worker-held bundle, in place."""
+    return func(bundle, key, *args)
+
+
+def _make_bundle(key, builder, args):
+    return builder(key, *args)
+
+
+def _zarr_task(locs, layout, reads, writes, key, func, args):
+    bundle = {name: _zarr_read(*locs[name], key, layout) for name in reads}
+    result = func(bundle, key, *args)
+    for name in writes:
+        _zarr_write(*locs[name], key, layout, bundle[name])
+    return result
+
+
+def _zarr_build_task(locs, layout, key, builder, args):
+    bundle = builder(key, *args)
+    for name, block in bundle.items():
+        _zarr_write(*locs[name], key, layout, block)
+    return None
+
+
+def _worker_peak_rss():
+    """Peak resident memory of this process in bytes (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _n_threads():
+    return max(1, min(len(os.sched_getaffinity(0)), 32))
+
+
+class BlockGroup:
+    """Aligned n x n block matrices that live in one place and are updated by fused passes.
+
+    Parameters
+    ----------
+    layout : BlockLayout
+    dtype : numpy dtype, float32 or float64
+    backend : {"local", "distributed", "zarr"}
+    client : distributed.Client, optional
+        Required for "distributed"; used by "zarr" when given.
+    store : str, optional
+        Zarr store URL (any fsspec URL); required for "zarr".
+    prefix : str
+        Group path inside the store for the working arrays.
+    """
+
+    def __init__(self, layout: BlockLayout, dtype=np.float32, *, backend="local", client=None,
+                 store=None, prefix="state"):
+        if backend not in BACKENDS:
+            raise InputValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+        if backend == "distributed" and client is None:
+            raise InputValueError("backend='distributed' needs a dask.distributed Client")
+        if backend == "zarr" and store is None:
+            raise InputValueError("backend='zarr' needs a store URL (a directory path or fsspec URL)")
+        self.layout = layout
+        self.dtype = np.dtype(dtype)
+        self.backend = backend
+        self.client = client
+        self.store = None if store is None else str(store)
+        self.prefix = prefix
+        self.names: list[str] = []
+        self.passes = PassLog()
+        self._bundles = {}          # local: key -> dict; distributed: key -> Future
+        self._owner = {}            # distributed: key -> worker address
+        self._locs = {}             # zarr: name -> (url, path, generation token)
+        self._pool = None
+        self._lock = threading.Lock()
+        self._token = uuid.uuid4().hex[:8]
+        self._counter = itertools.count()
+
+    # ------------------------------------------------------------ basics
+    @property
+    def n(self):
+        return self.layout.n
+
+    def block_nbytes(self, key):
+        r, c = self.layout.block_shape(key)
+        return r * c * self.dtype.itemsize
+
+    @property
+    def matrix_nbytes(self):
+        """Bytes of one stored matrix (upper blocks only when symmetric)."""
+        return self.layout.stored_elements() * self.dtype.itemsize
+
+    def _new_zarr(self, name):
+        path = f"{self.prefix}/{name}"
+        create_zarr_array(self.store, path, self.n, self.layout.block_size, self.dtype)
+        self._locs[name] = (self.store, path, uuid.uuid4().hex)
+
+    def attach_zarr(self, name, url, path):
+        """Use an existing Zarr array (read in place, e.g. a user's Gram) as matrix ``name``."""
+        if self.backend != "zarr":
+            raise InputValueError("attach_zarr is for the zarr backend; use load() to read into memory")
+        self._locs[name] = (str(url), path, uuid.uuid4().hex)
+        if name not in self.names:
+            self.names.append(name)
+
+    def _executor(self):
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(_n_threads(), thread_name_prefix="dnomad-block")
+        return self._pool
+
+    def _task_key(self, name, key):
+        return f"dnomad-{name}-{self._token}-{next(self._counter)}-{key[0]}-{key[1]}"
+
+    def _placement(self):
+        """Workers for each key, balancing stored bytes (largest blocks first)."""
+        workers = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        load = {w: 0 for w in workers}
+        owner = {}
+        for key in sorted(self.layout.keys, key=lambda k: -self.block_nbytes(k)):
+            w = min(workers, key=lambda a: load[a])
+            owner[key] = w
+            load[w] += self.block_nbytes(key)
+        return owner
+
+    # ------------------------------------------------------------ building
+    def build(self, names, builder, args_for):
+        """Create matrices ``names`` block by block: ``builder(key, *args_for(key))`` returns
+        a dict name -> block.  Existing matrices of the group are kept."""
+        new = [n for n in names if n not in self.names]
+        self.names.extend(new)
+        t0 = time.perf_counter()
+        if self.backend == "local":
+            def run(key):
+                bundle = builder(key, *args_for(key))
+                with self._lock:
+                    self._bundles.setdefault(key, {}).update(bundle)
+            list(self._executor().map(run, self.layout.keys))
+        elif self.backend == "distributed":
+            if not self._owner:
+                self._owner = self._placement()
+            futs = {}
+            for key in self.layout.keys:
+                fut = self.client.submit(_make_bundle, key, builder, args_for(key),
+                                         key=self._task_key("build", key), workers=[self._owner[key]],
+                                         allow_other_workers=False, pure=False)
+                if key in self._bundles:
+                    fut = self.client.submit(_merge_bundles, self._bundles[key], fut,
+                                             key=self._task_key("merge", key),
+                                             workers=[self._owner[key]], allow_other_workers=False,
+                                             pure=False)
+                futs[key] = fut
+            from distributed import wait
+
+            done = wait(list(futs.values()))
+            for f in done.done:
+                if f.status == "error":
+                    f.result()  # re-raise the builder's error here
+            self._bundles.update(futs)
+        else:
+            for name in new:
+                self._new_zarr(name)
+            locs = dict(self._locs)
+            self._run_tasks(_zarr_build_task, lambda key: (locs, self.layout, key, builder, args_for(key)))
+        nbytes = self.matrix_nbytes * len(names)
+        self.passes.add(PassRecord(f"build:{','.join(names)}", len(self.layout.keys), 0, nbytes,
+                                   time.perf_counter() - t0))
+
+    def _run_tasks(self, fn, args_for_key):
+        """Run ``fn(*args_for_key(key))`` for every key, on the cluster or the thread pool."""
+        keys = self.layout.keys
+        if self.client is not None:
+            futs = [self.client.submit(fn, *args_for_key(k), key=self._task_key(fn.__name__, k),
+                                       pure=False) for k in keys]
+            return self.client.gather(futs)
+        return list(self._executor().map(lambda k: fn(*args_for_key(k)), keys))
+
+    # ------------------------------------------------------------ passes
+    def map_blocks(self, func, args_for, *, reads, writes, name="pass"):
+        """One pass: ``func(bundle, key, *args_for(key))`` for every stored key.
+
+        ``func`` reads the matrices in ``reads`` from ``bundle`` (a dict name ->
+        block) and updates or adds those in ``writes`` in place; it returns a small
+        result (a NumPy array or a tuple of them).  Returns the list of results in
+        the order of ``layout.keys``.  One task per block; one gather.
+        """
+        missing = [n for n in reads if n not in self.names]
+        if missing:
+            raise InputValueError(f"pass {name!r} reads matrices {missing} that the group does not hold")
+        for w in writes:
+            if w not in self.names:
+                self._add_name(w)
+        keys = self.layout.keys
+        t0 = time.perf_counter()
+        if self.backend == "local":
+            results = list(self._executor().map(
+                lambda k: func(self._bundles[k], k, *args_for(k)), keys))
+        elif self.backend == "distributed":
+            futs = [self.client.submit(_bundle_task, self._bundles[k], k, func, args_for(k),
+                                       key=self._task_key(name, k), workers=[self._owner[k]],
+                                       allow_other_workers=False, pure=False) for k in keys]
+            results = self.client.gather(futs)
+        else:
+            locs = dict(self._locs)
+            results = self._run_tasks(_zarr_task, lambda k: (locs, self.layout, list(reads),
+                                                            list(writes), k, func, args_for(k)))
+        self.passes.add(PassRecord(name, len(keys), self.matrix_nbytes * len(reads),
+                                   self.matrix_nbytes * len(writes), time.perf_counter() - t0))
+        return results
+
+    def _add_name(self, name):
+        self.names.append(name)
+        if self.backend == "zarr":
+            self._new_zarr(name)
+
+    def drop(self, names):
+        """Forget matrices (their memory is freed; Zarr arrays stay on disk)."""
+        for name in names:
+            if name in self.names:
+                self.names.remove(name)
+                self._locs.pop(name, None)
+        if self.backend == "local":
+            for bundle in self._bundles.values():
+                for name in names:
+                    bundle.pop(name, None)
+        elif self.backend == "distributed":
+            self.map_blocks(_drop_names, lambda k: (list(names),), reads=[], writes=[], name="drop")
+
+    # ------------------------------------------------------------ in/out
+    def block(self, name, key):
+        """One block, as a NumPy array in this process (for tests and small reads)."""
+        if self.backend == "local":
+            return self._bundles[key][name]
+        if self.backend == "distributed":
+            return self.client.submit(_get_item, self._bundles[key], name, pure=False,
+                                      workers=[self._owner[key]]).result()
+        return _zarr_read(*self._locs[name], key, self.layout)
+
+    def save(self, names, url, prefix, *, mirror=False):
+        """Write matrices to Zarr arrays ``{prefix}/{name}`` at ``url`` (a checkpoint or a
+        result), one task per block, data-local.  ``mirror`` also writes the lower blocks
+        of a symmetric layout, so that any Zarr reader sees the whole matrix."""
+        mirror = bool(mirror and self.layout.symmetric)
+        dest = {}
+        for name in names:
+            create_zarr_array(url, f"{prefix}/{name}", self.n, self.layout.block_size, self.dtype,
+                              attrs={"dnomad_layout": "upper" if self.layout.symmetric and not mirror
+                                     else "full"})
+            dest[name] = (str(url), f"{prefix}/{name}", uuid.uuid4().hex)
+
+        def args(key):
+            return (dest, self.layout, mirror)
+
+        self.map_blocks(_save_blocks, args, reads=list(names), writes=[], name="save")
+
+    def load(self, names, url, prefix):
+        """Replace (or add) matrices from Zarr arrays written by :meth:`save`."""
+        src = {name: (str(url), f"{prefix}/{name}", uuid.uuid4().hex) for name in names}
+        layout, dtype = self.layout, self.dtype
+
+        def args(key):
+            return (src, layout, dtype)
+
+        self.build(list(names), _load_blocks, args)
+
+    def close(self):
+        """Release the blocks (worker memory, thread pool)."""
+        if self.backend == "distributed" and self._bundles:
+            self.client.cancel(list(self._bundles.values()))
+        self._bundles = {}
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+    def worker_peak_memory(self):
+        """Peak resident bytes of each worker process (or of this process), as a dict."""
+        if self.client is not None:
+            return self.client.run(_worker_peak_rss)
+        return {"local": _worker_peak_rss()}
+
+
+def _drop_names(bundle, key, names):
+    for name in names:
+        bundle.pop(name, None)
+
+
+def _get_item(bundle, name):
+    return bundle[name]
+
+
+def _merge_bundles(old, new):
+    old.update(new)
+    return old
+
+
+def _save_blocks(bundle, key, dest, layout, mirror):
+    for name, loc in dest.items():
+        _zarr_write(*loc, key, layout, bundle[name])
+        if mirror and key[0] != key[1]:
+            _zarr_write(*loc, (key[1], key[0]), layout, bundle[name].T)
+    return None
+
+
+def _load_blocks(key, src, layout, dtype):
+    out = {}
+    for name, loc in src.items():
+        block = _zarr_read(*loc, key, layout)
+        if block.dtype != dtype:
+            raise StoreError(f"array {loc[1]!r} in {loc[0]!r} has dtype {block.dtype}, expected {dtype}")
+        out[name] = block
+    return out

@@ -1,0 +1,206 @@
+"""Per-block kernels: module-level pure functions of (block, ...), no dask, no zarr.
+
+Each kernel streams its block once (numba loops, no b x b temporaries) and returns
+the small reductions that ride along with the pass.  Blocks are NumPy arrays here;
+the array namespace of a block picks the implementation (CuPy blocks would get
+their own kernels in this module, chosen by ``array_namespace``).
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+# Layout of the statistics vector returned by ``nomad_block``; sums are already
+# weighted (an off-diagonal block of a symmetric layout stands for two blocks).
+NOMAD_STATS = (
+    "sum_DQ",        # sum_ij D_ij Q_ij = Tr(D Q) for symmetric D
+    "sum_GP",        # <G, P>, for the Frank-Wolfe gap
+    "neg_count",     # number of negative entries of Q = P + E_n
+    "neg_sumsq",     # sum of squares of the negative entries of Q
+    "min_Q",         # smallest entry of Q (reduced by min, not summed)
+    "sumsq_Q",       # ||Q||_F^2
+)
+N_NOMAD_STATS = len(NOMAD_STATS)
+MIN_Q = NOMAD_STATS.index("min_Q")
+
+# Above this many features, D's block is formed by one GEMM instead of inline dots.
+INLINE_GRAM_MAX_FEATURES = 8
+
+# Reassociation lets reductions vectorize; no "ninf"/"nnan", since min() starts at inf.
+_FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
+
+
+def array_namespace(block):
+    """The array module of a block (numpy, or cupy for device arrays)."""
+    mod = type(block).__module__.split(".")[0]
+    if mod == "cupy":  # pragma: no cover - needs a GPU
+        import cupy
+
+        return cupy
+    return np
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _nomad_block(P, Gam, G, Dblk, Xi, Xj, vi, vj, step, vv_scale, gamma, tau, inv_n,
+                 use_x, update_gamma, write_g, weight, out):
+    bi, bj = P.shape
+    d = Xi.shape[1]
+    keep = 1.0 - step
+    s_dq = 0.0
+    s_gp = 0.0
+    n_neg = 0.0
+    s_neg = 0.0
+    s_q2 = 0.0
+    q_min = np.inf
+    for r in range(bi):
+        av = step * vv_scale * vi[r]
+        for c in range(bj):
+            p = keep * P[r, c] + av * vj[c]
+            P[r, c] = p
+            q = p + inv_n
+            if use_x:
+                dval = 0.0
+                for k in range(d):
+                    dval += Xi[r, k] * Xj[c, k]
+            else:
+                dval = Dblk[r, c]
+            s_dq += dval * q
+            s_q2 += q * q
+            qneg = min(q, 0.0)
+            if q < 0.0:
+                n_neg += 1.0
+                s_neg += q * q
+            if q < q_min:
+                q_min = q
+            gam = Gam[r, c]
+            if update_gamma:
+                gam = min(gam + tau * q, 0.0)
+                Gam[r, c] = gam
+            if write_g:
+                g = -dval + gam + gamma * qneg
+                G[r, c] = g
+                s_gp += g * p
+    out[0] = weight * s_dq
+    out[1] = weight * s_gp
+    out[2] = weight * n_neg
+    out[3] = weight * s_neg
+    out[4] = q_min
+    out[5] = weight * s_q2
+
+
+_EMPTY_2D = {np.dtype(np.float32): np.zeros((0, 0), np.float32),
+             np.dtype(np.float64): np.zeros((0, 0), np.float64)}
+
+
+def nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, gamma,
+                tau, inv_n, update_gamma, write_g, weight):
+    """One block of NOMAD's fused pass, in place.
+
+    P <- (1 - step) P + step * vv_scale * vi vj^T;  Q = P + inv_n;
+    Gam <- [Gam + tau Q]_- if ``update_gamma``;  G <- -D + Gam + gamma [Q]_-.
+    D's block is ``D`` or, when ``D`` is None, ``Xi @ Xj.T``.  Returns the
+    statistics named in ``NOMAD_STATS`` (float64).  Reads P, Gam (and D) once,
+    writes P, G (and Gam) once; no b x b temporary unless D is formed by GEMM.
+    """
+    dtype = P.dtype
+    empty = _EMPTY_2D[dtype]
+    use_x = D is None
+    if use_x and Xi.shape[1] > INLINE_GRAM_MAX_FEATURES:
+        D = Xi @ Xj.T
+        use_x = False
+    if use_x:
+        Xi = np.ascontiguousarray(Xi, dtype=dtype)
+        Xj = np.ascontiguousarray(Xj, dtype=dtype)
+        D = empty
+    else:
+        Xi = Xj = empty
+    if G is None:
+        G = empty
+    out = np.empty(N_NOMAD_STATS, np.float64)
+    _nomad_block(P, Gam, G, D, Xi, Xj, vi.astype(dtype, copy=False), vj.astype(dtype, copy=False),
+                 dtype.type(step), dtype.type(vv_scale), dtype.type(gamma), dtype.type(tau),
+                 dtype.type(inv_n), use_x, update_gamma, write_g, float(weight), out)
+    return out
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _symv_block(A, Vi, Vj, Yi, Yj, mirror):
+    bi, bj = A.shape
+    k = Vi.shape[1]
+    for r in range(bi):
+        for m in range(k):
+            acc = 0.0
+            vr = Vi[r, m]
+            for c in range(bj):
+                a = A[r, c]
+                acc += a * Vj[c, m]
+                if mirror:
+                    Yj[c, m] += a * vr
+            Yi[r, m] += acc
+
+
+def matmat_block(A, Vi, Vj, *, mirror):
+    """Products of one block with slices of a tall V, reading the block once.
+
+    Returns (Yi, Yj) with Yi = A @ Vj and, when ``mirror`` (an off-diagonal block of a
+    symmetric layout), Yj = A.T @ Vi; otherwise Yj is None.  Accumulates in the
+    block's dtype; V's columns are few (k small), so the block is the only large read.
+    """
+    dtype = A.dtype
+    Vi = np.ascontiguousarray(Vi, dtype=dtype)
+    Vj = np.ascontiguousarray(Vj, dtype=dtype)
+    if Vi.shape[1] > 8:
+        # Many right-hand sides: BLAS GEMM is compute-bound there, not bandwidth-bound.
+        Yi = A @ Vj
+        return Yi, (A.T @ Vi if mirror else None)
+    Yi = np.zeros((A.shape[0], Vj.shape[1]), dtype)
+    Yj = np.zeros((A.shape[1], Vi.shape[1]), dtype) if mirror else np.zeros((0, Vi.shape[1]), dtype)
+    _symv_block(A, Vi, Vj, Yi, Yj, mirror)
+    return Yi, (Yj if mirror else None)
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _block_stats(A, weight, out):
+    s = 0.0
+    s2 = 0.0
+    amin = np.inf
+    amax = -np.inf
+    for r in range(A.shape[0]):
+        for c in range(A.shape[1]):
+            a = A[r, c]
+            s += a
+            s2 += a * a
+            amin = min(amin, a)
+            amax = max(amax, a)
+    out[0] = weight * s
+    out[1] = weight * s2
+    out[2] = amin
+    out[3] = amax
+
+
+def block_stats(A, weight):
+    """(weighted sum, weighted sum of squares, min, max) of one block, one read."""
+    out = np.empty(4, np.float64)
+    _block_stats(A, float(weight), out)
+    return out
+
+
+def gram_block(Xi, Xj, dtype):
+    """D's block X_i X_j^T from two row panels of the (prepared) data."""
+    return np.asarray(Xi @ Xj.T, dtype=dtype)
+
+
+def gaussian_block(Xi, Xj, bandwidth, dtype):
+    """exp(-||x_r - x_c||^2 / bandwidth) for the rows of two panels."""
+    sq = (Xi * Xi).sum(1)[:, None] + (Xj * Xj).sum(1)[None, :] - 2.0 * (Xi @ Xj.T)
+    np.maximum(sq, 0.0, out=sq)
+    sq *= -1.0 / bandwidth
+    return np.exp(sq, out=sq).astype(dtype, copy=False)
+
+
+def add_scaled_block(A, alpha, beta, ui, uj):
+    """A * alpha + beta * ui uj^T as a new block (e.g. Q = P + E_n)."""
+    out = A * A.dtype.type(alpha)
+    if beta != 0.0:
+        out += A.dtype.type(beta) * np.outer(ui, uj).astype(A.dtype, copy=False)
+    return out

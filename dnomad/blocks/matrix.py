@@ -1,0 +1,116 @@
+"""BlockMatrix: one n x n matrix of a BlockGroup, with the small operator interface."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InputValueError
+from . import passes
+from .engine import BlockGroup
+
+
+def _available_memory():
+    try:
+        import psutil
+
+        return psutil.virtual_memory().available
+    except Exception:  # pragma: no cover - psutil ships with distributed
+        return 8 << 30
+
+
+class BlockMatrix:
+    """An n x n (symmetric) matrix stored as b x b blocks, in memory or in Zarr.
+
+    Implements the operator interface the solvers use (``shape``, ``dtype``,
+    ``matmat``, ``diag``, ``row_sums``, ``inner``).  ``np.asarray(bm)`` assembles the
+    dense matrix when it fits in memory.  Where the blocks live (this process,
+    worker memory, a Zarr store) and which blocks are stored (only i <= j for a
+    symmetric matrix) are the engine's business.
+    """
+
+    def __init__(self, group: BlockGroup, name: str, *, owns_group=False):
+        if name not in group.names:
+            raise InputValueError(f"matrix {name!r} is not in the block group (has {group.names})")
+        self.group = group
+        self.name = name
+        self._owns_group = owns_group
+
+    # operator interface ----------------------------------------------------
+    @property
+    def shape(self):
+        return (self.group.n, self.group.n)
+
+    @property
+    def dtype(self):
+        return self.group.dtype
+
+    @property
+    def n(self):
+        return self.group.n
+
+    @property
+    def block_size(self):
+        return self.group.layout.block_size
+
+    @property
+    def chunks(self):
+        c = self.group.layout.chunks
+        return (c, c)
+
+    @property
+    def backend(self):
+        return self.group.backend
+
+    def matmat(self, V):
+        """A @ V for V of shape (n, k) or (n,); one read of A (see ``passes.matmat``)."""
+        V = np.asarray(V)
+        if V.shape[0] != self.n or V.ndim > 2:
+            raise InputValueError(f"matmat needs V of shape ({self.n},) or ({self.n}, k); got {V.shape}")
+        return passes.matmat(self.group, self.name, V)
+
+    matvec = matmat
+
+    def diag(self):
+        return passes.diagonal(self.group, self.name)
+
+    def row_sums(self):
+        return self.matmat(np.ones(self.n, self.dtype))
+
+    def inner(self, U, W):
+        """trace(U^T A W)."""
+        U = np.asarray(U).reshape(self.n, -1)
+        return float(np.sum(U * self.matmat(np.asarray(W).reshape(self.n, -1))))
+
+    def summary(self):
+        """sum, Frobenius norm, min and max in one pass."""
+        return passes.summary(self.group, self.name)
+
+    # conversion ------------------------------------------------------------
+    def to_numpy(self):
+        nbytes = self.n * self.n * self.dtype.itemsize
+        if nbytes > 0.5 * _available_memory():
+            raise MemoryError(f"a dense {self.n} x {self.n} {self.dtype} array needs {nbytes / 2**30:.1f} "
+                              f"GiB, more than half the available memory; use matmat, block access "
+                              f"or the Zarr store instead")
+        return passes._full_assemble(self.group, self.name)
+
+    def __array__(self, dtype=None, copy=None):
+        A = self.to_numpy()
+        return A if dtype is None else A.astype(dtype, copy=False)
+
+    def to_zarr(self, url, path):
+        """Write the matrix (all blocks, mirrored) as a plain n x n Zarr array."""
+        from .engine import create_zarr_array
+
+        layout = self.group.layout
+        arr = create_zarr_array(url, path, self.n, layout.block_size, self.dtype)
+        for key in layout.keys:
+            blk = self.group.block(self.name, key)
+            ri, ci = slice(*layout.bounds(key[0])), slice(*layout.bounds(key[1]))
+            arr[ri, ci] = blk
+            if layout.symmetric and key[0] != key[1]:
+                arr[ci, ri] = blk.T
+        return arr
+
+    def __repr__(self):
+        return (f"BlockMatrix(n={self.n}, block_size={self.block_size}, dtype={self.dtype}, "
+                f"backend={self.backend!r})")

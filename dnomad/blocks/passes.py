@@ -1,0 +1,227 @@
+"""Named passes over a BlockGroup: what solvers call, by name, instead of building graphs.
+
+Each function here is one pass (one task per stored block, one gather of small
+results).  The per-block functions are module-level and close over nothing large;
+vector slices travel with each task (b x k numbers), data panels as futures.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import kernels
+from .engine import BlockGroup
+
+
+# ------------------------------------------------------------------ helpers
+def _weight(layout, key):
+    return 2.0 if (layout.symmetric and key[0] != key[1]) else 1.0
+
+
+def row_slices(layout, V, key):
+    (r0, r1), (c0, c1) = layout.bounds(key[0]), layout.bounds(key[1])
+    return V[r0:r1], V[c0:c1]
+
+
+class DataPanels:
+    """Row panels of a small-d data matrix (n x d), one per block row, where the tasks can
+    reach them: slices in this process, or futures broadcast to the workers once."""
+
+    def __init__(self, group: BlockGroup, X: np.ndarray):
+        self.X = X
+        self.layout = group.layout
+        panels = [X[slice(*self.layout.bounds(i))] for i in range(self.layout.nblocks)]
+        if group.client is not None:
+            # hash=False: two scatters of equal data must not share (and cancel) keys.
+            self.panels = group.client.scatter(panels, broadcast=True, hash=False)
+        else:
+            self.panels = panels
+
+    def pair(self, key):
+        return self.panels[key[0]], self.panels[key[1]]
+
+
+# ------------------------------------------------------------------ NOMAD's fused pass
+def _nomad_block_task(bundle, key, vi, vj, Xi, Xj, params, weight, has_d):
+    P = bundle["P"]
+    G = None
+    if params["write_g"]:
+        G = bundle.get("G")
+        if G is None or G.shape != P.shape:
+            G = np.empty_like(P)
+            bundle["G"] = G
+    stats = kernels.nomad_block(
+        P, bundle["Gamma"], G, D=bundle["D"] if has_d else None, Xi=Xi, Xj=Xj, vi=vi, vj=vj,
+        step=params["step"], vv_scale=params["vv_scale"], gamma=params["gamma"],
+        tau=params["tau"], inv_n=params["inv_n"], update_gamma=params["update_gamma"],
+        write_g=params["write_g"], weight=weight)
+    return stats
+
+
+def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma, write_g=True,
+               data: DataPanels | None = None):
+    """NOMAD's fused pass (Alg. 2 of Tepper et al.), one read of D, P, Gamma:
+
+    P <- (1 - step) P + step * vv_scale * v v^T      (the pending Frank-Wolfe step)
+    Gamma <- [Gamma + tau (P + E_n)]_-               (only when ``update_gamma``)
+    G <- -D + Gamma + gamma [P + E_n]_-              (the gradient, for the eigensolver)
+
+    D is the group's matrix "D", or formed per block from ``data`` panels.
+    Returns a dict of the statistics of Q = P + E_n (``kernels.NOMAD_STATS``).
+    Cost: reads 2-3 matrices, writes 2-3 (upper blocks only); one gather.
+    """
+    layout = group.layout
+    n = layout.n
+    has_d = data is None
+    if v is None:
+        v = np.zeros(n, group.dtype)
+        step = 0.0
+    v = np.asarray(v, dtype=group.dtype).reshape(n)
+    params = dict(step=float(step), vv_scale=float(vv_scale), gamma=float(gamma), tau=float(tau),
+                  inv_n=1.0 / n, update_gamma=bool(update_gamma), write_g=bool(write_g))
+
+    def args(key):
+        vi, vj = row_slices(layout, v, key)
+        Xi, Xj = data.pair(key) if data is not None else (None, None)
+        return (vi, vj, Xi, Xj, params, _weight(layout, key), has_d)
+
+    reads = ["P", "Gamma"] + (["D"] if has_d else [])
+    writes = ["P"] + (["Gamma"] if update_gamma else []) + (["G"] if write_g else [])
+    results = group.map_blocks(_nomad_block_task, args, reads=reads, writes=writes, name="nomad")
+    stats = np.stack(results)
+    out = dict(zip(kernels.NOMAD_STATS, stats.sum(axis=0)))
+    out["min_Q"] = float(stats[:, kernels.MIN_Q].min())
+    return {k: float(val) for k, val in out.items()}
+
+
+# ------------------------------------------------------------------ matmat
+def _matmat_block_task(bundle, key, name, Vi, Vj, mirror):
+    return kernels.matmat_block(bundle[name], Vi, Vj, mirror=mirror)
+
+
+def matmat(group: BlockGroup, name: str, V: np.ndarray):
+    """A @ V for the group's matrix ``name`` and a tall V (n x k): one read of A.
+
+    Each task returns (A_ij V_j, A_ij^T V_i) for its block; the client adds the
+    partial rows (n x k numbers per block row), so only O(n k (n/b)) bytes travel.
+    """
+    layout = group.layout
+    V = np.asarray(V)
+    squeeze = V.ndim == 1
+    V2 = V.reshape(layout.n, -1).astype(group.dtype, copy=False)
+
+    def args(key):
+        Vi, Vj = row_slices(layout, V2, key)
+        return (name, Vi, Vj, layout.symmetric and key[0] != key[1])
+
+    results = group.map_blocks(_matmat_block_task, args, reads=[name], writes=[], name="matmat")
+    Y = np.zeros(V2.shape, dtype=np.result_type(group.dtype, np.float64) if V2.dtype == np.float64
+                 else group.dtype)
+    for key, (Yi, Yj) in zip(layout.keys, results):
+        Y[slice(*layout.bounds(key[0]))] += Yi
+        if Yj is not None:
+            Y[slice(*layout.bounds(key[1]))] += Yj
+    return Y.reshape(layout.n) if squeeze else Y
+
+
+# ------------------------------------------------------------------ reductions
+def _diag_task(bundle, key, name):
+    if key[0] != key[1]:
+        return None
+    return np.array(np.diagonal(bundle[name]))
+
+
+def diagonal(group: BlockGroup, name: str):
+    """The diagonal of matrix ``name`` (tasks on off-diagonal blocks return nothing)."""
+    results = group.map_blocks(_diag_task, lambda k: (name,), reads=[name], writes=[], name="diag")
+    return np.concatenate([r for r in results if r is not None])
+
+
+def _stats_task(bundle, key, name, weight):
+    return kernels.block_stats(bundle[name], weight)
+
+
+def summary(group: BlockGroup, name: str):
+    """sum, Frobenius norm, min and max of matrix ``name`` in one pass."""
+    layout = group.layout
+    res = np.stack(group.map_blocks(_stats_task, lambda k: (name, _weight(layout, k)), reads=[name],
+                                    writes=[], name="summary"))
+    return {"sum": float(res[:, 0].sum()), "fro": float(np.sqrt(res[:, 1].sum())),
+            "min": float(res[:, 2].min()), "max": float(res[:, 3].max())}
+
+
+def _shifted_copy_task(bundle, key, src, dst, shift):
+    bundle[dst] = bundle[src] + bundle[src].dtype.type(shift)
+
+
+def shifted_copy(group: BlockGroup, src: str, dst: str, shift: float):
+    """dst = src + shift * 1 1^T (e.g. Q = P + E_n), one read and one write."""
+    group.map_blocks(_shifted_copy_task, lambda k: (src, dst, shift), reads=[src], writes=[dst],
+                     name="shifted_copy")
+
+
+def _full_assemble(group, name):
+    layout = group.layout
+    A = np.empty((layout.n, layout.n), group.dtype)
+    for key in layout.keys:
+        blk = group.block(name, key)
+        ri, ci = slice(*layout.bounds(key[0])), slice(*layout.bounds(key[1]))
+        A[ri, ci] = blk
+        if layout.symmetric and key[0] != key[1]:
+            A[ci, ri] = blk.T
+    return A
+
+
+# ------------------------------------------------------------------ graph components
+def _components_task(bundle, key, name, threshold):
+    """Edges that join each node of this block's graph (entries > threshold) to its
+    block-local component root: at most b_i + b_j edges, whatever the density."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    A = bundle[name]
+    r, c = np.nonzero(A > threshold)
+    bi, bj = A.shape
+    nodes = bi + bj
+    g = coo_matrix((np.ones(len(r), np.int8), (r, bi + c)), shape=(nodes, nodes))
+    _, lab = connected_components(g, directed=False)
+    touched = np.zeros(nodes, bool)
+    touched[r] = True
+    touched[bi + c] = True
+    idx = np.flatnonzero(touched)
+    _, first = np.unique(lab[idx], return_index=True)
+    root_of = np.empty(lab.max() + 1 if len(lab) else 0, np.int64)
+    root_of[lab[idx[first]]] = idx[first]
+    return idx, root_of[lab[idx]]
+
+
+def threshold_components(group: BlockGroup, name: str, threshold: float):
+    """Connected components of the graph with edges where matrix ``name`` > threshold.
+
+    One pass; each task sends O(b) edges, the client joins them.  Returns labels
+    0..c-1 (numbered by first appearance).
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    layout = group.layout
+    results = group.map_blocks(_components_task, lambda k: (name, float(threshold)), reads=[name],
+                               writes=[], name="components")
+    rows, cols = [], []
+    for key, (idx, root) in zip(layout.keys, results):
+        r0, c0 = layout.bounds(key[0])[0], layout.bounds(key[1])[0]
+        bi = layout.size(key[0])
+
+        def glob(local):
+            return np.where(local < bi, r0 + local, c0 + local - bi)
+
+        rows.append(glob(idx))
+        cols.append(glob(root))
+    r = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    c = np.concatenate(cols) if cols else np.zeros(0, np.int64)
+    g = coo_matrix((np.ones(len(r), np.int8), (r, c)), shape=(layout.n, layout.n))
+    _, labels = connected_components(g, directed=False)
+    _, first = np.unique(labels, return_index=True)
+    order = np.argsort(first)
+    relabel = np.empty_like(order)
+    relabel[order] = np.arange(len(order))
+    return relabel[labels]

@@ -1,0 +1,100 @@
+"""Seeded generators for the data sets of Tepper et al. (2018), Figs. 1, 4, 5, 8.
+
+Each returns ``(X, y)``: X of shape (n_samples, n_features), y the ground-truth
+group (or position along the manifold).  Randomness comes only from ``random_state``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InputValueError
+
+
+def _rng(random_state):
+    return random_state if isinstance(random_state, np.random.Generator) else \
+        np.random.default_rng(random_state)
+
+
+def _check_n(n_samples, minimum=2):
+    if not isinstance(n_samples, (int, np.integer)) or n_samples < minimum:
+        raise InputValueError(f"n_samples must be an integer >= {minimum}; got {n_samples!r}")
+
+
+def two_rings(n_samples=200, *, factor=0.5, noise=0.0, random_state=0):
+    """Two concentric circles (radii 1 and ``factor``), evenly spaced (Fig. 4); odd n puts
+    the extra point on the outer ring."""
+    _check_n(n_samples, 4)
+    n_out = n_samples - n_samples // 2
+    n_in = n_samples // 2
+    t_out = np.linspace(0, 2 * np.pi, n_out, endpoint=False)
+    t_in = np.linspace(0, 2 * np.pi, n_in, endpoint=False)
+    X = np.vstack([np.c_[np.cos(t_out), np.sin(t_out)], factor * np.c_[np.cos(t_in), np.sin(t_in)]])
+    if noise:
+        X = X + _rng(random_state).normal(scale=noise, size=X.shape)
+    y = np.r_[np.zeros(n_out, int), np.ones(n_in, int)]
+    return X, y
+
+
+def noisy_semicircles(n_samples=200, *, noise=0.05, random_state=0):
+    """Two interleaved half circles with Gaussian noise (Fig. 5, "moons")."""
+    _check_n(n_samples, 4)
+    rng = _rng(random_state)
+    n1 = n_samples - n_samples // 2
+    n2 = n_samples // 2
+    t1 = np.linspace(0, np.pi, n1)
+    t2 = np.linspace(0, np.pi, n2)
+    X = np.vstack([np.c_[np.cos(t1), np.sin(t1)], np.c_[1 - np.cos(t2), 0.5 - np.sin(t2)]])
+    X = X + rng.normal(scale=noise, size=X.shape)
+    return X, np.r_[np.zeros(n1, int), np.ones(n2, int)]
+
+
+def trefoil_knot(n_samples=200, *, noise=0.0, random_state=0):
+    """The trefoil knot in 3-D (Fig. 1a), evenly spaced in its parameter; y is the parameter."""
+    _check_n(n_samples, 4)
+    t = np.linspace(0, 2 * np.pi, n_samples, endpoint=False)
+    X = np.c_[np.sin(t) + 2 * np.sin(2 * t), np.cos(t) - 2 * np.cos(2 * t), -np.sin(3 * t)]
+    if noise:
+        X = X + _rng(random_state).normal(scale=noise, size=X.shape)
+    return X, t
+
+
+def gaussian_blobs(n_samples=200, *, n_centers=6, n_features=2, separation=10.0, std=1.0,
+                   random_state=0):
+    """Isotropic Gaussian blobs on a grid of spacing ``separation`` (std ``std``).
+
+    Sizes differ by at most one point; with separation / std >= 10 the blobs are far
+    above the exact-recovery threshold of the K-means SDP.
+    """
+    _check_n(n_samples, n_centers)
+    rng = _rng(random_state)
+    side = int(np.ceil(np.sqrt(n_centers)))
+    grid = np.array([(i % side, i // side) for i in range(n_centers)], float) * separation
+    centers = np.zeros((n_centers, n_features))
+    centers[:, :2] = grid[:, : min(2, n_features)] if n_features >= 2 else grid[:, :1]
+    y = np.arange(n_samples) % n_centers
+    y.sort()
+    X = centers[y] + rng.normal(scale=std, size=(n_samples, n_features))
+    return X, y
+
+
+def grid_2d(n_side=12, *, n_features=10, noise=0.05, random_state=0):
+    """A regular n_side x n_side grid on the plane, embedded in ``n_features`` dimensions, the
+    extra ones Gaussian noise of std ``noise`` (Fig. 8).  y holds the grid coordinates."""
+    if not isinstance(n_side, (int, np.integer)) or n_side < 2:
+        raise InputValueError(f"n_side must be an integer >= 2; got {n_side!r}")
+    if n_features < 2:
+        raise InputValueError(f"n_features must be >= 2; got {n_features}")
+    rng = _rng(random_state)
+    g = np.linspace(0, 1, n_side)
+    xx, yy = np.meshgrid(g, g)
+    coords = np.c_[xx.ravel(), yy.ravel()]
+    X = np.hstack([coords, rng.normal(scale=noise, size=(len(coords), n_features - 2))])
+    return X, coords
+
+
+DATASETS = {
+    "two_rings": two_rings,
+    "semicircles": noisy_semicircles,
+    "trefoil": trefoil_knot,
+    "blobs": gaussian_blobs,
+}

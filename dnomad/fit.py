@@ -1,0 +1,496 @@
+"""``dnomad.fit`` and the scikit-learn-style estimators."""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import json
+import logging
+import platform
+import time
+from dataclasses import asdict
+
+import numpy as np
+
+from . import blocks
+from .blocks import store as run_store
+from .errors import InputTypeError, InputValueError, StoreError
+from .linalg import top_eigenvectors
+from .solvers.nomad import NomadParams, nomad_cgm
+
+logger = logging.getLogger(__name__)
+
+# Below this n the in-process backend wins: a pass then takes well under a
+# millisecond, less than one scheduler round trip (measured by graphs/nomad_scaling.py).
+LOCAL_MAX_N = 8000
+BACKEND_CHOICES = ("auto", "local", "distributed", "zarr")
+LABEL_METHODS = ("components", "spectral")
+
+
+def _get_client():
+    try:
+        from distributed import get_client
+
+        return get_client()
+    except (ImportError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def _cluster_client(n_workers=None):
+    """The current dask.distributed client, else an embedded LocalCluster closed on exit."""
+    client = _get_client()
+    if client is not None:
+        yield client
+        return
+    from distributed import Client, LocalCluster
+
+    import os
+
+    ncores = len(os.sched_getaffinity(0))
+    cluster = LocalCluster(n_workers=n_workers or max(1, min(ncores, 4)), threads_per_worker=1,
+                           processes=True, dashboard_address=None)
+    client = Client(cluster)
+    logger.info("started an embedded LocalCluster: %s", cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+def _is_precomputed(X):
+    return isinstance(X, blocks.BlockMatrix)
+
+
+class NOMAD:
+    """NOnnegative MAnifold Disentangling: the K-means SDP solved by conditional gradient.
+
+    Solves max Tr(D Q) s.t. Q 1 = 1, Tr Q = K, Q PSD, Q >= 0 with D the Gram matrix of
+    the (centered, scaled) data, on n x n block matrices that live in this process,
+    in a Dask cluster's memory or in a Zarr store.
+
+    Parameters
+    ----------
+    n_clusters : int
+        K, the trace of Q; 1 < K < n.  Larger K than the number of groups lets
+        NOMAD resolve manifolds (the paper uses K = 8 to 128).
+    max_iter : int, default 2000
+        Outer (multiplier) iterations.
+    n_inner : int, default 10
+        Frank-Wolfe steps per multiplier update.
+    penalty : float, default 1.0
+        gamma of the augmented Lagrangian (13).
+    penalty_schedule : {"sqrt", "constant"}, default "sqrt"
+        gamma sqrt(t + 1) at outer iteration t (the authors' code), or constant.
+    tau : float, default 1.0
+        Multiplier step (15b).
+    step_rule : {"global", "paper", "line_search"}, default "global"
+        2/(k + 2) over all Frank-Wolfe steps k; 2/(t + t_inner + 2) as Alg. 2; or
+        exact line search.
+    eigen_tol : {"inner", "outer"}, default "inner"
+        Eigenvector accuracy 1/(t_inner + 1) or 1/(t + 1).
+    eigen_ncv : int or None, default 4
+        Lanczos basis size of the warm-started eigensolver.
+    rmse_tol, min_tol, objective_tol : float
+        Stop when the RMSE of [Q]_- <= rmse_tol (1e-4), |min Q| <= min_tol K / n
+        (1e-2), and Tr(D Q) changed by <= objective_tol (1e-3, relative) in the last
+        outer iteration.
+    precomputed : bool, default False
+        The input is an n x n Gram/affinity (NumPy, dask, Zarr path, BlockMatrix)
+        rather than data X (n_samples, n_features).
+    center, normalize : bool, default True
+        Center X and scale it so that its largest row norm is 1 before D = X X^T.
+    dtype : float32 or float64, default float32
+    block_size : int, optional
+        Side of the blocks (default: about 64 MB blocks, or n if smaller).
+    backend : {"auto", "local", "distributed", "zarr"}, default "auto"
+        "auto": in this process for n < 8000, else the current dask client (or an
+        embedded LocalCluster) with blocks in worker memory, or in Zarr when the
+        state does not fit in half the cluster's memory.
+    store : str, optional
+        Zarr store (path or fsspec URL) for Q, the history and checkpoints.
+    overwrite : bool, default False
+        Replace a store holding another run.
+    checkpoint_every : int, default 20
+        Outer iterations between checkpoints to ``store``.
+    label_method : {"components", "spectral"}, default "components"
+        Hard labels: connected components of the graph Q > component_threshold max(Q)
+        (Sec. 3), or k-means on the spectral embedding into ``n_groups`` groups.
+    component_threshold : float, default 0.5
+        Relative to max(Q).  The exact SDP solution is block diagonal on separated
+        groups, so any threshold in (0, 1) would do; the conditional-gradient iterate
+        keeps Frank-Wolfe residue between groups of up to about a third of max(Q)
+        (measured on blobs and rings), hence 0.5.
+    n_groups : int, optional
+        Groups for spectral rounding (required with label_method="spectral").
+    n_components : int, default 2
+        Dimensions of ``embedding_``.
+    random_state : int or Generator, optional
+        Seeds the k-means of spectral rounding.
+    callback : callable, optional
+        Called with each history row; returning True stops the run.
+
+    Attributes
+    ----------
+    Q_ : BlockMatrix
+    embedding_ : ndarray (n, n_components)
+        Leading eigenvectors of Q (after the constant one) scaled by sqrt(eigenvalue).
+    labels_ : ndarray (n,)
+    history_ : list of dict
+    n_iter_, stop_reason_, objective_, backend_used_ : as named.
+
+    References
+    ----------
+    M. Tepper, A. M. Sengupta, D. Chklovskii. Clustering is semidefinitely not that
+    hard: Nonnegative SDP for manifold disentangling. JMLR 19(82), 2018.
+    """
+
+    _solver_params = ("max_iter", "n_inner", "penalty", "penalty_schedule", "tau", "step_rule",
+                      "eigen_tol", "eigen_ncv", "rmse_tol", "min_tol", "objective_tol",
+                      "checkpoint_every")
+
+    def __init__(self, n_clusters=8, *, max_iter=2000, n_inner=10, penalty=1.0,
+                 penalty_schedule="sqrt", tau=1.0, step_rule="global", eigen_tol="inner",
+                 eigen_ncv=4, rmse_tol=1e-4, min_tol=1e-2, objective_tol=1e-3, precomputed=False,
+                 center=True, normalize=True, dtype=np.float32, block_size=None, backend="auto",
+                 store=None, overwrite=False, checkpoint_every=20, label_method="components",
+                 component_threshold=0.5, n_groups=None, n_components=2, random_state=None,
+                 callback=None):
+        self.n_clusters = n_clusters
+        self.max_iter = max_iter
+        self.n_inner = n_inner
+        self.penalty = penalty
+        self.penalty_schedule = penalty_schedule
+        self.tau = tau
+        self.step_rule = step_rule
+        self.eigen_tol = eigen_tol
+        self.eigen_ncv = eigen_ncv
+        self.rmse_tol = rmse_tol
+        self.min_tol = min_tol
+        self.objective_tol = objective_tol
+        self.precomputed = precomputed
+        self.center = center
+        self.normalize = normalize
+        self.dtype = dtype
+        self.block_size = block_size
+        self.backend = backend
+        self.store = store
+        self.overwrite = overwrite
+        self.checkpoint_every = checkpoint_every
+        self.label_method = label_method
+        self.component_threshold = component_threshold
+        self.n_groups = n_groups
+        self.n_components = n_components
+        self.random_state = random_state
+        self.callback = callback
+
+    def get_params(self, deep=True):
+        import inspect
+
+        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
+        return {k: getattr(self, k) for k in names}
+
+    def set_params(self, **params):
+        valid = self.get_params()
+        for k, v in params.items():
+            if k not in valid:
+                raise InputValueError(f"invalid parameter {k!r} for NOMAD; valid: {sorted(valid)}")
+            setattr(self, k, v)
+        return self
+
+    # ---------------------------------------------------------------- fit
+    def fit(self, X, y=None, *, resume=False):
+        """Solve NOMAD for data X (n_samples, n_features), or a Gram matrix when
+        ``precomputed``.  Returns self."""
+        start = time.perf_counter()
+        dtype = blocks.check_dtype(self.dtype)
+        if self.backend not in BACKEND_CHOICES:
+            raise InputValueError(f"backend must be one of {BACKEND_CHOICES}; got {self.backend!r}")
+        if self.label_method not in LABEL_METHODS:
+            raise InputValueError(f"label_method must be one of {LABEL_METHODS}; got "
+                                  f"{self.label_method!r}")
+        if self.label_method == "spectral" and not (isinstance(self.n_groups, (int, np.integer))
+                                                    and self.n_groups >= 2):
+            raise InputValueError(f"label_method='spectral' needs n_groups >= 2; got {self.n_groups!r}")
+        if not isinstance(self.n_components, (int, np.integer)) or self.n_components < 1:
+            raise InputValueError(f"n_components must be a positive integer; got {self.n_components!r}")
+        if not 0 <= self.component_threshold < 1:
+            raise InputValueError(f"component_threshold must be in [0, 1); got {self.component_threshold!r}")
+
+        source = _InputSource(X, precomputed=self.precomputed, center=self.center,
+                              normalize=self.normalize)
+        n = source.n
+        params = NomadParams(n_clusters=self.n_clusters,
+                             **{k: getattr(self, k) for k in self._solver_params})
+        params.validate(n)
+        if self.store is None and resume:
+            raise InputValueError("resume=True needs the run's store")
+        if self.store is not None:
+            run_id = _run_id("nomad", params, source, dtype, self.block_size)
+            run_store.check_store(self.store, run_id, overwrite=self.overwrite and not resume,
+                                  resume=resume)
+            if not resume:
+                meta = {"method": "nomad", "run_id": run_id, "started":
+                        datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                        "estimator_params": _jsonable_params(self.get_params()),
+                        "input": source.describe(), "versions": _versions(),
+                        "host": platform.node()}
+                run_store.write_json(self.store, run_store.RUN_MARKER, meta)
+                if source.data is not None:
+                    run_store.write_vector(self.store, "input/X", source.data)
+
+        backend = self._resolve_backend(source, dtype)
+        ctx = _cluster_client() if backend in ("distributed",) or (
+            backend == "zarr" and n >= LOCAL_MAX_N) else contextlib.nullcontext(None)
+        with ctx as client:
+            group, data = source.build(backend=backend, client=client, store=self.store, dtype=dtype,
+                                       block_size=self.block_size)
+            try:
+                res = nomad_cgm(group, params, data=data, store=self.store, resume=resume,
+                                callback=self.callback)
+                self._finish(res, group)
+            finally:
+                if backend == "local":
+                    # Q_ lives on in this group; free the solver's state.
+                    group.drop([m for m in group.names if m != "Q"])
+                elif backend == "distributed":
+                    group.close()
+        self.backend_used_ = backend
+        self.fit_seconds_ = time.perf_counter() - start
+        return self
+
+    def fit_predict(self, X, y=None):
+        return self.fit(X).labels_
+
+    def _resolve_backend(self, source, dtype):
+        if source.matrix is not None:
+            return source.matrix.backend
+        if self.backend != "auto":
+            if self.backend == "zarr" and self.store is None:
+                raise InputValueError("backend='zarr' needs store= (where the n x n state lives)")
+            return self.backend
+        n = source.n
+        if n < LOCAL_MAX_N:
+            return "local"
+        need = 3 * n * n / 2 * dtype.itemsize
+        client = _get_client()
+        if client is not None:
+            mem = sum(w.get("memory_limit", 0) for w in client.scheduler_info(n_workers=-1)["workers"].values())
+        else:
+            from .blocks.matrix import _available_memory
+
+            mem = _available_memory()
+        if need > 0.5 * mem:
+            if self.store is None:
+                raise InputValueError(f"NOMAD's state needs {need / 2**30:.1f} GiB, more than half of "
+                                      f"the {mem / 2**30:.1f} GiB of memory: give store= to run out of "
+                                      f"core in Zarr")
+            return "zarr"
+        return "distributed"
+
+    def _finish(self, res, group):
+        n = group.n
+        self.history_ = res.history
+        self.n_iter_ = res.n_iter
+        self.stop_reason_ = res.stop_reason
+        self.objective_ = res.history[-1]["objective"] if res.history else float("nan")
+        self.passes_ = group.passes.since()
+        ones = np.ones(n) / np.sqrt(n)
+        k = max(self.n_components, self.n_groups or 0)
+        k = min(k, n - 2)
+        w, V = top_eigenvectors(lambda Y: res.P.matmat(Y), n, k, deflate=ones, tol=1e-8)
+        scaled = V * np.sqrt(np.clip(w, 0, None))
+        self.embedding_ = scaled[:, : self.n_components]
+        self.eigenvalues_ = w
+        if self.label_method == "components":
+            qmax = res.Q.summary()["max"]
+            self.labels_ = blocks.passes.threshold_components(group, "Q", self.component_threshold * qmax)
+        else:
+            self.labels_ = _kmeans(scaled[:, : self.n_groups], self.n_groups, self.random_state)
+        if self.store is not None:
+            group.save(["Q"], self.store, "result", mirror=True)
+            run_store.write_vector(self.store, "result/embedding", self.embedding_)
+            run_store.write_vector(self.store, "result/labels", self.labels_)
+            run_store.write_json(self.store, "result", {
+                "history": res.history, "n_iter": res.n_iter, "stop_reason": res.stop_reason,
+                "objective": self.objective_, "passes": self.passes_,
+                "finished": datetime.datetime.now(datetime.timezone.utc).isoformat()})
+            self.Q_ = blocks.from_zarr(self.store, "result/Q", dtype=group.dtype,
+                                       block_size=group.layout.block_size, backend="zarr",
+                                       store=self.store)
+        else:
+            self.Q_ = res.Q
+            if group.backend == "distributed":
+                # Keep a usable Q after the cluster call ends: bring it into this process.
+                self.Q_ = blocks.from_array(np.asarray(res.Q), dtype=group.dtype,
+                                            block_size=group.layout.block_size, check=False)
+
+
+class _InputSource:
+    """The input of a fit: data X (n x d) or a precomputed n x n matrix, validated
+    before any heavy work."""
+
+    def __init__(self, X, *, precomputed, center, normalize):
+        self.matrix = None
+        self.data = None
+        self.array = None
+        self.url = None
+        if _is_precomputed(X):
+            self.matrix = X
+            self.n = X.n
+            return
+        if precomputed:
+            if isinstance(X, str) or hasattr(X, "__fspath__"):
+                import zarr
+
+                self.url = str(X)
+                arr = zarr.open_array(store=self.url, mode="r")
+                if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
+                    raise InputValueError(f"precomputed Gram at {self.url!r} must be square n x n; got "
+                                          f"shape {arr.shape}")
+                self.n = arr.shape[0]
+            else:
+                A = X.compute() if hasattr(X, "dask") else X
+                try:
+                    A = np.asarray(A, dtype=np.float64)
+                except (TypeError, ValueError) as exc:
+                    raise InputTypeError(f"X must be a numeric n x n array when precomputed=True; got "
+                                         f"{type(X).__name__}") from exc
+                blocks.builders.check_square_symmetric(A, "X (precomputed Gram)")
+                self.array = A
+                self.n = A.shape[0]
+            return
+        X = blocks.as_data_matrix(X)
+        self.data = X
+        self.features = blocks.prepare_gram_data(X, center=center, normalize=normalize)
+        self.n = X.shape[0]
+
+    def describe(self):
+        if self.matrix is not None:
+            return {"kind": "block_matrix", "n": self.n}
+        if self.url is not None:
+            return {"kind": "gram_zarr", "url": self.url, "n": self.n}
+        if self.array is not None:
+            return {"kind": "gram_array", "n": self.n}
+        return {"kind": "data", "shape": list(self.data.shape), "stored_as": "input/X"}
+
+    def fingerprint(self):
+        if self.data is not None:
+            return hashlib.sha1(np.ascontiguousarray(self.data).tobytes()).hexdigest()[:16]
+        if self.array is not None:
+            return hashlib.sha1(np.ascontiguousarray(self.array).tobytes()).hexdigest()[:16]
+        return json.dumps(self.describe(), sort_keys=True)
+
+    def build(self, *, backend, client, store, dtype, block_size):
+        """The block group holding D (or ready to form it from data panels)."""
+        kw = dict(block_size=block_size, dtype=dtype, backend=backend,
+                  client=client if backend != "local" else None, store=store)
+        if self.matrix is not None:
+            return self.matrix.group, None
+        if self.url is not None:
+            return blocks.from_zarr(self.url, **kw).group, None
+        if self.array is not None:
+            return blocks.from_array(self.array, check=False, **kw).group, None
+        F = self.features
+        if F.shape[1] <= blocks.kernels.INLINE_GRAM_MAX_FEATURES:
+            group = blocks.new_group(self.n, **kw)
+            return group, blocks.DataPanels(group, F.astype(group.dtype))
+        D = blocks.gram(F, center=False, normalize=False, **kw)
+        return D.group, None
+
+
+def _kmeans(Y, k, random_state, n_init=10, max_iter=300):
+    """Lloyd's k-means with k-means++ seeding, the best of ``n_init`` runs."""
+    rng = random_state if isinstance(random_state, np.random.Generator) else \
+        np.random.default_rng(random_state)
+    best, best_inertia = None, np.inf
+    for _ in range(n_init):
+        centers = [Y[rng.integers(len(Y))]]
+        for _ in range(1, k):
+            d2 = np.min(((Y[:, None, :] - np.array(centers)[None]) ** 2).sum(-1), axis=1)
+            p = d2 / d2.sum() if d2.sum() > 0 else None
+            centers.append(Y[rng.choice(len(Y), p=p)])
+        C = np.array(centers)
+        for _ in range(max_iter):
+            lab = np.argmin(((Y[:, None, :] - C[None]) ** 2).sum(-1), axis=1)
+            newC = np.array([Y[lab == j].mean(0) if np.any(lab == j) else C[j] for j in range(k)])
+            if np.allclose(newC, C):
+                break
+            C = newC
+        inertia = ((Y - C[lab]) ** 2).sum()
+        if inertia < best_inertia:
+            best, best_inertia = lab, inertia
+    return best
+
+
+def _run_id(method, params, source, dtype, block_size):
+    # max_iter and checkpoint_every may change on resume; the rest defines the run.
+    fixed = {k: v for k, v in asdict(params).items() if k not in ("max_iter", "checkpoint_every")}
+    payload = json.dumps({"method": method, "params": fixed, "input": source.fingerprint(),
+                          "dtype": str(dtype), "block_size": block_size}, sort_keys=True, default=str)
+    return hashlib.sha1(payload.encode()).hexdigest()[:16]
+
+
+def _jsonable_params(params):
+    out = {}
+    for k, v in params.items():
+        if callable(v):
+            out[k] = None
+        elif isinstance(v, type) or isinstance(v, np.dtype):
+            out[k] = np.dtype(v).name
+        elif isinstance(v, np.random.Generator):
+            out[k] = None
+        else:
+            out[k] = v
+    return out
+
+
+def _versions():
+    import dask
+    import numba
+    import scipy
+    import zarr
+
+    from . import __version__
+
+    return {"dnomad": __version__, "numpy": np.__version__, "scipy": scipy.__version__,
+            "dask": dask.__version__, "zarr": zarr.__version__, "numba": numba.__version__,
+            "python": platform.python_version()}
+
+
+ESTIMATORS = {"nomad": NOMAD}
+
+
+def fit(data, method="nomad", **params):
+    """Fit ``method`` on ``data`` and return the fitted estimator.
+
+    ``dnomad.fit(X, method="nomad", n_clusters=16, store="run.zarr")`` is
+    ``dnomad.NOMAD(n_clusters=16, store="run.zarr").fit(X)``.
+    """
+    if method not in ESTIMATORS:
+        raise InputValueError(f"method must be one of {sorted(ESTIMATORS)}; got {method!r}")
+    resume = params.pop("resume", False)
+    return ESTIMATORS[method](**params).fit(data, resume=resume)
+
+
+def resume(store, **overrides):
+    """Continue the run in ``store`` from its last checkpoint (after a crash or preemption)."""
+    meta = run_store.read_json(store, run_store.RUN_MARKER)
+    if meta is None:
+        raise StoreError(f"store {store!r} holds no dnomad run to resume")
+    params = dict(meta["estimator_params"])
+    params.update(overrides)
+    params["store"] = store
+    params["overwrite"] = False
+    inp = meta["input"]
+    if inp["kind"] == "data":
+        X = run_store.read_vector(store, "input/X")
+    elif inp["kind"] == "gram_zarr":
+        X = inp["url"]
+    else:
+        raise StoreError(f"the run in {store!r} was given an in-memory matrix; call "
+                         f"dnomad.fit(..., store={store!r}, resume=True) with it again")
+    if params.get("dtype") is not None:
+        params["dtype"] = np.dtype(params["dtype"])
+    return ESTIMATORS[meta["method"]](**params).fit(X, resume=True)

@@ -1,0 +1,274 @@
+"""NOMAD by conditional gradient inside the method of multipliers.
+
+Tepper, Sengupta, Chklovskii, "Clustering is semidefinitely not that hard:
+Nonnegative SDP for manifold disentangling", JMLR 19 (2018), arXiv:1706.06028,
+Sec. 5, Alg. 1 and 2.
+
+    max Tr(D Q)  s.t.  Q 1 = 1, Tr Q = K, Q PSD, Q >= 0                    (NOMAD)
+
+with P = Q - E_n, E_n = 1 1^T / n (eq. 12), the augmented Lagrangian (13)
+
+    g(P, Gamma) = -Tr(D P) + Tr(Gamma (P + E_n)) + gamma/2 ||[P + E_n]_-||_F^2,
+
+the multiplier step (15b) Gamma <- [Gamma + tau (P + E_n)]_-, and the inner problem
+(15a) by Frank-Wolfe over {P PSD, Tr P = K - 1, P 1 = 0} (Alg. 1): the vertex is
+(K - 1) v v^T with v the smallest algebraic eigenvector of grad g restricted to 1^perp.
+
+Symbols -> code: D -> matrix "D" (or data panels F with D = F F^T), P -> "P",
+Gamma -> "Gamma" (<= 0: the paper writes Gamma >= 0 but its update (15b) and the
+gradient only make sense with Gamma <= 0), grad g -> "G", gamma -> ``penalty``,
+tau -> ``tau``, N_inner -> ``n_inner``, alpha -> the step.
+
+Only the engine's named passes and matmats touch n x n data: the solver never sees
+a task graph or a Zarr array.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .. import blocks
+from ..blocks import store as run_store
+from ..errors import ConvergenceWarning, InputValueError
+from ..linalg import extreme_eigenvector
+
+logger = logging.getLogger(__name__)
+
+STEP_RULES = ("global", "paper", "line_search")
+PENALTY_SCHEDULES = ("sqrt", "constant")
+EIGEN_TOL_RULES = ("inner", "outer")
+
+
+@dataclass
+class NomadParams:
+    """Parameters of :func:`nomad_cgm` (see its docstring)."""
+
+    n_clusters: int
+    max_iter: int = 2000
+    n_inner: int = 10
+    penalty: float = 1.0
+    penalty_schedule: str = "sqrt"
+    tau: float = 1.0
+    step_rule: str = "global"
+    eigen_tol: str = "inner"
+    eigen_ncv: int | None = 4
+    rmse_tol: float = 1e-4
+    min_tol: float = 1e-2
+    objective_tol: float = 1e-3
+    checkpoint_every: int = 20
+
+    def validate(self, n):
+        K = self.n_clusters
+        if not isinstance(K, (int, np.integer)) or isinstance(K, bool) or not 1 < K < n:
+            raise InputValueError(f"n_clusters must be an integer with 1 < n_clusters < n = {n}; got {K!r}")
+        for name in ("max_iter", "n_inner", "checkpoint_every"):
+            val = getattr(self, name)
+            if not isinstance(val, (int, np.integer)) or val < 1:
+                raise InputValueError(f"{name} must be a positive integer; got {val!r}")
+        for name in ("penalty", "tau"):
+            if not getattr(self, name) > 0:
+                raise InputValueError(f"{name} must be > 0; got {getattr(self, name)!r}")
+        for name in ("rmse_tol", "min_tol", "objective_tol"):
+            if not getattr(self, name) >= 0:
+                raise InputValueError(f"{name} must be >= 0; got {getattr(self, name)!r}")
+        for name, allowed in (("step_rule", STEP_RULES), ("penalty_schedule", PENALTY_SCHEDULES),
+                              ("eigen_tol", EIGEN_TOL_RULES)):
+            if getattr(self, name) not in allowed:
+                raise InputValueError(f"{name} must be one of {allowed}; got {getattr(self, name)!r}")
+        if self.eigen_ncv is not None and (not isinstance(self.eigen_ncv, (int, np.integer))
+                                           or self.eigen_ncv < 3):
+            raise InputValueError(f"eigen_ncv must be None or an integer >= 3; got {self.eigen_ncv!r}")
+
+
+@dataclass
+class NomadResult:
+    """What :func:`nomad_cgm` returns.
+
+    Attributes
+    ----------
+    Q : BlockMatrix
+        The solution Q = P + E_n.
+    P : BlockMatrix
+        Its centered part (Q restricted to the complement of 1), for embeddings.
+    history : list of dict
+        One row per outer iteration: ``iteration``, ``objective`` (Tr(D Q) with the
+        solver's D), ``rmse_neg`` (RMSE of [Q]_- over its negative entries),
+        ``max_violation`` (|min Q| n / K), ``neg_fro_ratio`` (||[Q]_-||_F / ||Q||_F),
+        ``fw_gap`` (the last inner Frank-Wolfe gap), ``eig_matvecs``, ``passes``,
+        ``seconds``, ``bytes_read``, ``bytes_written``.
+    n_iter : int
+        Outer iterations done.
+    stop_reason : str
+    params : NomadParams
+    """
+
+    Q: object
+    P: object
+    history: list
+    n_iter: int
+    stop_reason: str
+    params: NomadParams
+    converged: bool = field(default=False)
+
+
+def _penalty(params, t):
+    return params.penalty * (math.sqrt(t + 1) if params.penalty_schedule == "sqrt" else 1.0)
+
+
+def _step(params, t, s, k_total):
+    """Frank-Wolfe step for inner step s (1-based) of outer iteration t (0-based)."""
+    if params.step_rule == "paper":
+        return 2.0 / (t + 1 + s + 2)         # Alg. 2, line 8, with t counted from 1
+    return 2.0 / (k_total + 2)                # 2/(k+2) over all FW steps (the authors' code)
+
+
+def _eig_tol(params, t, s):
+    return 1.0 / (s + 1) if params.eigen_tol == "inner" else 1.0 / (t + 2)
+
+
+def _stats_row(stats, n, K):
+    neg = stats["neg_count"]
+    rmse = math.sqrt(stats["neg_sumsq"] / neg) if neg > 0 else 0.0
+    max_violation = max(0.0, -stats["min_Q"]) * n / K
+    ratio = math.sqrt(stats["neg_sumsq"] / stats["sumsq_Q"]) if stats["sumsq_Q"] > 0 else 0.0
+    return {"objective": stats["sum_DQ"], "rmse_neg": rmse, "max_violation": max_violation,
+            "neg_fro_ratio": ratio}
+
+
+def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False, callback=None):
+    """Solve NOMAD by Alg. 2 (conditional gradient in the method of multipliers).
+
+    Parameters
+    ----------
+    group : blocks.BlockGroup
+        Holds D as matrix "D", or, with ``data``, nothing yet; P, Gamma and G are
+        added to it.
+    params : NomadParams
+        ``n_clusters`` (K), ``max_iter`` (outer iterations), ``n_inner`` (Frank-Wolfe
+        steps per multiplier update; the paper uses 10), ``penalty`` (gamma of eq. 13)
+        and ``penalty_schedule`` ("sqrt": gamma sqrt(t + 1) at outer iteration t, as
+        the authors' code; "constant": gamma as Alg. 2), ``tau`` (multiplier step of
+        15b), ``step_rule`` ("global": 2/(k + 2) over all k Frank-Wolfe steps, as the
+        authors' code; "paper": 2/(t + t_inner + 2) as Alg. 2 line 8; "line_search":
+        exact minimization of g along the segment), ``eigen_tol`` (ARPACK relative
+        tolerance 1/(t_inner + 1) for "inner", as the authors' code, or 1/(t + 1) for
+        "outer"), ``eigen_ncv`` (Lanczos basis; small with the warm start costs fewest
+        passes), stopping tolerances ``rmse_tol`` (RMSE of [Q]_-), ``min_tol``
+        (|min Q| <= min_tol K / n) and ``objective_tol`` (relative change of Tr(D Q)
+        between outer iterations): the run stops when all three hold.
+        ``checkpoint_every``: outer iterations between checkpoints to ``store``.
+    data : blocks.DataPanels, optional
+        When given, D's blocks are formed on the fly as F_i F_j^T.
+    store : str, optional
+        Run store URL for checkpoints.
+    resume : bool
+        Start from the checkpoint in ``store``.
+    callback : callable, optional
+        Called with each history row (a dict); returning True stops the run.
+
+    Returns
+    -------
+    NomadResult
+
+    Notes
+    -----
+    Per inner step: one fused pass (reads D unless formed from data, P, Gamma;
+    writes P, G, and Gamma once per outer iteration) plus the eigensolver's
+    matvecs over G (about ncv - 2 with the warm start); one gather per pass.
+    Peak memory per worker: a few blocks plus O(n) vectors.  Q 1 = 1 and Tr Q = K
+    hold by construction (to round-off); Q >= 0 is met to the stopping tolerances.
+    """
+    layout = group.layout
+    n, K = layout.n, params.n_clusters
+    ones = np.ones(n) / math.sqrt(n)
+    vv_scale = float(K - 1)
+
+    start_t, k_total, v, history = 0, 0, None, []
+    if resume:
+        ck = run_store.read_json(store, "nomad_checkpoint")
+        if ck is None:
+            raise InputValueError(f"store {store!r} has no NOMAD checkpoint to resume from")
+        group.load(["P", "Gamma"], store, "checkpoint")
+        start_t, k_total, history = ck["t"], ck["k_total"], ck["history"]
+        v = run_store.read_vector(store, "checkpoint/v") if ck["has_v"] else None
+        logger.info("resuming NOMAD from outer iteration %d", start_t)
+    else:
+        blocks.zeros_like_layout(group, ["P", "Gamma"])
+
+    stop_reason, converged = "max_iter", False
+    prev_obj = history[-1]["objective"] if history else None
+    for t in range(start_t, params.max_iter):
+        t0 = time.perf_counter()
+        rec0 = group.passes.mark()
+        gamma = _penalty(params, t)
+        eig_matvecs, fw_gap = 0, float("nan")
+        pending_v, pending_step = None, 0.0
+        for s in range(1, params.n_inner + 1):
+            # Apply the previous Frank-Wolfe step and form the gradient G, in one pass.
+            stats = blocks.nomad_pass(group, v=pending_v, step=pending_step, vv_scale=vv_scale,
+                                      gamma=gamma, tau=params.tau, update_gamma=False, data=data)
+            eig = extreme_eigenvector(lambda x: blocks.matmat(group, "G", x), n, which="SA",
+                                      deflate=ones, v0=v, tol=_eig_tol(params, t, s),
+                                      ncv=params.eigen_ncv)
+            eig_matvecs += eig.matvecs
+            v = eig.vector
+            fw_gap = stats["sum_GP"] - vv_scale * eig.value
+            k_total += 1
+            pending_v, pending_step = v, _step(params, t, s, k_total)
+        # Close the outer iteration: last step, then the multiplier update (15b).
+        stats = blocks.nomad_pass(group, v=pending_v, step=pending_step, vv_scale=vv_scale,
+                                  gamma=gamma, tau=params.tau, update_gamma=True, write_g=False,
+                                  data=data)
+        _append_history(history, _stats_row(stats, n, K), t, fw_gap, eig_matvecs, group, rec0, t0)
+        stop_reason, converged = _check_stop(history[-1], prev_obj, params)
+        prev_obj = history[-1]["objective"]
+        if callback is not None and callback(dict(history[-1])) is True and not converged:
+            stop_reason = "callback"
+        if store is not None and ((t + 1) % params.checkpoint_every == 0 or stop_reason != "max_iter"):
+            _checkpoint(group, store, t + 1, k_total, v, history, params)
+        if stop_reason != "max_iter":
+            break
+    if not converged and stop_reason == "max_iter":
+        warnings.warn(f"NOMAD stopped at max_iter={params.max_iter} before meeting the tolerances "
+                      f"(last: rmse_neg={history[-1]['rmse_neg']:.3g}, max_violation="
+                      f"{history[-1]['max_violation']:.3g})", ConvergenceWarning, stacklevel=2)
+    blocks.shifted_copy(group, "P", "Q", 1.0 / n)
+    return NomadResult(Q=blocks.BlockMatrix(group, "Q"), P=blocks.BlockMatrix(group, "P"),
+                       history=history, n_iter=len(history), stop_reason=stop_reason,
+                       params=params, converged=converged)
+
+
+def _append_history(history, row, t, fw_gap, eig_matvecs, group, rec0, t0):
+    tot = group.passes.since(rec0)
+    row = dict(iteration=int(t) + 1, **row, fw_gap=float(fw_gap), eig_matvecs=int(eig_matvecs),
+               passes=tot["passes"], seconds=time.perf_counter() - t0,
+               bytes_read=tot["bytes_read"], bytes_written=tot["bytes_written"])
+    history.append(row)
+    logger.info("NOMAD it %d  obj %.6g  rmse_neg %.2e  max_viol %.2e  gap %.2e  matvecs %d  %.2fs",
+                row["iteration"], row["objective"], row["rmse_neg"], row["max_violation"],
+                row["fw_gap"], row["eig_matvecs"], row["seconds"])
+
+
+def _check_stop(row, prev_obj, params):
+    feasible = row["rmse_neg"] <= params.rmse_tol and row["max_violation"] <= params.min_tol
+    if prev_obj is None:
+        return "max_iter", False
+    change = abs(row["objective"] - prev_obj) / max(abs(row["objective"]), 1e-300)
+    if feasible and change <= params.objective_tol:
+        return "tolerance", True
+    return "max_iter", False
+
+
+def _checkpoint(group, store, t, k_total, v, history, params):
+    group.save(["P", "Gamma"], store, "checkpoint")
+    if v is not None:
+        run_store.write_vector(store, "checkpoint/v", v)
+    # Written last: a checkpoint counts only once its arrays are complete.
+    run_store.write_json(store, "nomad_checkpoint", {"t": int(t), "k_total": int(k_total),
+                                                    "has_v": v is not None, "history": history,
+                                                    "params": asdict(params)})
