@@ -1,0 +1,51 @@
+"""The command line, the README's demo and the examples, run for real."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+
+import dnomad
+from dnomad.data import gaussian_blobs
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "dnomad.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=600, check=True)
+
+
+def test_demo_writes_store_and_png(tmp_path):
+    out = run("demo", "--output", str(tmp_path), "--n-samples", "120", "--n-clusters", "6")
+    assert "ARI vs rings 1.000" in out.stdout
+    assert (tmp_path / "nomad_demo.png").stat().st_size > 10_000
+    Q = dnomad.blocks.from_zarr(str(tmp_path / "nomad.zarr"), "result/Q")
+    np.testing.assert_allclose(np.asarray(Q).sum(axis=1), 1, atol=1e-4)
+    info = json.loads(run("info", str(tmp_path / "nomad.zarr")).stdout)
+    assert info["run"]["method"] == "nomad" and info["result"]["stop_reason"] == "tolerance"
+
+
+def test_demo_on_embedded_local_cluster(tmp_path):
+    out = run("demo", "--output", str(tmp_path), "--n-samples", "40", "--n-clusters", "3",
+              "--backend", "distributed")
+    assert "NOMAD on two rings" in out.stdout
+
+
+def test_fit_then_resume(tmp_path):
+    X, _ = gaussian_blobs(60, n_centers=3)
+    np.save(tmp_path / "X.npy", X)
+    store = str(tmp_path / "run.zarr")
+    run("fit", "--input", str(tmp_path / "X.npy"), "--n-clusters", "3", "--store", store,
+        "--params", json.dumps({"max_iter": 500}))
+    out = run("resume", store)
+    assert "resumed" in out.stdout
+
+
+def test_examples_run():
+    for script in sorted((ROOT / "examples").glob("*.py")):
+        res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                             env=dict(os.environ))
+        assert res.returncode == 0, (script.name, res.stderr[-2000:])

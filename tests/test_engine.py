@@ -1,0 +1,127 @@
+"""The engine: passes equal the NumPy expressions, and results agree across layouts
+(in process, Zarr on disk, a real 2-worker cluster; block sizes dividing n or not)."""
+import numpy as np
+import pytest
+
+from dnomad import blocks
+from dnomad.solvers.nomad import NomadParams, nomad_cgm
+
+N = 50
+# eps x size: float32 sums of ~n terms of O(1) values.
+TOL = {np.float32: 1e-5, np.float64: 1e-12}
+
+
+def make_group(backend, block_size, dtype, tmp_path, client):
+    kw = dict(block_size=block_size, dtype=dtype, backend=backend)
+    if backend == "zarr":
+        kw["store"] = str(tmp_path / "state.zarr")
+    if backend == "distributed":
+        kw["client"] = client
+    return kw
+
+
+@pytest.fixture(params=["local", "zarr", "distributed"])
+def backend(request):
+    return request.param
+
+
+@pytest.fixture
+def client_for(backend, request):
+    return request.getfixturevalue("cluster_client") if backend == "distributed" else None
+
+
+@pytest.mark.parametrize("block_size", [N, 16, 25])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matmat_equals_numpy(backend, client_for, block_size, dtype, tmp_path, rng):
+    A = rng.standard_normal((N, N))
+    A = A + A.T
+    bm = blocks.from_array(A, **make_group(backend, block_size, dtype, tmp_path, client_for))
+    Af = A.astype(dtype).astype(np.float64)
+    V = rng.standard_normal((N, 3))
+    np.testing.assert_allclose(bm.matmat(V), Af @ V.astype(dtype), rtol=0, atol=TOL[dtype] * 10 * N)
+    np.testing.assert_allclose(bm.matvec(V[:, 0]), Af @ V[:, 0].astype(dtype), atol=TOL[dtype] * 10 * N)
+    np.testing.assert_allclose(bm.diag(), np.diag(Af), atol=0)
+    np.testing.assert_allclose(np.asarray(bm), Af, atol=0)
+    s = bm.summary()
+    assert s["sum"] == pytest.approx(Af.sum(), abs=TOL[dtype] * N * N)
+    assert s["min"] == pytest.approx(Af.min()) and s["max"] == pytest.approx(Af.max())
+
+
+@pytest.mark.parametrize("block_size", [N, 16])
+@pytest.mark.parametrize("from_data", [True, False])
+def test_nomad_pass_equals_numpy(backend, client_for, block_size, from_data, tmp_path, rng):
+    dtype = np.float64
+    X = rng.standard_normal((N, 3))
+    F = blocks.prepare_gram_data(X)
+    D = F @ F.T
+    kw = make_group(backend, block_size, dtype, tmp_path, client_for)
+    if from_data:
+        group = blocks.new_group(N, **kw)
+        data = blocks.DataPanels(group, F)
+    else:
+        group = blocks.from_array(D, **kw).group
+        data = None
+    blocks.zeros_like_layout(group, ["P", "Gamma"])
+    P = np.zeros((N, N))
+    Gam = np.zeros((N, N))
+    v = rng.standard_normal(N)
+    v -= v.mean()
+    v /= np.linalg.norm(v)
+    for step, upd in [(0.5, False), (0.25, True), (0.1, True)]:
+        stats = blocks.nomad_pass(group, v=v, step=step, vv_scale=7.0, gamma=1.3, tau=0.9,
+                                  update_gamma=upd, data=data)
+        P = (1 - step) * P + step * 7.0 * np.outer(v, v)
+        Q = P + 1.0 / N
+        if upd:
+            Gam = np.minimum(Gam + 0.9 * Q, 0)
+        G = -D + Gam + 1.3 * np.minimum(Q, 0)
+        np.testing.assert_allclose(np.asarray(blocks.BlockMatrix(group, "P")), P, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(blocks.BlockMatrix(group, "Gamma")), Gam, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(blocks.BlockMatrix(group, "G")), G, atol=1e-12)
+        neg = Q[Q < 0]
+        assert stats["sum_DQ"] == pytest.approx(np.sum(D * Q), rel=1e-10)
+        assert stats["sum_GP"] == pytest.approx(np.sum(G * P), rel=1e-10)
+        assert stats["neg_count"] == neg.size
+        assert stats["neg_sumsq"] == pytest.approx(np.sum(neg ** 2), rel=1e-10)
+        assert stats["min_Q"] == pytest.approx(Q.min(), rel=1e-12)
+        v = np.roll(v, 7)
+    rec = group.passes.records[-1]
+    assert rec.name == "nomad" and rec.bytes_read > 0 and rec.bytes_written > 0 and rec.seconds > 0
+
+
+def short_run(dtype, **kw):
+    X = np.c_[np.cos(np.linspace(0, 6, 60)), np.sin(np.linspace(0, 6, 60)) * 0.7]
+    F = blocks.prepare_gram_data(X)
+    group = blocks.new_group(60, dtype=dtype, **kw)
+    data = blocks.DataPanels(group, F.astype(dtype))
+    res = nomad_cgm(group, NomadParams(n_clusters=5, max_iter=4, n_inner=5, rmse_tol=0, min_tol=0,
+                                       objective_tol=0), data=data)
+    return np.asarray(res.Q, dtype=np.float64), res.history
+
+
+@pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
+@pytest.mark.parametrize("dtype,rtol", [(np.float32, 1e-5), (np.float64, 1e-10)])
+def test_nomad_equal_across_layouts(dtype, rtol, tmp_path, cluster_client):
+    ref, ref_hist = short_run(dtype, backend="local", block_size=60)
+    variants = {
+        "local-b17": dict(backend="local", block_size=17),
+        "zarr-b20": dict(backend="zarr", block_size=20, store=str(tmp_path / "z.zarr")),
+        "dist-b60": dict(backend="distributed", block_size=60, client=cluster_client),
+        "dist-b23": dict(backend="distributed", block_size=23, client=cluster_client),
+    }
+    for name, kw in variants.items():
+        Q, hist = short_run(dtype, **kw)
+        err = np.linalg.norm(Q - ref) / np.linalg.norm(ref)
+        assert err <= rtol, (name, err)
+        assert hist[-1]["objective"] == pytest.approx(ref_hist[-1]["objective"], rel=rtol), name
+
+
+@pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
+def test_one_vs_two_workers_equal(tmp_path):
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as c, \
+            Client(c) as client:
+        one, _ = short_run(np.float64, backend="distributed", block_size=20, client=client)
+    two, _ = short_run(np.float64, backend="local", block_size=20)
+    assert np.linalg.norm(one - two) / np.linalg.norm(two) <= 1e-10

@@ -1,0 +1,164 @@
+"""NOMAD against an exact SDP solution, planted clusters, checkpoints, and bad input."""
+import numpy as np
+import pytest
+
+import dnomad
+from dnomad import blocks
+from dnomad.data import gaussian_blobs, trefoil_knot, two_rings
+from dnomad.errors import InputTypeError, InputValueError, StoreError
+from dnomad.metrics import adjusted_rand_score, nonnegativity_residuals
+
+cp = pytest.importorskip("cvxpy")
+
+
+def exact_nomad(D, K):
+    """The NOMAD SDP solved by SCS (an interior-free splitting method, independent of ours)."""
+    n = len(D)
+    Z = cp.Variable((n, n), PSD=True)
+    prob = cp.Problem(cp.Maximize(cp.trace(D @ Z)), [Z >= 0, Z @ np.ones(n) == 1, cp.trace(Z) == K])
+    prob.solve(solver="SCS", eps=1e-6, max_iters=50000)
+    return Z.value
+
+
+CASES = {
+    "rings": (lambda: two_rings(120)[0], 8, True),
+    "trefoil": (lambda: trefoil_knot(120)[0], 8, True),
+    "blobs": (lambda: gaussian_blobs(120, n_centers=4)[0], 8, False),   # optimum not unique
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_matches_exact_sdp(case):
+    make, K, unique = CASES[case]
+    X = make()
+    est = dnomad.NOMAD(n_clusters=K, dtype=np.float64).fit(X)
+    Q = np.asarray(est.Q_)
+    D = blocks.prepare_gram_data(X) @ blocks.prepare_gram_data(X).T
+    Qs = exact_nomad(D, K)
+    f, fs = np.sum(D * Q), np.sum(D * Qs)
+    assert abs(f - fs) <= 0.01 * abs(fs)
+    if unique:
+        assert np.linalg.norm(Q - Qs) / np.linalg.norm(Qs) <= 0.05
+    n = len(X)
+    np.testing.assert_allclose(Q.sum(axis=1), 1, atol=1e-6)
+    assert np.trace(Q) == pytest.approx(K, abs=1e-6)
+    rmse, minq, _ = nonnegativity_residuals(Q)
+    assert rmse <= 1e-4 and minq <= 1e-2 * K / n
+    assert est.stop_reason_ == "tolerance"
+    row = est.history_[-1]
+    assert row["rmse_neg"] == pytest.approx(rmse, rel=1e-6)
+    assert row["objective"] == pytest.approx(f, rel=1e-9)
+
+
+def test_objective_tol_means_relative_change():
+    X = two_rings(80)[0]
+    est = dnomad.NOMAD(n_clusters=6, dtype=np.float64, objective_tol=1e-6).fit(X)
+    h = est.history_
+    assert abs(h[-1]["objective"] - h[-2]["objective"]) <= 1e-6 * abs(h[-1]["objective"])
+
+
+@pytest.mark.parametrize("n_centers", [3, 5])
+def test_separated_blobs_are_recovered_exactly(n_centers):
+    X, y = gaussian_blobs(150, n_centers=n_centers, separation=12.0, random_state=1)
+    est = dnomad.NOMAD(n_clusters=n_centers).fit(X)
+    assert adjusted_rand_score(y, est.labels_) == 1.0
+    spec = dnomad.NOMAD(n_clusters=n_centers, label_method="spectral", n_groups=n_centers,
+                        random_state=0).fit(X)
+    assert adjusted_rand_score(y, spec.labels_) == 1.0
+    assert est.embedding_.shape == (150, 2)
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_resume_after_kill_matches_uninterrupted(tmp_path):
+    X = two_rings(100)[0]
+    kw = dict(n_clusters=6, dtype=np.float64, max_iter=25, checkpoint_every=5, rmse_tol=0, min_tol=0,
+              objective_tol=0)
+    with pytest.warns(dnomad.ConvergenceWarning):
+        full = dnomad.NOMAD(**kw).fit(X)
+
+    def kill_at_12(row):
+        if row["iteration"] == 12:
+            raise Interrupt
+
+    store = str(tmp_path / "run.zarr")
+    with pytest.raises(Interrupt):
+        dnomad.NOMAD(store=store, callback=kill_at_12, **kw).fit(X)
+    info = dnomad.blocks.store.read_json(store, "nomad_checkpoint")
+    assert info["t"] == 10
+    with pytest.warns(dnomad.ConvergenceWarning):
+        resumed = dnomad.resume(store)
+    assert resumed.n_iter_ == full.n_iter_ == 25
+    np.testing.assert_allclose(np.asarray(resumed.Q_), np.asarray(full.Q_), rtol=0, atol=1e-12)
+    assert [r["objective"] for r in resumed.history_] == pytest.approx(
+        [r["objective"] for r in full.history_], rel=1e-12)
+
+
+def test_store_holding_another_run_is_refused(tmp_path):
+    store = str(tmp_path / "run.zarr")
+    X = gaussian_blobs(40, n_centers=2)[0]
+    dnomad.NOMAD(n_clusters=2, store=store, max_iter=3).fit(X) if False else None
+    dnomad.fit(X, n_clusters=2, store=store)
+    with pytest.raises(StoreError, match="already holds a dnomad run"):
+        dnomad.fit(X, n_clusters=3, store=store)
+    dnomad.fit(X, n_clusters=3, store=store, overwrite=True)
+
+
+def test_store_not_writable(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        import os
+
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as a user that ignores directory permissions (root)")
+        with pytest.raises(StoreError, match="not writable"):
+            dnomad.fit(gaussian_blobs(40, n_centers=2)[0], n_clusters=2, store=str(ro / "x.zarr"))
+    finally:
+        ro.chmod(0o700)
+
+
+def test_store_path_with_missing_parent(tmp_path):
+    with pytest.raises(StoreError, match="does not exist"):
+        dnomad.fit(gaussian_blobs(40, n_centers=2)[0], n_clusters=2,
+                   store=str(tmp_path / "no" / "such" / "x.zarr"))
+
+
+@pytest.mark.parametrize("X,kw,err,match", [
+    (np.array([[0.0, 1.0], [np.nan, 2.0], [1.0, 1.0]]), {}, InputValueError, "NaN or Inf"),
+    (np.array([[0.0, 1.0], [np.inf, 2.0], [1.0, 1.0]]), {}, InputValueError, "NaN or Inf"),
+    (np.zeros(5), {}, InputValueError, "2-D"),
+    (np.ones((4, 3)), {"precomputed": True}, InputValueError, "square"),
+    (np.triu(np.ones((4, 4))), {"precomputed": True}, InputValueError, "symmetric"),
+    ("gaussian", {"n_clusters": 1}, InputValueError, "n_clusters"),
+    ("gaussian", {"n_clusters": 30}, InputValueError, "n_clusters"),
+    ("gaussian", {"dtype": np.int32}, InputTypeError, "dtype"),
+    ("gaussian", {"dtype": np.float16}, InputTypeError, "dtype"),
+    ("gaussian", {"step_rule": "armijo"}, InputValueError, "step_rule"),
+    ("gaussian", {"backend": "gpu"}, InputValueError, "backend"),
+])
+def test_bad_input_raises_clear_error(X, kw, err, match):
+    if isinstance(X, str):
+        X = gaussian_blobs(30, n_centers=2)[0]
+    params = dict(n_clusters=2)
+    params.update(kw)
+    with pytest.raises(err, match=match):
+        dnomad.fit(X, **params)
+
+
+def test_precomputed_gram_and_zarr_input(tmp_path):
+    X, y = gaussian_blobs(90, n_centers=3, random_state=2)
+    F = blocks.prepare_gram_data(X)
+    D = F @ F.T
+    a = dnomad.NOMAD(n_clusters=3, dtype=np.float64).fit(X)
+    b = dnomad.NOMAD(n_clusters=3, dtype=np.float64, precomputed=True).fit(D)
+    import zarr
+
+    z = zarr.create_array(store=str(tmp_path / "D.zarr"), shape=D.shape, chunks=(30, 30), dtype="f8")
+    z[...] = D
+    c = dnomad.NOMAD(n_clusters=3, dtype=np.float64, precomputed=True).fit(str(tmp_path / "D.zarr"))
+    for other in (b, c):
+        np.testing.assert_allclose(np.asarray(other.Q_), np.asarray(a.Q_), atol=1e-9)
