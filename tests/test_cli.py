@@ -19,7 +19,7 @@ def run(*args, cwd=None):
 
 
 def test_demo_writes_store_and_png(tmp_path):
-    out = run("demo", "--output", str(tmp_path), "--n-samples", "120", "--n-clusters", "6")
+    out = run("demo", "--output", str(tmp_path), "--n-samples", "160", "--n-clusters", "8")
     assert "ARI vs rings 1.000" in out.stdout
     assert (tmp_path / "nomad_demo.png").stat().st_size > 10_000
     Q = dnomad.blocks.from_zarr(str(tmp_path / "nomad.zarr"), "result/Q")
@@ -32,6 +32,7 @@ def test_demo_on_embedded_local_cluster(tmp_path):
     out = run("demo", "--output", str(tmp_path), "--n-samples", "40", "--n-clusters", "3",
               "--backend", "distributed")
     assert "NOMAD on two rings" in out.stdout
+    assert (tmp_path / "nomad_demo.png").exists()
 
 
 def test_fit_then_resume(tmp_path):

@@ -39,7 +39,7 @@ from ..linalg import extreme_eigenvector
 
 logger = logging.getLogger(__name__)
 
-STEP_RULES = ("global", "paper", "line_search")
+STEP_RULES = ("global", "paper")
 PENALTY_SCHEDULES = ("sqrt", "constant")
 EIGEN_TOL_RULES = ("inner", "outer")
 
@@ -154,8 +154,7 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
         and ``penalty_schedule`` ("sqrt": gamma sqrt(t + 1) at outer iteration t, as
         the authors' code; "constant": gamma as Alg. 2), ``tau`` (multiplier step of
         15b), ``step_rule`` ("global": 2/(k + 2) over all k Frank-Wolfe steps, as the
-        authors' code; "paper": 2/(t + t_inner + 2) as Alg. 2 line 8; "line_search":
-        exact minimization of g along the segment), ``eigen_tol`` (ARPACK relative
+        authors' code; "paper": 2/(t + t_inner + 2) as Alg. 2 line 8), ``eigen_tol`` (ARPACK relative
         tolerance 1/(t_inner + 1) for "inner", as the authors' code, or 1/(t + 1) for
         "outer"), ``eigen_ncv`` (Lanczos basis; small with the warm start costs fewest
         passes), stopping tolerances ``rmse_tol`` (RMSE of [Q]_-), ``min_tol``
