@@ -10,6 +10,7 @@ from . import kernels
 from .engine import BlockGroup
 from .layout import BlockLayout
 from .matrix import BlockMatrix
+from .passes import DataPanels
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -111,19 +112,11 @@ def _array_builder(key, block, name):
     return {name: np.ascontiguousarray(block)}
 
 
-def _panels(group, F):
-    layout = group.layout
-    panels = [F[slice(*layout.bounds(i))] for i in range(layout.nblocks)]
-    if group.client is not None:
-        panels = group.client.scatter(panels, broadcast=True, hash=False)
-    return panels
-
-
 def gram(X, *, center=True, normalize=True, name="D", **group_kw):
     """D = F F^T with F = ``prepare_gram_data(X)``, as a BlockMatrix (one pass, no reads)."""
     F = prepare_gram_data(as_data_matrix(X), center=center, normalize=normalize)
     group = new_group(F.shape[0], **group_kw)
-    panels = _panels(group, F)
+    panels = DataPanels(group, F).panels
     group.build([name], _gram_builder, lambda k: (panels[k[0]], panels[k[1]], group.dtype, name))
     return BlockMatrix(group, name, owns_group=True)
 
@@ -134,7 +127,7 @@ def gaussian_affinity(X, bandwidth=1.0, *, name="A", **group_kw):
         raise InputValueError(f"bandwidth must be > 0; got {bandwidth!r}")
     F = as_data_matrix(X)
     group = new_group(F.shape[0], **group_kw)
-    panels = _panels(group, F)
+    panels = DataPanels(group, F).panels
     group.build([name], _gaussian_builder,
                 lambda k: (panels[k[0]], panels[k[1]], float(bandwidth), group.dtype, name))
     return BlockMatrix(group, name, owns_group=True)
