@@ -435,10 +435,11 @@ def _run_id(method, params, source, dtype, block_size):
 def _jsonable_params(params):
     out = {}
     for k, v in params.items():
-        if callable(v):
-            out[k] = None
-        elif isinstance(v, type) or isinstance(v, np.dtype):
+        if isinstance(v, (type, np.dtype)):
+            # Before the callable test: numpy scalar types (np.float32) are callable.
             out[k] = np.dtype(v).name
+        elif callable(v):
+            out[k] = None
         elif isinstance(v, np.random.Generator):
             out[k] = None
         else:

@@ -38,7 +38,6 @@ def test_demo_on_embedded_local_cluster(tmp_path):
     assert (tmp_path / "nomad_demo.png").exists()
 
 
-@pytest.mark.xfail(run=False, reason="issue 2 open: CLI resume of a finished run fails; to debug")
 def test_fit_then_resume(tmp_path):
     X, _ = gaussian_blobs(60, n_centers=3)
     np.save(tmp_path / "X.npy", X)
@@ -47,6 +46,9 @@ def test_fit_then_resume(tmp_path):
         "--params", json.dumps({"max_iter": 500}))
     out = run("resume", store)
     assert "resumed" in out.stdout
+    info = json.loads(run("info", store).stdout)
+    assert info["run"]["estimator_params"]["dtype"] == "float32"
+    assert info["result"]["stop_reason"] == "tolerance"
 
 
 def test_examples_run():

@@ -20,21 +20,21 @@ def exact_nomad(D, K):
     return Z.value
 
 
-# (data, K, bound on ||Q - Q*||_F / ||Q*||_F or None where the optimum is not unique)
+# (data, K, solver options, bound on ||Q - Q*||_F / ||Q*||_F or None where the optimum
+# need not be unique).  The trefoil's optimum is nearly degenerate: at the default
+# tolerances CGM stops at 0.073 from it; with rmse_tol=3e-5 it reaches 0.040 (3968 outer
+# iterations), still meeting the default stopping rule that the test checks below.
 CASES = {
-    "rings": (lambda: two_rings(120)[0], 8, 0.05),
-    # Measured 0.075 at the default tolerances (0.051 with rmse_tol=1e-5 after 2000 outer
-    # iterations): the trefoil's optimum is nearly degenerate.  Open in issue 2's notes.
-    "trefoil": (lambda: trefoil_knot(120)[0], 8, 0.10),
-    "blobs": pytest.param(lambda: gaussian_blobs(120, n_centers=4)[0], 8, None, marks=pytest.mark.xfail(
-        run=False, reason="issue 2 open: objective off by more than 1% on blobs with K=8")),
+    "rings": (lambda: two_rings(120)[0], 8, {}, 0.05),
+    "trefoil": (lambda: trefoil_knot(120)[0], 8, {"rmse_tol": 3e-5, "max_iter": 6000}, 0.05),
+    "blobs": (lambda: gaussian_blobs(120, n_centers=4)[0], 8, {}, None),
 }
 
 
-@pytest.mark.parametrize("make,K,q_bound", list(CASES.values()), ids=list(CASES))
-def test_matches_exact_sdp(make, K, q_bound):
+@pytest.mark.parametrize("make,K,options,q_bound", list(CASES.values()), ids=list(CASES))
+def test_matches_exact_sdp(make, K, options, q_bound):
     X = make()
-    est = dnomad.NOMAD(n_clusters=K, dtype=np.float64).fit(X)
+    est = dnomad.NOMAD(n_clusters=K, dtype=np.float64, **options).fit(X)
     Q = np.asarray(est.Q_)
     D = blocks.prepare_gram_data(X) @ blocks.prepare_gram_data(X).T
     Qs = exact_nomad(D, K)
@@ -53,7 +53,6 @@ def test_matches_exact_sdp(make, K, q_bound):
     assert row["objective"] == pytest.approx(f, rel=1e-9)
 
 
-@pytest.mark.xfail(run=False, reason="issue 2 open: to debug")
 def test_objective_tol_means_relative_change():
     X = two_rings(80)[0]
     est = dnomad.NOMAD(n_clusters=6, dtype=np.float64, objective_tol=1e-6).fit(X)
@@ -152,18 +151,33 @@ def test_bad_input_raises_clear_error(X, kw, err, match):
         dnomad.fit(X, **params)
 
 
-@pytest.mark.xfail(run=False, reason="issue 2 open: precomputed and Zarr inputs disagree with the "
-                   "data path beyond 1e-9; to debug")
 def test_precomputed_gram_and_zarr_input(tmp_path):
+    """Data, precomputed Gram and Zarr Gram inputs run the same iterations.
+
+    Over a few iterations they agree to round-off.  A full run does not stay within
+    round-off: ARPACK's loose early tolerances turn 1e-16 differences in D into a
+    different count of Lanczos steps, so converged runs are compared to the solver's
+    accuracy (and labels exactly).
+    """
+    import zarr
+
     X, y = gaussian_blobs(90, n_centers=3, random_state=2)
     F = blocks.prepare_gram_data(X)
     D = F @ F.T
-    a = dnomad.NOMAD(n_clusters=3, dtype=np.float64).fit(X)
-    b = dnomad.NOMAD(n_clusters=3, dtype=np.float64, precomputed=True).fit(D)
-    import zarr
-
-    z = zarr.create_array(store=str(tmp_path / "D.zarr"), shape=D.shape, chunks=(30, 30), dtype="f8")
+    url = str(tmp_path / "D.zarr")
+    z = zarr.create_array(store=url, shape=D.shape, chunks=(30, 30), dtype="f8")
     z[...] = D
-    c = dnomad.NOMAD(n_clusters=3, dtype=np.float64, precomputed=True).fit(str(tmp_path / "D.zarr"))
-    for other in (b, c):
-        np.testing.assert_allclose(np.asarray(other.Q_), np.asarray(a.Q_), atol=1e-9)
+    inputs = [(X, False), (D, True), (url, True)]
+    short = dict(max_iter=5, rmse_tol=0, min_tol=0, objective_tol=0)
+    with pytest.warns(dnomad.ConvergenceWarning):
+        Qs = [np.asarray(dnomad.NOMAD(n_clusters=3, dtype=np.float64, precomputed=pre, **short)
+                         .fit(inp).Q_) for inp, pre in inputs]
+    for Q in Qs[1:]:
+        np.testing.assert_allclose(Q, Qs[0], rtol=0, atol=1e-12)
+    full = [dnomad.NOMAD(n_clusters=3, dtype=np.float64, precomputed=pre).fit(inp)
+            for inp, pre in inputs]
+    Q0 = np.asarray(full[0].Q_)
+    for est in full[1:]:
+        assert np.linalg.norm(np.asarray(est.Q_) - Q0) <= 1e-3 * np.linalg.norm(Q0)
+        assert adjusted_rand_score(full[0].labels_, est.labels_) == 1.0
+    assert adjusted_rand_score(y, full[0].labels_) == 1.0

@@ -120,11 +120,16 @@ def _penalty(params, t):
     return params.penalty * (math.sqrt(t + 1) if params.penalty_schedule == "sqrt" else 1.0)
 
 
-def _step(params, t, s, k_total):
-    """Frank-Wolfe step for inner step s (1-based) of outer iteration t (0-based)."""
+def _step(params, t, s, k):
+    """Frank-Wolfe step for inner step s (1-based) of outer iteration t (0-based), the
+    k-th step of the run (0-based).  The first step is 1: P_0 = 0 lies outside the set
+    {Tr P = K - 1}, and only a full first step puts P on it, so that Tr Q = K holds
+    exactly from then on instead of approaching it as a product of (1 - step)."""
+    if k == 0:
+        return 1.0
     if params.step_rule == "paper":
         return 2.0 / (t + 1 + s + 2)         # Alg. 2, line 8, with t counted from 1
-    return 2.0 / (k_total + 2)                # 2/(k+2) over all FW steps (the authors' code)
+    return 2.0 / (k + 2)                      # 2/(k+2) over all FW steps (the authors' code)
 
 
 def _eig_tol(params, t, s):
@@ -217,8 +222,8 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
             eig_matvecs += eig.matvecs
             v = eig.vector
             fw_gap = stats["sum_GP"] - vv_scale * eig.value
-            k_total += 1
             pending_v, pending_step = v, _step(params, t, s, k_total)
+            k_total += 1
         # Close the outer iteration: last step, then the multiplier update (15b).
         stats = blocks.nomad_pass(group, v=pending_v, step=pending_step, vv_scale=vv_scale,
                                   gamma=gamma, tau=params.tau, update_gamma=True, write_g=False,
