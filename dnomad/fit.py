@@ -241,8 +241,11 @@ class NOMAD:
                     run_store.write_vector(self.store, "input/X", source.data)
 
         backend = self._resolve_backend(source, dtype)
-        ctx = _cluster_client() if backend in ("distributed",) or (
-            backend == "zarr" and n >= LOCAL_MAX_N) else contextlib.nullcontext(None)
+        # Zarr-backed runs use the current client when there is one (its workers share the
+        # store); a small one with none runs in this process rather than start a cluster.
+        ctx = _cluster_client() if backend == "distributed" or (
+            backend == "zarr" and (n >= LOCAL_MAX_N or _get_client() is not None)) \
+            else contextlib.nullcontext(None)
         with ctx as client:
             group, data = source.build(backend=backend, client=client, store=self.store, dtype=dtype,
                                        block_size=self.block_size)

@@ -1,0 +1,51 @@
+"""Out of core: NOMAD on Zarr-backed state, on workers whose memory limit is below the
+size of the matrices; their peak memory must not grow with n."""
+import dask
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+import dnomad
+from dnomad.blocks.engine import _worker_peak_rss
+from dnomad.data import two_rings
+
+MEMORY_LIMIT = 300 * 2**20
+BLOCK = 500
+
+
+@pytest.fixture(scope="module")
+def small_memory_client():
+    # No pausing or spilling: the nanny's terminate threshold (95% of the limit) is the
+    # bound, so a worker that held whole matrices would be killed and the run would fail.
+    cfg = {"distributed.worker.memory.pause": False, "distributed.worker.memory.spill": False,
+           "distributed.worker.memory.target": False}
+    with dask.config.set(cfg), LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                            memory_limit=MEMORY_LIMIT, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+def _fit(n, store):
+    kw = dict(n_clusters=8, dtype=np.float64, backend="zarr", store=store, block_size=BLOCK,
+              max_iter=2, n_inner=3, rmse_tol=0, min_tol=0, objective_tol=0)
+    with pytest.warns(dnomad.ConvergenceWarning):
+        return dnomad.NOMAD(**kw).fit(two_rings(n)[0])
+
+
+def test_nomad_runs_out_of_core_with_bounded_worker_memory(small_memory_client, tmp_path):
+    client = small_memory_client
+    peaks = {}
+    for n in (1500, 4000):
+        est = _fit(n, str(tmp_path / f"run{n}.zarr"))
+        assert est.backend_used_ == "zarr" and est.n_iter_ == 2
+        Q = est.Q_
+        assert Q.row_sums() == pytest.approx(np.ones(n), abs=1e-8)
+        # ru_maxrss is the peak over each worker's life, so peaks[n] covers all runs so far.
+        peaks[n] = max(client.run(_worker_peak_rss).values())
+        state_bytes = 3 * Q.group.matrix_nbytes + n * n * 8   # P, Gamma, G (upper) and Q (full)
+        if n == 4000:
+            assert state_bytes > MEMORY_LIMIT
+    assert peaks[4000] < 0.95 * MEMORY_LIMIT
+    # Going from n = 1500 to 4000 adds 7x the matrix bytes; the workers' peak may grow by
+    # O(n) vectors, not by anything of order n^2 (one 4000^2 float64 matrix is 128 MB).
+    assert peaks[4000] - peaks[1500] < 24 * 2**20
