@@ -165,7 +165,17 @@ def _zarr_build_task(locs, layout, key, builder, args):
 
 
 def _worker_peak_rss():
-    """Peak resident memory of this process in bytes (Linux reports KiB)."""
+    """Peak resident memory of this process in bytes.
+
+    Linux's VmHWM starts afresh at exec; ru_maxrss is carried over from the parent,
+    so a child of a large process would report the parent's peak."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -1,0 +1,256 @@
+"""NOMAD's scaling on one machine: pass efficiency, passes per inner step, time to the
+stopping rule for growing n, and cvxpy + SCS on the same instances.
+
+    python graphs/nomad_scaling.py                      # the full table (about an hour)
+    python graphs/nomad_scaling.py --sizes 1000 2000 --scs 500 --per-step 8000
+
+Everything is measured in this run on this machine:
+  * the machine's memory bandwidth (a large numpy copy: bytes read + written per second);
+  * each pass's effective bandwidth at n = --per-step (float32, in memory) and its ratio to
+    the copy (pass efficiency);
+  * passes and seconds per inner Frank-Wolfe step;
+  * time to the authors' stopping rule (RMSE of [Q]_- <= 1e-4, |min Q| <= 1e-2 K/n) on two
+    rings with K = 16, one process per size so each peak RSS is its own;
+  * cvxpy + SCS on the same instances (time, objective, ||Q - Q_scs|| / ||Q_scs||).
+Writes graphs/nomad_scaling.json and graphs/nomad_scaling.png.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from dnomad.blocks.engine import _worker_peak_rss
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+K = 16
+# The authors' CGM, float64, one core, as measured on a machine of this kind (issue 2):
+# n -> seconds to converge (None: did not), seconds per inner step.
+AUTHORS = {1000: (206.0, 206.0 / (984 * 15)), 2000: (None, 0.073), 4000: (None, 0.39),
+           8000: (None, 2.0)}
+
+
+def memory_bandwidth(nbytes=1 << 30, repeat=5):
+    """Bytes read + written per second by numpy's copy of a large array (best of ``repeat``)."""
+    a = np.ones(nbytes // 8)
+    b = np.empty_like(a)
+    best = np.inf
+    for _ in range(repeat):
+        t = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - t)
+    return 2 * nbytes / best
+
+
+def pass_efficiency(n, bandwidth, repeat=5):
+    """Time NOMAD's fused pass and a matvec on in-memory float32 state of size n."""
+    from dnomad import blocks
+    from dnomad.data import two_rings
+    from dnomad.solvers.nomad import NomadParams, nomad_cgm
+
+    X = blocks.prepare_gram_data(two_rings(n)[0])
+    group = blocks.new_group(n, dtype=np.float32, backend="local")
+    data = blocks.DataPanels(group, X.astype(np.float32))
+    blocks.zeros_like_layout(group, ["P", "Gamma"])
+    v = np.random.default_rng(0).standard_normal(n)
+    v /= np.linalg.norm(v)
+    rows = {}
+    for label, run in [
+        ("fused pass (P, G written)", lambda: blocks.nomad_pass(
+            group, v=v, step=0.01, vv_scale=K - 1, gamma=1.0, tau=1.0, update_gamma=False, data=data)),
+        ("fused pass + Gamma update", lambda: blocks.nomad_pass(
+            group, v=v, step=0.01, vv_scale=K - 1, gamma=1.0, tau=1.0, update_gamma=True, data=data)),
+        ("matvec G v", lambda: blocks.matmat(group, "G", v)),
+        ("matmat G V (V: n x 4)", lambda: blocks.matmat(group, "G", np.tile(v[:, None], 4))),
+    ]:
+        run()  # compile and touch
+        mark = group.passes.mark()
+        for _ in range(repeat):
+            run()
+        tot = group.passes.since(mark)
+        moved = (tot["bytes_read"] + tot["bytes_written"]) / repeat
+        sec = tot["seconds"] / repeat
+        rows[label] = {"seconds": sec, "GB_per_s": moved / sec / 1e9,
+                       "efficiency": moved / sec / bandwidth}
+    # Per inner step of the real solver (warm-started eigensolver included).
+    res = nomad_cgm(group, NomadParams(n_clusters=K, max_iter=3, n_inner=10, rmse_tol=0, min_tol=0,
+                                       objective_tol=0), data=data)
+    h = res.history[1:]
+    step = {"passes_per_inner_step": float(np.mean([r["passes"] for r in h])) / 10,
+            "seconds_per_inner_step": float(np.mean([r["seconds"] for r in h])) / 10,
+            "matvecs_per_inner_step": float(np.mean([r["eig_matvecs"] for r in h])) / 10}
+    group.close()
+    return rows, step
+
+
+def solve_one(n, time_cap, save_q):
+    """Child process: NOMAD to the stopping rule (or the time cap) on two rings of size n."""
+    import warnings
+
+    import dnomad
+    from dnomad.data import two_rings
+
+    X, y = two_rings(n)
+    t0 = time.perf_counter()
+
+    def cap(row):
+        return time.perf_counter() - t0 > time_cap
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = dnomad.NOMAD(n_clusters=K, backend="local", callback=cap, max_iter=100000).fit(X)
+    h = est.history_
+    inner = sum(r["passes"] for r in h) / (len(h) * est.n_inner)
+    out = {"n": n, "seconds": time.perf_counter() - t0, "outer_iterations": est.n_iter_,
+           "stop_reason": est.stop_reason_, "passes_per_inner_step": inner,
+           "seconds_per_inner_step": sum(r["seconds"] for r in h) / (len(h) * est.n_inner),
+           "matvecs_per_inner_step": sum(r["eig_matvecs"] for r in h) / (len(h) * est.n_inner),
+           "rmse_neg": h[-1]["rmse_neg"], "max_violation": h[-1]["max_violation"],
+           "objective": est.objective_, "ari": dnomad.metrics.adjusted_rand_score(y, est.labels_),
+           "peak_rss_bytes": _worker_peak_rss()}
+    if save_q:
+        np.save(save_q, np.asarray(est.Q_, dtype=np.float64))
+    return out
+
+
+def scs_one(n, q_path):
+    """Child process: the same SDP by cvxpy + SCS (eps 1e-4), and its distance to NOMAD's Q."""
+    import cvxpy as cp
+
+    from dnomad import blocks
+    from dnomad.data import two_rings
+
+    F = blocks.prepare_gram_data(two_rings(n)[0])
+    D = F @ F.T
+    Z = cp.Variable((n, n), PSD=True)
+    prob = cp.Problem(cp.Maximize(cp.trace(D @ Z)), [Z >= 0, Z @ np.ones(n) == 1, cp.trace(Z) == K])
+    t0 = time.perf_counter()
+    prob.solve(solver="SCS", eps=1e-4, max_iters=100000)
+    sec = time.perf_counter() - t0
+    Qs = Z.value
+    out = {"n": n, "seconds": sec, "objective": float(np.sum(D * Qs)),
+           "peak_rss_bytes": _worker_peak_rss()}
+    if q_path and os.path.exists(q_path):
+        Q = np.load(q_path)
+        out["rel_distance_to_nomad"] = float(np.linalg.norm(Q - Qs) / np.linalg.norm(Qs))
+        out["nomad_objective"] = float(np.sum(D * Q))
+    return out
+
+
+def child(kind, *args):
+    res = subprocess.run([sys.executable, __file__, "--child", kind, *map(str, args)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        print(res.stderr[-3000:], file=sys.stderr)
+        return None
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def plot(result, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
+    runs = [r for r in result["runs"] if r]
+    ns = [r["n"] for r in runs]
+    ax = axes[0]
+    ax.loglog(ns, [r["seconds"] for r in runs], "o-", label="dnomad (float32, local)")
+    for r in runs:
+        if r["stop_reason"] != "tolerance":
+            ax.annotate("cap", (r["n"], r["seconds"]))
+    an = [n for n, (s, _) in AUTHORS.items() if s]
+    ax.loglog(an, [AUTHORS[n][0] for n in an], "s", label="authors' CGM (issue anchor)")
+    scs = [r for r in result["scs"] if r]
+    if scs:
+        ax.loglog([r["n"] for r in scs], [r["seconds"] for r in scs], "^-", label="cvxpy + SCS")
+    ax.set_xlabel("n")
+    ax.set_ylabel("seconds to the stopping rule")
+    ax.legend()
+    ax.set_title(f"two rings, K={K}")
+    ax = axes[1]
+    pn = [r["n"] for r in runs] + [result["per_step"]["n"]]
+    ps = [r["seconds_per_inner_step"] for r in runs] + [result["per_step"]["seconds_per_inner_step"]]
+    order = np.argsort(pn)
+    ax.loglog(np.array(pn)[order], np.array(ps)[order], "o-", label="dnomad")
+    ax.loglog(list(AUTHORS), [v[1] for v in AUTHORS.values()], "s", label="authors' CGM")
+    ax.set_xlabel("n")
+    ax.set_ylabel("seconds per inner step")
+    ax.legend()
+    ax = axes[2]
+    labels = list(result["passes"])
+    ax.barh(labels, [result["passes"][k]["efficiency"] for k in labels])
+    ax.axvline(0.5, color="k", ls="--", lw=1)
+    ax.set_xlabel(f"pass bandwidth / numpy copy ({result['bandwidth_GBps']:.1f} GB/s)")
+    ax.set_title(f"pass efficiency, n={result['per_step']['n']} float32")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="*", default=[500, 1000, 2000, 4000, 8000])
+    ap.add_argument("--scs", type=int, nargs="*", default=[500, 1000])
+    ap.add_argument("--per-step", type=int, default=16000)
+    ap.add_argument("--time-cap", type=float, default=3600.0, help="seconds per size")
+    ap.add_argument("--child", nargs="+")
+    args = ap.parse_args()
+    if args.child:
+        kind, rest = args.child[0], args.child[1:]
+        if kind == "solve":
+            print(json.dumps(solve_one(int(rest[0]), float(rest[1]), rest[2] if rest[2] != "-" else None)))
+        else:
+            print(json.dumps(scs_one(int(rest[0]), rest[1])))
+        return
+    bw = memory_bandwidth()
+    print(f"memory bandwidth (numpy copy, read + write): {bw / 1e9:.1f} GB/s", flush=True)
+    rows, step = pass_efficiency(args.per_step, bw)
+    step["n"] = args.per_step
+    print(f"\npasses at n={args.per_step}, float32, in memory")
+    print(f"{'pass':30s} {'seconds':>9s} {'GB/s':>7s} {'efficiency':>10s}")
+    for k, r in rows.items():
+        print(f"{k:30s} {r['seconds']:9.3f} {r['GB_per_s']:7.1f} {r['efficiency']:10.2f}")
+    print(f"per inner step: {step['passes_per_inner_step']:.1f} passes "
+          f"({step['matvecs_per_inner_step']:.1f} matvecs), {step['seconds_per_inner_step']:.3f} s", flush=True)
+    runs, scs = [], []
+    print(f"\n{'n':>6s} {'stop':>9s} {'outer':>6s} {'seconds':>8s} {'s/inner':>8s} {'passes/inner':>12s} "
+          f"{'peak MB':>8s} {'ARI':>5s} {'authors s/inner':>15s} {'speedup/step':>12s}", flush=True)
+    for n in args.sizes:
+        q_path = f"/tmp/dnomad_scaling_Q{n}.npy" if n in args.scs else "-"
+        r = child("solve", n, args.time_cap, q_path)
+        runs.append(r)
+        if r:
+            a = AUTHORS.get(n, (None, None))[1]
+            print(f"{n:6d} {r['stop_reason']:>9s} {r['outer_iterations']:6d} {r['seconds']:8.1f} "
+                  f"{r['seconds_per_inner_step']:8.4f} {r['passes_per_inner_step']:12.1f} "
+                  f"{r['peak_rss_bytes'] / 2**20:8.0f} {r['ari']:5.2f} "
+                  f"{a if a else float('nan'):15.3f} {a / r['seconds_per_inner_step'] if a else float('nan'):12.1f}",
+                  flush=True)
+    print(f"\n{'n':>6s} {'SCS s':>8s} {'SCS peak MB':>11s} {'dnomad s':>9s} {'time ratio':>10s} "
+          f"{'||Q-Qscs||/||Qscs||':>20s} {'objective ratio':>15s}")
+    for n in args.scs:
+        r = child("scs", n, f"/tmp/dnomad_scaling_Q{n}.npy")
+        scs.append(r)
+        mine = next((x for x in runs if x and x["n"] == n), None)
+        if r:
+            print(f"{n:6d} {r['seconds']:8.1f} {r['peak_rss_bytes'] / 2**20:11.0f} "
+                  f"{mine['seconds'] if mine else float('nan'):9.1f} "
+                  f"{r['seconds'] / mine['seconds'] if mine else float('nan'):10.1f} "
+                  f"{r.get('rel_distance_to_nomad', float('nan')):20.4f} "
+                  f"{r.get('nomad_objective', float('nan')) / r['objective']:15.5f}", flush=True)
+    result = {"bandwidth_GBps": bw / 1e9, "passes": rows, "per_step": step, "runs": runs, "scs": scs,
+              "cpu_count": len(os.sched_getaffinity(0))}
+    with open(os.path.join(HERE, "nomad_scaling.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    plot(result, os.path.join(HERE, "nomad_scaling.png"))
+    print(f"\nwrote {os.path.join(HERE, 'nomad_scaling.png')}")
+
+
+if __name__ == "__main__":
+    main()
