@@ -28,6 +28,7 @@ CASES = {
     "rings": (lambda: two_rings(120)[0], 8, {}, 0.05),
     "trefoil": (lambda: trefoil_knot(120)[0], 8, {"rmse_tol": 3e-5, "max_iter": 6000}, 0.05),
     "blobs": (lambda: gaussian_blobs(120, n_centers=4)[0], 8, {}, None),
+    "rings_line_search": (lambda: two_rings(120)[0], 8, {"step_rule": "line_search"}, 0.05),
 }
 
 
@@ -181,3 +182,36 @@ def test_precomputed_gram_and_zarr_input(tmp_path):
         assert np.linalg.norm(np.asarray(est.Q_) - Q0) <= 1e-3 * np.linalg.norm(Q0)
         assert adjusted_rand_score(full[0].labels_, est.labels_) == 1.0
     assert adjusted_rand_score(y, full[0].labels_) == 1.0
+
+
+@pytest.mark.parametrize("block_size", [60, 16])
+def test_line_search_pass_and_step_match_dense(block_size, rng):
+    """The binned line-search pass equals the dense h(alpha) at its grid, and the step it
+    gives is the minimizer of g along the Frank-Wolfe direction (scipy, on the dense g)."""
+    from scipy.optimize import minimize_scalar
+
+    from dnomad.solvers.nomad import _line_search_step
+
+    n, K, gamma = 60, 5, 3.0
+    B = rng.standard_normal((n, 4))
+    P = B @ B.T / n - 0.05
+    P -= P.mean(0)[None] + P.mean(1)[:, None] - P.mean()       # P 1 = 0, entries of both signs
+    v = rng.standard_normal(n)
+    v -= v.mean()
+    v /= np.linalg.norm(v)
+    bm = blocks.from_array(P, block_size=block_size, dtype=np.float64)
+    alphas, h, h0 = blocks.line_search_pass(bm.group, v=v, vv_scale=K - 1, name=bm.name)
+    Q, Delta = P + 1.0 / n, (K - 1) * np.outer(v, v) - P
+    dense_h = [np.sum(np.minimum(Q + a * Delta, 0) * Delta) for a in alphas]
+    np.testing.assert_allclose(h, dense_h, rtol=1e-10, atol=1e-12)
+    assert h0 == pytest.approx(np.sum(np.minimum(Q, 0) * Delta), rel=1e-10)
+    Lin = -rng.standard_normal((n, n)) * 0.01     # -D + Gamma, any symmetric matrix
+    Lin = (Lin + Lin.T) / 2
+    phi = lambda a: np.sum(Lin * (P + a * Delta)) + gamma / 2 * np.sum(np.minimum(Q + a * Delta, 0) ** 2)
+    gap = -(np.sum(Lin * Delta) + gamma * np.sum(np.minimum(Q, 0) * Delta))    # -phi'(0)
+    assert gap > 0
+    best = minimize_scalar(phi, bounds=(0, 1), method="bounded", options={"xatol": 1e-12}).x
+    assert 1e-3 < best < 0.9          # an interior minimizer, where the search matters
+    step = _line_search_step(alphas, h, h0, gap, gamma)
+    assert abs(step - best) <= 0.1 * best
+    assert phi(step) - phi(best) <= 1e-3 * (phi(0) - phi(best))

@@ -5,11 +5,11 @@ from .builders import (as_data_matrix, check_dtype, choose_block_size, from_arra
 from .engine import BACKENDS, BlockGroup, PassRecord
 from .layout import BlockLayout
 from .matrix import BlockMatrix
-from .passes import DataPanels, matmat, nomad_pass, shifted_copy, summary
+from .passes import DataPanels, line_search_pass, matmat, nomad_pass, shifted_copy, summary
 
 __all__ = [
     "BACKENDS", "BlockGroup", "BlockLayout", "BlockMatrix", "DataPanels", "PassRecord",
     "as_data_matrix", "check_dtype", "choose_block_size", "from_array", "from_zarr",
-    "gaussian_affinity", "gram", "matmat", "new_group", "nomad_pass", "prepare_gram_data",
+    "gaussian_affinity", "gram", "line_search_pass", "matmat", "new_group", "nomad_pass", "prepare_gram_data",
     "shifted_copy", "summary", "zeros_like_layout",
 ]

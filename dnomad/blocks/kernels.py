@@ -224,3 +224,51 @@ def add_scaled_block(A, alpha, beta, ui, uj):
     if beta != 0.0:
         out += A.dtype.type(beta) * np.outer(ui, uj).astype(A.dtype, copy=False)
     return out
+
+
+# Line search along a Frank-Wolfe direction: breakpoints of [Q + alpha Delta]_- binned on
+# a geometric grid alpha_m = 2^(-m / LS_BINS_PER_OCTAVE), m = 0..LS_BINS.
+LS_BINS_PER_OCTAVE = 8
+LS_BINS = 8 * 30
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _line_search_block(P, vi, vj, vv_scale, inv_n, per_octave, nbins, weight, out):
+    # out: [A0, B0, A_dec[0..nbins], B_dec[...], A_rise[...], B_rise[...]]
+    m1 = nbins + 1
+    for r in range(P.shape[0]):
+        sv = vv_scale * vi[r]
+        for c in range(P.shape[1]):
+            p = P[r, c]
+            q = p + inv_n
+            dl = sv * vj[c] - p
+            qe = q + dl                         # Q + Delta: the entry at alpha = 1
+            if q >= 0.0 and qe >= 0.0:
+                continue
+            a = weight * q * dl
+            b = weight * dl * dl
+            if q < 0.0 and qe < 0.0:
+                out[0] += a
+                out[1] += b
+                continue
+            beta = -q / dl
+            k = nbins
+            if beta > 0.0:
+                k = min(int(-per_octave * np.log2(beta)), nbins)
+            if q < 0.0:                          # active for alpha < beta
+                out[2 + k] += a
+                out[2 + m1 + k] += b
+            else:                                # active for alpha > beta
+                out[2 + 2 * m1 + k] += a
+                out[2 + 3 * m1 + k] += b
+
+
+def line_search_block(P, *, vi, vj, vv_scale, inv_n, weight):
+    """Binned sums for the exact line search of NOMAD's augmented Lagrangian along
+    Delta = vv_scale vi vj^T - P (see ``passes.line_search_pass``).  Reads P once."""
+    dtype = P.dtype
+    out = np.zeros(2 + 4 * (LS_BINS + 1), np.float64)
+    _line_search_block(P, vi.astype(dtype, copy=False), vj.astype(dtype, copy=False),
+                       float(vv_scale), float(inv_n), float(LS_BINS_PER_OCTAVE), LS_BINS,
+                       float(weight), out)
+    return out

@@ -93,6 +93,45 @@ def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma
     return {k: float(val) for k, val in out.items()}
 
 
+# ------------------------------------------------------------------ line search
+def _line_search_task(bundle, key, name, vi, vj, vv_scale, inv_n, weight):
+    return kernels.line_search_block(bundle[name], vi=vi, vj=vj, vv_scale=vv_scale, inv_n=inv_n,
+                                     weight=weight)
+
+
+def line_search_pass(group: BlockGroup, *, v, vv_scale, name="P"):
+    """The penalty term's slope along a Frank-Wolfe direction, for an exact line search.
+
+    With P the group's matrix ``name``, Q = P + E_n and Delta = vv_scale v v^T - P, returns h(alpha) = <[Q + alpha Delta]_-, Delta>
+    at alpha = 0 and at the grid alpha_m = 2^(-m / kernels.LS_BINS_PER_OCTAVE), m = 0..LS_BINS,
+    exactly (each entry's breakpoint -Q/Delta is binned between grid points).  h is
+    continuous, piecewise linear and nondecreasing.  One read of P; one gather.
+    Returns (alphas, h_at_alphas, h_at_0).
+    """
+    layout = group.layout
+    n = layout.n
+    v = np.asarray(v, dtype=group.dtype).reshape(n)
+
+    def args(key):
+        vi, vj = row_slices(layout, v, key)
+        return (name, vi, vj, float(vv_scale), 1.0 / n, _weight(layout, key))
+
+    res = np.sum(group.map_blocks(_line_search_task, args, reads=[name], writes=[],
+                                  name="line_search"), axis=0)
+    m1 = kernels.LS_BINS + 1
+    a0, b0 = res[0], res[1]
+    a_dec, b_dec = res[2:2 + m1], res[2 + m1:2 + 2 * m1]
+    a_rise, b_rise = res[2 + 2 * m1:2 + 3 * m1], res[2 + 3 * m1:]
+    alphas = 2.0 ** (-np.arange(m1) / kernels.LS_BINS_PER_OCTAVE)
+    # Decreasing entries binned at b are active at alpha_m for m > b; rising ones for m <= b.
+    dec_a = np.concatenate([[0.0], np.cumsum(a_dec)[:-1]])
+    dec_b = np.concatenate([[0.0], np.cumsum(b_dec)[:-1]])
+    rise_a = np.cumsum(a_rise[::-1])[::-1]
+    rise_b = np.cumsum(b_rise[::-1])[::-1]
+    h = a0 + dec_a + rise_a + alphas * (b0 + dec_b + rise_b)
+    return alphas, h, a0 + a_dec.sum()
+
+
 # ------------------------------------------------------------------ matmat
 def _matmat_block_task(bundle, key, name, Vi, Vj, mirror):
     return kernels.matmat_block(bundle[name], Vi, Vj, mirror=mirror)

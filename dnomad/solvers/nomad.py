@@ -39,7 +39,7 @@ from ..linalg import extreme_eigenvector
 
 logger = logging.getLogger(__name__)
 
-STEP_RULES = ("global", "paper")
+STEP_RULES = ("global", "paper", "line_search")
 PENALTY_SCHEDULES = ("sqrt", "constant")
 EIGEN_TOL_RULES = ("inner", "outer")
 
@@ -132,6 +132,25 @@ def _step(params, t, s, k):
     return 2.0 / (k + 2)                      # 2/(k+2) over all FW steps (the authors' code)
 
 
+def _line_search_step(alphas, h, h0, gap, gamma):
+    """Minimizer over [0, 1] of phi(alpha) = g(P + alpha Delta) from its slope
+    phi'(alpha) = -gap + gamma (h(alpha) - h(0)), which is nondecreasing and piecewise
+    linear; ``alphas`` descend from 1.  Linear interpolation between the grid points
+    that bracket the root (each a factor 2^(1/8) apart)."""
+    if not gap > 0:
+        return 0.0
+    slope = -gap + gamma * (h - h0)
+    if slope[0] <= 0:
+        return 1.0
+    below = np.flatnonzero(slope < 0)            # alphas where phi still decreases
+    if len(below) == 0:
+        lo, s_lo, hi, s_hi = 0.0, -gap, alphas[-1], slope[-1]
+    else:
+        j = below[0]
+        lo, s_lo, hi, s_hi = alphas[j], slope[j], alphas[j - 1], slope[j - 1]
+    return float(lo + (hi - lo) * (-s_lo) / (s_hi - s_lo))
+
+
 def _eig_tol(params, t, s):
     return 1.0 / (s + 1) if params.eigen_tol == "inner" else 1.0 / (t + 2)
 
@@ -159,7 +178,9 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
         and ``penalty_schedule`` ("sqrt": gamma sqrt(t + 1) at outer iteration t, as
         the authors' code; "constant": gamma as Alg. 2), ``tau`` (multiplier step of
         15b), ``step_rule`` ("global": 2/(k + 2) over all k Frank-Wolfe steps, as the
-        authors' code; "paper": 2/(t + t_inner + 2) as Alg. 2 line 8), ``eigen_tol`` (ARPACK relative
+        authors' code; "paper": 2/(t + t_inner + 2) as Alg. 2 line 8; "line_search": the
+        exact minimizer of g along the Frank-Wolfe direction, one extra pass reading P),
+        ``eigen_tol`` (ARPACK relative
         tolerance 1/(t_inner + 1) for "inner", as the authors' code, or 1/(t + 1) for
         "outer"), ``eigen_ncv`` (Lanczos basis; small with the warm start costs fewest
         passes), stopping tolerances ``rmse_tol`` (RMSE of [Q]_-), ``min_tol``
@@ -222,7 +243,12 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
             eig_matvecs += eig.matvecs
             v = eig.vector
             fw_gap = stats["sum_GP"] - vv_scale * eig.value
-            pending_v, pending_step = v, _step(params, t, s, k_total)
+            if params.step_rule == "line_search" and k_total > 0:
+                alphas, h, h0 = blocks.line_search_pass(group, v=v, vv_scale=vv_scale)
+                step = _line_search_step(alphas, h, h0, fw_gap, gamma)
+            else:
+                step = _step(params, t, s, k_total)
+            pending_v, pending_step = v, step
             k_total += 1
         # Close the outer iteration: last step, then the multiplier update (15b).
         stats = blocks.nomad_pass(group, v=pending_v, step=pending_step, vv_scale=vv_scale,
