@@ -140,13 +140,39 @@ def _zarr_write(url, path, gen, key, layout, block):
 
 # ------------------------------------------------------------ task functions
 # Module-level so that workers import them; they never close over large arrays.
-def _bundle_task(bundle, key, func, args):
-    """Run ``func(bundle, key, *args)`` on a worker-held bundle, in place."""
-    return func(bundle, key, *args)
+class _Shard:
+    """One worker's share of a BlockGroup held in memory: its blocks' bundles (dicts
+    name -> block), updated in place by passes.  Runs as a dask Actor, so a pass is one
+    direct call per worker instead of one scheduled task per block (about 4 ms per pass
+    on a LocalCluster instead of about 4 ms per block)."""
 
+    def __init__(self, nthreads):
+        self.bundles = {}
+        self.pool = ThreadPoolExecutor(nthreads) if nthreads > 1 else None
 
-def _make_bundle(key, builder, args):
-    return builder(key, *args)
+    def _map(self, fn, items):
+        return list(self.pool.map(fn, items) if self.pool is not None else map(fn, items))
+
+    def build(self, keys, builder, args_list):
+        made = self._map(lambda ka: builder(ka[0], *ka[1]), list(zip(keys, args_list)))
+        for key, bundle in zip(keys, made):
+            self.bundles.setdefault(key, {}).update(bundle)
+
+    def run(self, func, keys, args_list):
+        return self._map(lambda ka: func(self.bundles[ka[0]], ka[0], *ka[1]), list(zip(keys, args_list)))
+
+    def get(self, key, name):
+        return self.bundles[key][name]
+
+    def drop(self, names):
+        for bundle in self.bundles.values():
+            for name in names:
+                bundle.pop(name, None)
+
+    def close(self):
+        self.bundles = {}
+        if self.pool is not None:
+            self.pool.shutdown(wait=False)
 
 
 def _zarr_task(locs, layout, reads, writes, key, func, args):
@@ -217,8 +243,10 @@ class BlockGroup:
         self.prefix = prefix
         self.names: list[str] = []
         self.passes = PassLog()
-        self._bundles = {}          # local: key -> dict; distributed: key -> Future
+        self._bundles = {}          # local: key -> dict name -> block
         self._owner = {}            # distributed: key -> worker address
+        self._shards = {}           # distributed: worker address -> _Shard actor
+        self._shard_futures = []
         self._locs = {}             # zarr: name -> (url, path, generation token)
         self._pool = None
         self._lock = threading.Lock()
@@ -271,6 +299,25 @@ class BlockGroup:
             load[w] += self.block_nbytes(key)
         return owner
 
+    def _start_shards(self):
+        if self._shards:
+            return
+        self._owner = self._placement()
+        info = self.client.scheduler_info(n_workers=-1)["workers"]
+        for w in sorted(set(self._owner.values())):
+            fut = self.client.submit(_Shard, int(info[w].get("nthreads", 1)), workers=[w],
+                                     allow_other_workers=False, actor=True, pure=False,
+                                     key=self._task_key("shard", (0, 0)))
+            self._shard_futures.append(fut)
+            self._shards[w] = fut.result()
+
+    def _shard_keys(self):
+        """(shard, its keys in layout order) for every worker holding blocks."""
+        keys = {}
+        for key in self.layout.keys:
+            keys.setdefault(self._owner[key], []).append(key)
+        return [(self._shards[w], ks) for w, ks in keys.items()]
+
     # ------------------------------------------------------------ building
     def build(self, names, builder, args_for):
         """Create matrices ``names`` block by block: ``builder(key, *args_for(key))`` returns
@@ -285,26 +332,11 @@ class BlockGroup:
                     self._bundles.setdefault(key, {}).update(bundle)
             list(self._executor().map(run, self.layout.keys))
         elif self.backend == "distributed":
-            if not self._owner:
-                self._owner = self._placement()
-            futs = {}
-            for key in self.layout.keys:
-                fut = self.client.submit(_make_bundle, key, builder, args_for(key),
-                                         key=self._task_key("build", key), workers=[self._owner[key]],
-                                         allow_other_workers=False, pure=False)
-                if key in self._bundles:
-                    fut = self.client.submit(_merge_bundles, self._bundles[key], fut,
-                                             key=self._task_key("merge", key),
-                                             workers=[self._owner[key]], allow_other_workers=False,
-                                             pure=False)
-                futs[key] = fut
-            from distributed import wait
-
-            done = wait(list(futs.values()))
-            for f in done.done:
-                if f.status == "error":
-                    f.result()  # re-raise the builder's error here
-            self._bundles.update(futs)
+            self._start_shards()
+            calls = [(shard.build(keys, builder, [args_for(k) for k in keys]))
+                     for shard, keys in self._shard_keys()]
+            for call in calls:
+                call.result()  # re-raises a builder's error here
         else:
             for name in new:
                 self._new_zarr(name)
@@ -344,10 +376,12 @@ class BlockGroup:
             results = list(self._executor().map(
                 lambda k: func(self._bundles[k], k, *args_for(k)), keys))
         elif self.backend == "distributed":
-            futs = [self.client.submit(_bundle_task, self._bundles[k], k, func, args_for(k),
-                                       key=self._task_key(name, k), workers=[self._owner[k]],
-                                       allow_other_workers=False, pure=False) for k in keys]
-            results = self.client.gather(futs)
+            parts = [(keys_w, shard.run(func, keys_w, [args_for(k) for k in keys_w]))
+                     for shard, keys_w in self._shard_keys()]
+            by_key = {}
+            for keys_w, call in parts:
+                by_key.update(zip(keys_w, call.result()))
+            results = [by_key[k] for k in keys]
         else:
             locs = dict(self._locs)
             results = self._run_tasks(_zarr_task, lambda k: (locs, self.layout, list(reads),
@@ -372,7 +406,8 @@ class BlockGroup:
                 for name in names:
                     bundle.pop(name, None)
         elif self.backend == "distributed":
-            self.map_blocks(_drop_names, lambda k: (list(names),), reads=[], writes=[], name="drop")
+            for call in [shard.drop(list(names)) for shard in self._shards.values()]:
+                call.result()
 
     # ------------------------------------------------------------ in/out
     def block(self, name, key):
@@ -380,8 +415,7 @@ class BlockGroup:
         if self.backend == "local":
             return self._bundles[key][name]
         if self.backend == "distributed":
-            return self.client.submit(_get_item, self._bundles[key], name, pure=False,
-                                      workers=[self._owner[key]]).result()
+            return self._shards[self._owner[key]].get(key, name).result()
         return _zarr_read(*self._locs[name], key, self.layout)
 
     def save(self, names, url, prefix, *, mirror=False):
@@ -413,8 +447,11 @@ class BlockGroup:
 
     def close(self):
         """Release the blocks (worker memory, thread pool)."""
-        if self.backend == "distributed" and self._bundles:
-            self.client.cancel(list(self._bundles.values()))
+        if self.backend == "distributed" and self._shards:
+            for call in [shard.close() for shard in self._shards.values()]:
+                call.result()
+            self.client.cancel(list(self._shard_futures))
+            self._shards, self._shard_futures, self._owner = {}, [], {}
         self._bundles = {}
         if self._pool is not None:
             self._pool.shutdown(wait=False)
@@ -425,20 +462,6 @@ class BlockGroup:
         if self.client is not None:
             return self.client.run(_worker_peak_rss)
         return {"local": _worker_peak_rss()}
-
-
-def _drop_names(bundle, key, names):
-    for name in names:
-        bundle.pop(name, None)
-
-
-def _get_item(bundle, name):
-    return bundle[name]
-
-
-def _merge_bundles(old, new):
-    old.update(new)
-    return old
 
 
 def _save_blocks(bundle, key, dest, layout, mirror):

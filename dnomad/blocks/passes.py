@@ -30,8 +30,10 @@ class DataPanels:
         self.X = X
         self.layout = group.layout
         panels = [X[slice(*self.layout.bounds(i))] for i in range(self.layout.nblocks)]
-        if group.client is not None:
-            # hash=False: two scatters of equal data must not share (and cancel) keys.
+        if group.client is not None and group.backend != "distributed":
+            # Scheduled tasks (Zarr backend) take the panels as futures, sent once.  The
+            # in-memory backend's shards are called directly and get them by value (b x d
+            # numbers per block).  hash=False: equal scatters must not share keys.
             self.panels = group.client.scatter(panels, broadcast=True, hash=False)
         else:
             self.panels = panels
