@@ -85,9 +85,11 @@ class NOMAD:
         gamma sqrt(t + 1) at outer iteration t (the authors' code), or constant.
     tau : float, default 1.0
         Multiplier step (15b).
-    step_rule : {"global", "paper"}, default "global"
-        2/(k + 2) over all Frank-Wolfe steps k (the authors' code), or
-        2/(t + t_inner + 2) as Alg. 2 line 8 (measured: slower to meet the stopping rule).
+    step_rule : {"global", "paper", "line_search"}, default "global"
+        2/(k + 2) over all Frank-Wolfe steps k (the authors' code);
+        2/(t + t_inner + 2) as Alg. 2 line 8 (measured: slower to meet the stopping rule);
+        or the exact minimizer of the augmented Lagrangian along the Frank-Wolfe direction
+        (one more pass per inner step, reading P; measured: no faster than "global").
     eigen_tol : {"inner", "outer"}, default "inner"
         Eigenvector accuracy 1/(t_inner + 1) or 1/(t + 1).
     eigen_ncv : int or None, default 4

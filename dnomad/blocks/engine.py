@@ -143,8 +143,8 @@ def _zarr_write(url, path, gen, key, layout, block):
 class _Shard:
     """One worker's share of a BlockGroup held in memory: its blocks' bundles (dicts
     name -> block), updated in place by passes.  Runs as a dask Actor, so a pass is one
-    direct call per worker instead of one scheduled task per block (about 4 ms per pass
-    on a LocalCluster instead of about 4 ms per block)."""
+    direct call per worker instead of one scheduled task per block (on a 2-worker
+    LocalCluster, 3-9 ms per pass over 1-10 blocks instead of 13-44 ms)."""
 
     def __init__(self, nthreads):
         self.bundles = {}
@@ -333,7 +333,7 @@ class BlockGroup:
             list(self._executor().map(run, self.layout.keys))
         elif self.backend == "distributed":
             self._start_shards()
-            calls = [(shard.build(keys, builder, [args_for(k) for k in keys]))
+            calls = [shard.build(keys, builder, [args_for(k) for k in keys])
                      for shard, keys in self._shard_keys()]
             for call in calls:
                 call.result()  # re-raises a builder's error here

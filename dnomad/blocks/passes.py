@@ -24,7 +24,8 @@ def row_slices(layout, V, key):
 
 class DataPanels:
     """Row panels of a small-d data matrix (n x d), one per block row, where the tasks can
-    reach them: slices in this process, or futures broadcast to the workers once."""
+    reach them: slices in this process and for the workers' shards (sent with each call),
+    or futures broadcast once to the workers that run Zarr-backed tasks."""
 
     def __init__(self, group: BlockGroup, X: np.ndarray):
         self.X = X
@@ -104,8 +105,8 @@ def _line_search_task(bundle, key, name, vi, vj, vv_scale, inv_n, weight):
 def line_search_pass(group: BlockGroup, *, v, vv_scale, name="P"):
     """The penalty term's slope along a Frank-Wolfe direction, for an exact line search.
 
-    With P the group's matrix ``name``, Q = P + E_n and Delta = vv_scale v v^T - P, returns h(alpha) = <[Q + alpha Delta]_-, Delta>
-    at alpha = 0 and at the grid alpha_m = 2^(-m / kernels.LS_BINS_PER_OCTAVE), m = 0..LS_BINS,
+    With P the group's matrix ``name``, Q = P + E_n and Delta = vv_scale v v^T - P, returns
+    h(alpha) = <[Q + alpha Delta]_-, Delta> at alpha = 0 and at the grid alpha_m = 2^(-m / kernels.LS_BINS_PER_OCTAVE), m = 0..LS_BINS,
     exactly (each entry's breakpoint -Q/Delta is binned between grid points).  h is
     continuous, piecewise linear and nondecreasing.  One read of P; one gather.
     Returns (alphas, h_at_alphas, h_at_0).

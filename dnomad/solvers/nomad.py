@@ -245,10 +245,10 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
             fw_gap = stats["sum_GP"] - vv_scale * eig.value
             if params.step_rule == "line_search" and k_total > 0:
                 alphas, h, h0 = blocks.line_search_pass(group, v=v, vv_scale=vv_scale)
-                step = _line_search_step(alphas, h, h0, fw_gap, gamma)
+                pending_step = _line_search_step(alphas, h, h0, fw_gap, gamma)
             else:
-                step = _step(params, t, s, k_total)
-            pending_v, pending_step = v, step
+                pending_step = _step(params, t, s, k_total)
+            pending_v = v
             k_total += 1
         # Close the outer iteration: last step, then the multiplier update (15b).
         stats = blocks.nomad_pass(group, v=pending_v, step=pending_step, vv_scale=vv_scale,
