@@ -79,12 +79,17 @@ class NOMAD:
         Outer (multiplier) iterations.
     n_inner : int, default 10
         Frank-Wolfe steps per multiplier update.
-    penalty : float, default 1.0
-        gamma of the augmented Lagrangian (13).
+    penalty : "scale" or float, default "scale"
+        gamma of the augmented Lagrangian (13).  "scale": 0.15 n rms(J D J) / K with J
+        the centering projector, which keeps the penalty's weight against Tr(D Q) the
+        same at every n, so the outer iterations to the stopping rule do not grow with
+        n; with the paper's fixed gamma = tau = 1 they grow about as n (see
+        graphs/nomad_scaling.py).  0.15 is what gamma = 1 amounts to on two rings with
+        n = 120 and K = 8.
     penalty_schedule : {"sqrt", "constant"}, default "sqrt"
         gamma sqrt(t + 1) at outer iteration t (the authors' code), or constant.
-    tau : float, default 1.0
-        Multiplier step (15b).
+    tau : "scale" or float, default "scale"
+        Multiplier step (15b), in the same units as ``penalty``.
     step_rule : {"global", "paper", "line_search"}, default "global"
         2/(k + 2) over all Frank-Wolfe steps k (the authors' code);
         2/(t + t_inner + 2) as Alg. 2 line 8 (measured: slower to meet the stopping rule);
@@ -140,6 +145,8 @@ class NOMAD:
         Leading eigenvectors of Q (after the constant one) scaled by sqrt(eigenvalue).
     labels_ : ndarray (n,)
     history_ : list of dict
+    penalty_, tau_ : float
+        The gamma and tau used (resolved from "scale").
     n_iter_, stop_reason_, objective_, backend_used_ : as named.
 
     References
@@ -152,8 +159,8 @@ class NOMAD:
                       "eigen_tol", "eigen_ncv", "rmse_tol", "min_tol", "objective_tol",
                       "checkpoint_every")
 
-    def __init__(self, n_clusters=8, *, max_iter=2000, n_inner=10, penalty=1.0,
-                 penalty_schedule="sqrt", tau=1.0, step_rule="global", eigen_tol="inner",
+    def __init__(self, n_clusters=8, *, max_iter=2000, n_inner=10, penalty="scale",
+                 penalty_schedule="sqrt", tau="scale", step_rule="global", eigen_tol="inner",
                  eigen_ncv=4, rmse_tol=1e-4, min_tol=1e-2, objective_tol=1e-3, precomputed=False,
                  center=True, normalize=True, dtype=np.float32, block_size=None, backend="auto",
                  store=None, overwrite=False, checkpoint_every=20, label_method="components",
@@ -297,6 +304,8 @@ class NOMAD:
     def _finish(self, res, group):
         n = group.n
         self.history_ = res.history
+        self.penalty_ = res.penalty
+        self.tau_ = res.tau
         self.n_iter_ = res.n_iter
         self.stop_reason_ = res.stop_reason
         self.objective_ = res.history[-1]["objective"] if res.history else float("nan")
@@ -319,7 +328,7 @@ class NOMAD:
             run_store.write_vector(self.store, "result/labels", self.labels_)
             run_store.write_json(self.store, "result", {
                 "history": res.history, "n_iter": res.n_iter, "stop_reason": res.stop_reason,
-                "objective": self.objective_, "passes": self.passes_,
+                "objective": self.objective_, "penalty": res.penalty, "tau": res.tau, "passes": self.passes_,
                 "finished": datetime.datetime.now(datetime.timezone.utc).isoformat()})
             self.Q_ = blocks.from_zarr(self.store, "result/Q", dtype=group.dtype,
                                        block_size=group.layout.block_size, backend="zarr",

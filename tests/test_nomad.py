@@ -54,6 +54,27 @@ def test_matches_exact_sdp(make, K, options, q_bound):
     assert row["objective"] == pytest.approx(f, rel=1e-9)
 
 
+def test_scale_penalty_is_n_rms_of_centered_gram_over_k():
+    from dnomad.solvers.nomad import PENALTY_SCALE, NomadParams, resolve_penalty
+
+    X = two_rings(90)[0]
+    F = blocks.prepare_gram_data(X)
+    n, K = len(X), 6
+    J = np.eye(n) - 1.0 / n
+    want = PENALTY_SCALE * n * (np.linalg.norm(J @ (F @ F.T) @ J) / n) / K
+    group = blocks.new_group(n, dtype=np.float64, backend="local", block_size=40)
+    got = resolve_penalty(NomadParams(n_clusters=K), group, blocks.DataPanels(group, F))
+    assert got == pytest.approx((want, want), rel=1e-12)
+    # From a stored D: a constant offset (an uncentered Gram) does not change it.
+    D = blocks.from_array(F @ F.T + 5.0, dtype=np.float64, block_size=40)
+    assert resolve_penalty(NomadParams(n_clusters=K), D.group) == pytest.approx((want, want), rel=1e-9)
+    assert resolve_penalty(NomadParams(n_clusters=K, penalty=2.0), D.group) == pytest.approx((2.0, want))
+    assert resolve_penalty(NomadParams(n_clusters=K, penalty=2.0, tau=3.0), D.group) == (2.0, 3.0)
+    with pytest.warns(dnomad.ConvergenceWarning):
+        est = dnomad.NOMAD(n_clusters=K, dtype=np.float64, max_iter=2).fit(X)
+    assert (est.penalty_, est.tau_) == pytest.approx((want, want), rel=1e-6)
+
+
 def test_objective_tol_means_relative_change():
     X = two_rings(80)[0]
     est = dnomad.NOMAD(n_clusters=6, dtype=np.float64, objective_tol=1e-6).fit(X)
@@ -141,6 +162,9 @@ def test_store_path_with_missing_parent(tmp_path):
     ("gaussian", {"dtype": np.int32}, InputTypeError, "dtype"),
     ("gaussian", {"dtype": np.float16}, InputTypeError, "dtype"),
     ("gaussian", {"step_rule": "armijo"}, InputValueError, "step_rule"),
+    ("gaussian", {"penalty": "auto"}, InputValueError, "penalty"),
+    ("gaussian", {"tau": -1.0}, InputValueError, "tau"),
+    (np.ones((6, 2)), {}, InputValueError, "constant after centering"),
     ("gaussian", {"backend": "gpu"}, InputValueError, "backend"),
 ])
 def test_bad_input_raises_clear_error(X, kw, err, match):

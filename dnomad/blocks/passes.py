@@ -56,12 +56,12 @@ def _nomad_block_task(bundle, key, vi, vj, Xi, Xj, params, weight, has_d):
         P, bundle["Gamma"], G, D=bundle["D"] if has_d else None, Xi=Xi, Xj=Xj, vi=vi, vj=vj,
         step=params["step"], vv_scale=params["vv_scale"], gamma=params["gamma"],
         tau=params["tau"], inv_n=params["inv_n"], update_gamma=params["update_gamma"],
-        write_g=params["write_g"], weight=weight)
+        write_g=params["write_g"], weight=weight, full_stats=params["full_stats"])
     return stats
 
 
 def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma, write_g=True,
-               data: DataPanels | None = None):
+               full_stats=True, data: DataPanels | None = None):
     """NOMAD's fused pass (Alg. 2 of Tepper et al.), one read of D, P, Gamma:
 
     P <- (1 - step) P + step * vv_scale * v v^T      (the pending Frank-Wolfe step)
@@ -69,7 +69,9 @@ def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma
     G <- -D + Gamma + gamma [P + E_n]_-              (the gradient, for the eigensolver)
 
     D is the group's matrix "D", or formed per block from ``data`` panels.
-    Returns a dict of the statistics of Q = P + E_n (``kernels.NOMAD_STATS``).
+    Returns a dict of the statistics of Q = P + E_n (``kernels.NOMAD_STATS``); with
+    ``full_stats=False`` (the inner passes, which need only <G, P>) a pass that writes G
+    and leaves Gamma reduces ``sum_GP`` alone and the others are NaN: its loop vectorizes.
     Cost: reads 2-3 matrices, writes 2-3 (upper blocks only); one gather.
     """
     layout = group.layout
@@ -80,7 +82,8 @@ def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma
         step = 0.0
     v = np.asarray(v, dtype=group.dtype).reshape(n)
     params = dict(step=float(step), vv_scale=float(vv_scale), gamma=float(gamma), tau=float(tau),
-                  inv_n=1.0 / n, update_gamma=bool(update_gamma), write_g=bool(write_g))
+                  inv_n=1.0 / n, update_gamma=bool(update_gamma), write_g=bool(write_g),
+                  full_stats=bool(full_stats))
 
     def args(key):
         vi, vj = row_slices(layout, v, key)
@@ -92,7 +95,7 @@ def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma
     results = group.map_blocks(_nomad_block_task, args, reads=reads, writes=writes, name="nomad")
     stats = np.stack(results)
     out = dict(zip(kernels.NOMAD_STATS, stats.sum(axis=0)))
-    out["min_Q"] = float(stats[:, kernels.MIN_Q].min())
+    out["min_Q"] = stats[:, kernels.MIN_Q].min()
     return {k: float(val) for k, val in out.items()}
 
 

@@ -40,6 +40,11 @@ from ..linalg import extreme_eigenvector
 logger = logging.getLogger(__name__)
 
 STEP_RULES = ("global", "paper", "line_search")
+# penalty="scale" and tau="scale" resolve to PENALTY_SCALE * n * rms(J D J) / K (see
+# ``resolve_penalty``).  0.15 is what the authors' gamma = tau = 1 amounts to on two rings
+# with n = 120 and K = 8; held in these units, the outer iterations to the stopping rule
+# no longer grow with n.
+PENALTY_SCALE = 0.15
 PENALTY_SCHEDULES = ("sqrt", "constant")
 EIGEN_TOL_RULES = ("inner", "outer")
 
@@ -51,9 +56,9 @@ class NomadParams:
     n_clusters: int
     max_iter: int = 2000
     n_inner: int = 10
-    penalty: float = 1.0
+    penalty: float | str = "scale"
     penalty_schedule: str = "sqrt"
-    tau: float = 1.0
+    tau: float | str = "scale"
     step_rule: str = "global"
     eigen_tol: str = "inner"
     eigen_ncv: int | None = 4
@@ -71,8 +76,13 @@ class NomadParams:
             if not isinstance(val, (int, np.integer)) or val < 1:
                 raise InputValueError(f"{name} must be a positive integer; got {val!r}")
         for name in ("penalty", "tau"):
-            if not getattr(self, name) > 0:
-                raise InputValueError(f"{name} must be > 0; got {getattr(self, name)!r}")
+            val = getattr(self, name)
+            if isinstance(val, str):
+                if val != "scale":
+                    raise InputValueError(f'{name} must be "scale" or a number > 0; got {val!r}')
+            elif isinstance(val, bool) or not isinstance(val, (int, float, np.integer, np.floating)) \
+                    or not val > 0 or not math.isfinite(val):
+                raise InputValueError(f'{name} must be "scale" or a finite number > 0; got {val!r}')
         for name in ("rmse_tol", "min_tol", "objective_tol"):
             if not getattr(self, name) >= 0:
                 raise InputValueError(f"{name} must be >= 0; got {getattr(self, name)!r}")
@@ -105,6 +115,8 @@ class NomadResult:
         Outer iterations done.
     stop_reason : str
     params : NomadParams
+    penalty, tau : float
+        The values used (``params`` may say "scale").
     """
 
     Q: object
@@ -113,11 +125,47 @@ class NomadResult:
     n_iter: int
     stop_reason: str
     params: NomadParams
+    penalty: float
+    tau: float
     converged: bool = field(default=False)
 
 
-def _penalty(params, t):
-    return params.penalty * (math.sqrt(t + 1) if params.penalty_schedule == "sqrt" else 1.0)
+def _penalty(penalty, params, t):
+    return penalty * (math.sqrt(t + 1) if params.penalty_schedule == "sqrt" else 1.0)
+
+
+def centered_gram_rms(group, data=None):
+    """rms(J D J) = ||J D J||_F / n, J = I - 1 1^T / n: the size of D's entries as NOMAD
+    sees them (Q 1 = 1 makes the constant part of D irrelevant).  From the data panels
+    F (D = F F^T) it is ||F_c^T F_c||_F / n, O(n d^2); from a stored D, one summary
+    pass and one matvec."""
+    n = group.layout.n
+    if data is not None:
+        F = np.asarray(data.X, dtype=np.float64)
+        F = F - F.mean(axis=0)
+        return float(np.linalg.norm(F.T @ F)) / n
+    summ = blocks.summary(group, "D")
+    rows = np.asarray(blocks.matmat(group, "D", np.ones(n)), dtype=np.float64)
+    sq = summ["fro"] ** 2 - 2.0 / n * float(rows @ rows) + (summ["sum"] / n) ** 2
+    return math.sqrt(max(sq, 0.0)) / n
+
+
+def resolve_penalty(params, group, data=None):
+    """(gamma, tau) for ``params``: numbers as given; "scale" as PENALTY_SCALE n rms(J D J)/K.
+
+    Why these units: Q's entries are about K/n and D's about rms(J D J), so the penalty
+    and multiplier terms keep the same weight against Tr(D Q) at every n only when
+    gamma and tau grow as n rms(J D J) / K.  Fixed gamma = tau = 1 (the paper) makes the
+    multiplier move O(K/n) per outer iteration, and the iterations grow about as n."""
+    if params.penalty != "scale" and params.tau != "scale":
+        return float(params.penalty), float(params.tau)
+    rms = centered_gram_rms(group, data)
+    if not rms > 0:
+        raise InputValueError("the Gram matrix is constant after centering (all points equal?): "
+                              "NOMAD's objective is flat; give penalty and tau as numbers")
+    unit = PENALTY_SCALE * group.layout.n * rms / params.n_clusters
+    return (unit if params.penalty == "scale" else float(params.penalty),
+            unit if params.tau == "scale" else float(params.tau))
 
 
 def _step(params, t, s, k):
@@ -174,10 +222,11 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
         added to it.
     params : NomadParams
         ``n_clusters`` (K), ``max_iter`` (outer iterations), ``n_inner`` (Frank-Wolfe
-        steps per multiplier update; the paper uses 10), ``penalty`` (gamma of eq. 13)
+        steps per multiplier update; the paper uses 10), ``penalty`` (gamma of eq. 13;
+        "scale" or a number, see :func:`resolve_penalty`; the paper's is 1)
         and ``penalty_schedule`` ("sqrt": gamma sqrt(t + 1) at outer iteration t, as
         the authors' code; "constant": gamma as Alg. 2), ``tau`` (multiplier step of
-        15b), ``step_rule`` ("global": 2/(k + 2) over all k Frank-Wolfe steps, as the
+        15b; "scale" or a number), ``step_rule`` ("global": 2/(k + 2) over all k Frank-Wolfe steps, as the
         authors' code; "paper": 2/(t + t_inner + 2) as Alg. 2 line 8; "line_search": the
         exact minimizer of g along the Frank-Wolfe direction, one extra pass reading P),
         ``eigen_tol`` (ARPACK relative
@@ -220,23 +269,27 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
             raise InputValueError(f"store {store!r} has no NOMAD checkpoint to resume from")
         group.load(["P", "Gamma"], store, "checkpoint")
         start_t, k_total, history = ck["t"], ck["k_total"], ck["history"]
+        penalty, tau = ck["penalty_value"], ck["tau_value"]
         v = run_store.read_vector(store, "checkpoint/v") if ck["has_v"] else None
         logger.info("resuming NOMAD from outer iteration %d", start_t)
     else:
+        penalty, tau = resolve_penalty(params, group, data)
         blocks.zeros_like_layout(group, ["P", "Gamma"])
+    logger.info("NOMAD penalty gamma = %.4g, multiplier step tau = %.4g", penalty, tau)
 
     stop_reason, converged = "max_iter", False
     prev_obj = history[-1]["objective"] if history else None
     for t in range(start_t, params.max_iter):
         t0 = time.perf_counter()
         rec0 = group.passes.mark()
-        gamma = _penalty(params, t)
+        gamma = _penalty(penalty, params, t)
         eig_matvecs, fw_gap = 0, float("nan")
         pending_v, pending_step = None, 0.0
         for s in range(1, params.n_inner + 1):
             # Apply the previous Frank-Wolfe step and form the gradient G, in one pass.
             stats = blocks.nomad_pass(group, v=pending_v, step=pending_step, vv_scale=vv_scale,
-                                      gamma=gamma, tau=params.tau, update_gamma=False, data=data)
+                                      gamma=gamma, tau=tau, update_gamma=False,
+                                      full_stats=False, data=data)
             eig = extreme_eigenvector(lambda x: blocks.matmat(group, "G", x), n, which="SA",
                                       deflate=ones, v0=v, tol=_eig_tol(params, t, s),
                                       ncv=params.eigen_ncv)
@@ -252,7 +305,7 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
             k_total += 1
         # Close the outer iteration: last step, then the multiplier update (15b).
         stats = blocks.nomad_pass(group, v=pending_v, step=pending_step, vv_scale=vv_scale,
-                                  gamma=gamma, tau=params.tau, update_gamma=True, write_g=False,
+                                  gamma=gamma, tau=tau, update_gamma=True, write_g=False,
                                   data=data)
         _append_history(history, _stats_row(stats, n, K), t, fw_gap, eig_matvecs, group, rec0, t0)
         stop_reason, converged = _check_stop(history[-1], prev_obj, params)
@@ -260,7 +313,7 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
         if callback is not None and callback(dict(history[-1])) is True and not converged:
             stop_reason = "callback"
         if store is not None and ((t + 1) % params.checkpoint_every == 0 or stop_reason != "max_iter"):
-            _checkpoint(group, store, t + 1, k_total, v, history, params)
+            _checkpoint(group, store, t + 1, k_total, v, history, params, penalty, tau)
         if stop_reason != "max_iter":
             break
     if not converged and stop_reason == "max_iter":
@@ -270,7 +323,7 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
     blocks.shifted_copy(group, "P", "Q", 1.0 / n)
     return NomadResult(Q=blocks.BlockMatrix(group, "Q"), P=blocks.BlockMatrix(group, "P"),
                        history=history, n_iter=len(history), stop_reason=stop_reason,
-                       params=params, converged=converged)
+                       params=params, penalty=penalty, tau=tau, converged=converged)
 
 
 def _append_history(history, row, t, fw_gap, eig_matvecs, group, rec0, t0):
@@ -294,11 +347,12 @@ def _check_stop(row, prev_obj, params):
     return "max_iter", False
 
 
-def _checkpoint(group, store, t, k_total, v, history, params):
+def _checkpoint(group, store, t, k_total, v, history, params, penalty, tau):
     group.save(["P", "Gamma"], store, "checkpoint")
     if v is not None:
         run_store.write_vector(store, "checkpoint/v", v)
     # Written last: a checkpoint counts only once its arrays are complete.
     run_store.write_json(store, "nomad_checkpoint", {"t": int(t), "k_total": int(k_total),
                                                     "has_v": v is not None, "history": history,
-                                                    "params": asdict(params)})
+                                                    "params": asdict(params),
+                                                    "penalty_value": penalty, "tau_value": tau})
