@@ -2,7 +2,7 @@
 stopping rule for growing n, and cvxpy + SCS on the same instances.
 
     python graphs/nomad_scaling.py                      # the full table (about an hour)
-    python graphs/nomad_scaling.py --sizes 1000 2000 --scs 500 --per-step 8000
+    python graphs/nomad_scaling.py --sizes 1000 2000 --paper-sizes 1000 --scs 500 --per-step 8000
 
 Everything is measured in this run on this machine:
   * the machine's memory bandwidth (a large numpy copy: bytes read + written per second);
@@ -10,8 +10,10 @@ Everything is measured in this run on this machine:
     the copy (pass efficiency);
   * passes and seconds per inner Frank-Wolfe step;
   * time to the authors' stopping rule (RMSE of [Q]_- <= 1e-4, |min Q| <= 1e-2 K/n) on two
-    rings with K = 16, one process per size so each peak RSS is its own;
-  * cvxpy + SCS on the same instances (time, objective, ||Q - Q_scs|| / ||Q_scs||).
+    rings with K = 16, one process per size so each peak RSS is its own, with the default
+    penalty="scale" and (--paper-sizes) with the paper's fixed gamma = tau = 1;
+  * cvxpy + SCS on the same instances (time, objective, ||Q - Q_scs|| / ||Q_scs|| for each
+    NOMAD run of that size).
 Writes graphs/nomad_scaling.json and graphs/nomad_scaling.png.
 """
 from __future__ import annotations
@@ -60,11 +62,14 @@ def pass_efficiency(n, bandwidth, repeat=5):
     v = np.random.default_rng(0).standard_normal(n)
     v /= np.linalg.norm(v)
     rows = {}
+    # The two fused passes exactly as the solver calls them.
     for label, run in [
-        ("fused pass (P, G written)", lambda: blocks.nomad_pass(
-            group, v=v, step=0.01, vv_scale=K - 1, gamma=1.0, tau=1.0, update_gamma=False, data=data)),
-        ("fused pass + Gamma update", lambda: blocks.nomad_pass(
-            group, v=v, step=0.01, vv_scale=K - 1, gamma=1.0, tau=1.0, update_gamma=True, data=data)),
+        ("inner pass (P, G written)", lambda: blocks.nomad_pass(
+            group, v=v, step=0.01, vv_scale=K - 1, gamma=1.0, tau=1.0, update_gamma=False,
+            full_stats=False, data=data)),
+        ("closing pass (P, Gamma written)", lambda: blocks.nomad_pass(
+            group, v=v, step=0.01, vv_scale=K - 1, gamma=1.0, tau=1.0, update_gamma=True,
+            write_g=False, data=data)),
         ("matvec G v", lambda: blocks.matmat(group, "G", v)),
         ("matmat G V (V: n x 4)", lambda: blocks.matmat(group, "G", np.tile(v[:, None], 4))),
     ]:
@@ -88,8 +93,12 @@ def pass_efficiency(n, bandwidth, repeat=5):
     return rows, step
 
 
-def solve_one(n, time_cap, save_q):
-    """Child process: NOMAD to the stopping rule (or the time cap) on two rings of size n."""
+PARAMS = {"scale": {}, "paper": {"penalty": 1.0, "tau": 1.0}}
+
+
+def solve_one(n, time_cap, save_q, params):
+    """Child process: NOMAD to the stopping rule (or the time cap) on two rings of size n,
+    with the default penalty and multiplier step ("scale") or the paper's ("paper")."""
     import warnings
 
     import dnomad
@@ -103,10 +112,11 @@ def solve_one(n, time_cap, save_q):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        est = dnomad.NOMAD(n_clusters=K, backend="local", callback=cap, max_iter=100000).fit(X)
+        est = dnomad.NOMAD(n_clusters=K, backend="local", callback=cap, max_iter=100000,
+                           **PARAMS[params]).fit(X)
     h = est.history_
     inner = sum(r["passes"] for r in h) / (len(h) * est.n_inner)
-    out = {"n": n, "seconds": time.perf_counter() - t0, "outer_iterations": est.n_iter_,
+    out = {"n": n, "params": params, "penalty": est.penalty_, "seconds": time.perf_counter() - t0, "outer_iterations": est.n_iter_,
            "stop_reason": est.stop_reason_, "passes_per_inner_step": inner,
            "seconds_per_inner_step": sum(r["seconds"] for r in h) / (len(h) * est.n_inner),
            "matvecs_per_inner_step": sum(r["eig_matvecs"] for r in h) / (len(h) * est.n_inner),
@@ -118,7 +128,7 @@ def solve_one(n, time_cap, save_q):
     return out
 
 
-def scs_one(n, q_path):
+def scs_one(n, *q_paths):
     """Child process: the same SDP by cvxpy + SCS (eps 1e-4), and its distance to NOMAD's Q."""
     import cvxpy as cp
 
@@ -135,10 +145,12 @@ def scs_one(n, q_path):
     Qs = Z.value
     out = {"n": n, "seconds": sec, "objective": float(np.sum(D * Qs)),
            "peak_rss_bytes": _worker_peak_rss()}
-    if q_path and os.path.exists(q_path):
-        Q = np.load(q_path)
-        out["rel_distance_to_nomad"] = float(np.linalg.norm(Q - Qs) / np.linalg.norm(Qs))
-        out["nomad_objective"] = float(np.sum(D * Q))
+    for q_path in q_paths:
+        if os.path.exists(q_path):
+            Q = np.load(q_path)
+            tag = os.path.basename(q_path).split("_")[-1].split(".")[0]
+            out[f"rel_distance_{tag}"] = float(np.linalg.norm(Q - Qs) / np.linalg.norm(Qs))
+            out[f"objective_{tag}"] = float(np.sum(D * Q))
     return out
 
 
@@ -151,39 +163,56 @@ def child(kind, *args):
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def q_path(n, params):
+    return f"/tmp/dnomad_scaling_Q{n}_{params}.npy"
+
+
 def plot(result, path):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.3))
     runs = [r for r in result["runs"] if r]
-    ns = [r["n"] for r in runs]
+    scs = [r for r in result["scs"] if r]
     ax = axes[0]
-    ax.loglog(ns, [r["seconds"] for r in runs], "o-", label="dnomad (float32, local)")
-    for r in runs:
-        if r["stop_reason"] != "tolerance":
-            ax.annotate("cap", (r["n"], r["seconds"]))
+    for params, marker in (("scale", "o-"), ("paper", "v--")):
+        rs = [r for r in runs if r["params"] == params]
+        if rs:
+            ax.loglog([r["n"] for r in rs], [r["seconds"] for r in rs], marker,
+                      label=f"dnomad, penalty={params!r}")
+        for r in rs:
+            if r["stop_reason"] != "tolerance":
+                ax.annotate("cap", (r["n"], r["seconds"]))
     an = [n for n, (s, _) in AUTHORS.items() if s]
     ax.loglog(an, [AUTHORS[n][0] for n in an], "s", label="authors' CGM (issue anchor)")
-    scs = [r for r in result["scs"] if r]
     if scs:
         ax.loglog([r["n"] for r in scs], [r["seconds"] for r in scs], "^-", label="cvxpy + SCS")
     ax.set_xlabel("n")
     ax.set_ylabel("seconds to the stopping rule")
-    ax.legend()
-    ax.set_title(f"two rings, K={K}")
+    ax.legend(fontsize=8)
+    ax.set_title(f"two rings, K={K}, float32, one process")
     ax = axes[1]
-    pn = [r["n"] for r in runs] + [result["per_step"]["n"]]
-    ps = [r["seconds_per_inner_step"] for r in runs] + [result["per_step"]["seconds_per_inner_step"]]
+    for params, marker in (("scale", "o-"), ("paper", "v--")):
+        rs = [r for r in runs if r["params"] == params]
+        if rs:
+            ax.semilogx([r["n"] for r in rs], [r["outer_iterations"] for r in rs], marker,
+                        label=f"penalty={params!r}")
+    ax.set_xlabel("n")
+    ax.set_ylabel("outer iterations to the stopping rule")
+    ax.legend(fontsize=8)
+    ax = axes[2]
+    rs = [r for r in runs if r["params"] == "scale"]
+    pn = [r["n"] for r in rs] + [result["per_step"]["n"]]
+    ps = [r["seconds_per_inner_step"] for r in rs] + [result["per_step"]["seconds_per_inner_step"]]
     order = np.argsort(pn)
     ax.loglog(np.array(pn)[order], np.array(ps)[order], "o-", label="dnomad")
     ax.loglog(list(AUTHORS), [v[1] for v in AUTHORS.values()], "s", label="authors' CGM")
     ax.set_xlabel("n")
     ax.set_ylabel("seconds per inner step")
-    ax.legend()
-    ax = axes[2]
+    ax.legend(fontsize=8)
+    ax = axes[3]
     labels = list(result["passes"])
     ax.barh(labels, [result["passes"][k]["efficiency"] for k in labels])
     ax.axvline(0.5, color="k", ls="--", lw=1)
@@ -196,6 +225,8 @@ def plot(result, path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="*", default=[500, 1000, 2000, 4000, 8000])
+    ap.add_argument("--paper-sizes", type=int, nargs="*", default=[500, 1000, 2000],
+                    help="sizes also run with the paper's gamma = tau = 1")
     ap.add_argument("--scs", type=int, nargs="*", default=[500, 1000])
     ap.add_argument("--per-step", type=int, default=16000)
     ap.add_argument("--time-cap", type=float, default=3600.0, help="seconds per size")
@@ -204,46 +235,52 @@ def main():
     if args.child:
         kind, rest = args.child[0], args.child[1:]
         if kind == "solve":
-            print(json.dumps(solve_one(int(rest[0]), float(rest[1]), rest[2] if rest[2] != "-" else None)))
+            n, cap, params = int(rest[0]), float(rest[1]), rest[2]
+            save = q_path(n, params) if rest[3] == "save" else None
+            print(json.dumps(solve_one(n, cap, save, params)))
         else:
-            print(json.dumps(scs_one(int(rest[0]), rest[1])))
+            print(json.dumps(scs_one(int(rest[0]), *rest[1:])))
         return
     bw = memory_bandwidth()
     print(f"memory bandwidth (numpy copy, read + write): {bw / 1e9:.1f} GB/s", flush=True)
     rows, step = pass_efficiency(args.per_step, bw)
     step["n"] = args.per_step
     print(f"\npasses at n={args.per_step}, float32, in memory")
-    print(f"{'pass':30s} {'seconds':>9s} {'GB/s':>7s} {'efficiency':>10s}")
+    print(f"{'pass':32s} {'seconds':>9s} {'GB/s':>7s} {'efficiency':>10s}")
     for k, r in rows.items():
-        print(f"{k:30s} {r['seconds']:9.3f} {r['GB_per_s']:7.1f} {r['efficiency']:10.2f}")
+        print(f"{k:32s} {r['seconds']:9.3f} {r['GB_per_s']:7.1f} {r['efficiency']:10.2f}")
     print(f"per inner step: {step['passes_per_inner_step']:.1f} passes "
           f"({step['matvecs_per_inner_step']:.1f} matvecs), {step['seconds_per_inner_step']:.3f} s", flush=True)
     runs, scs = [], []
-    print(f"\n{'n':>6s} {'stop':>9s} {'outer':>6s} {'seconds':>8s} {'s/inner':>8s} {'passes/inner':>12s} "
-          f"{'peak MB':>8s} {'ARI':>5s} {'authors s/inner':>15s} {'speedup/step':>12s}", flush=True)
-    for n in args.sizes:
-        q_path = f"/tmp/dnomad_scaling_Q{n}.npy" if n in args.scs else "-"
-        r = child("solve", n, args.time_cap, q_path)
+    print(f"\n{'n':>6s} {'params':>6s} {'gamma':>6s} {'stop':>9s} {'outer':>6s} {'seconds':>8s} {'s/inner':>8s} "
+          f"{'passes/inner':>12s} {'peak MB':>8s} {'ARI':>5s} {'authors s/inner':>15s} {'speedup/step':>12s}",
+          flush=True)
+    jobs = [(n, "scale") for n in args.sizes] + [(n, "paper") for n in args.paper_sizes]
+    for n, params in jobs:
+        r = child("solve", n, args.time_cap, params, "save" if n in args.scs else "-")
         runs.append(r)
         if r:
             a = AUTHORS.get(n, (None, None))[1]
-            print(f"{n:6d} {r['stop_reason']:>9s} {r['outer_iterations']:6d} {r['seconds']:8.1f} "
-                  f"{r['seconds_per_inner_step']:8.4f} {r['passes_per_inner_step']:12.1f} "
+            print(f"{n:6d} {params:>6s} {r['penalty']:6.2f} {r['stop_reason']:>9s} {r['outer_iterations']:6d} "
+                  f"{r['seconds']:8.1f} {r['seconds_per_inner_step']:8.4f} {r['passes_per_inner_step']:12.1f} "
                   f"{r['peak_rss_bytes'] / 2**20:8.0f} {r['ari']:5.2f} "
                   f"{a if a else float('nan'):15.3f} {a / r['seconds_per_inner_step'] if a else float('nan'):12.1f}",
                   flush=True)
-    print(f"\n{'n':>6s} {'SCS s':>8s} {'SCS peak MB':>11s} {'dnomad s':>9s} {'time ratio':>10s} "
+    print(f"\n{'n':>6s} {'SCS s':>8s} {'SCS peak MB':>11s} {'params':>6s} {'dnomad s':>9s} {'time ratio':>10s} "
           f"{'||Q-Qscs||/||Qscs||':>20s} {'objective ratio':>15s}")
     for n in args.scs:
-        r = child("scs", n, f"/tmp/dnomad_scaling_Q{n}.npy")
+        r = child("scs", n, q_path(n, "scale"), q_path(n, "paper"))
         scs.append(r)
-        mine = next((x for x in runs if x and x["n"] == n), None)
-        if r:
-            print(f"{n:6d} {r['seconds']:8.1f} {r['peak_rss_bytes'] / 2**20:11.0f} "
-                  f"{mine['seconds'] if mine else float('nan'):9.1f} "
-                  f"{r['seconds'] / mine['seconds'] if mine else float('nan'):10.1f} "
-                  f"{r.get('rel_distance_to_nomad', float('nan')):20.4f} "
-                  f"{r.get('nomad_objective', float('nan')) / r['objective']:15.5f}", flush=True)
+        if not r:
+            continue
+        for params in PARAMS:
+            mine = next((x for x in runs if x and x["n"] == n and x["params"] == params), None)
+            if mine is None or f"rel_distance_{params}" not in r:
+                continue
+            print(f"{n:6d} {r['seconds']:8.1f} {r['peak_rss_bytes'] / 2**20:11.0f} {params:>6s} "
+                  f"{mine['seconds']:9.1f} {r['seconds'] / mine['seconds']:10.1f} "
+                  f"{r[f'rel_distance_{params}']:20.4f} {r[f'objective_{params}'] / r['objective']:15.5f}",
+                  flush=True)
     result = {"bandwidth_GBps": bw / 1e9, "passes": rows, "per_step": step, "runs": runs, "scs": scs,
               "cpu_count": len(os.sched_getaffinity(0))}
     with open(os.path.join(HERE, "nomad_scaling.json"), "w") as f:
