@@ -313,7 +313,8 @@ class NOMAD:
         ones = np.ones(n) / np.sqrt(n)
         k = max(self.n_components, self.n_groups or 0)
         k = min(k, n - 2)
-        w, V = top_eigenvectors(lambda Y: res.P.matmat(Y), n, k, deflate=ones, tol=1e-8)
+        with blocks.single_threaded_blas():
+            w, V = top_eigenvectors(lambda Y: res.P.matmat(Y), n, k, deflate=ones, tol=1e-8)
         scaled = V * np.sqrt(np.clip(w, 0, None))
         self.embedding_ = scaled[:, : self.n_components]
         self.eigenvalues_ = w
@@ -328,7 +329,8 @@ class NOMAD:
             run_store.write_vector(self.store, "result/labels", self.labels_)
             run_store.write_json(self.store, "result", {
                 "history": res.history, "n_iter": res.n_iter, "stop_reason": res.stop_reason,
-                "objective": self.objective_, "penalty": res.penalty, "tau": res.tau, "passes": self.passes_,
+                "objective": self.objective_, "penalty": res.penalty, "tau": res.tau,
+                "passes": self.passes_,
                 "finished": datetime.datetime.now(datetime.timezone.utc).isoformat()})
             self.Q_ = blocks.from_zarr(self.store, "result/Q", dtype=group.dtype,
                                        block_size=group.layout.block_size, backend="zarr",

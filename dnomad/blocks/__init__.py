@@ -2,7 +2,7 @@
 and fused passes over them.  Only this package builds task graphs and touches Zarr."""
 from .builders import (as_data_matrix, check_dtype, choose_block_size, from_array, from_zarr,
                        gaussian_affinity, gram, new_group, prepare_gram_data, zeros_like_layout)
-from .engine import BACKENDS, BlockGroup, PassRecord
+from .engine import BACKENDS, BlockGroup, PassRecord, single_threaded_blas
 from .layout import BlockLayout
 from .matrix import BlockMatrix
 from .passes import DataPanels, line_search_pass, matmat, nomad_pass, shifted_copy, summary
@@ -11,5 +11,5 @@ __all__ = [
     "BACKENDS", "BlockGroup", "BlockLayout", "BlockMatrix", "DataPanels", "PassRecord",
     "as_data_matrix", "check_dtype", "choose_block_size", "from_array", "from_zarr",
     "gaussian_affinity", "gram", "line_search_pass", "matmat", "new_group", "nomad_pass", "prepare_gram_data",
-    "shifted_copy", "summary", "zeros_like_layout",
+    "shifted_copy", "single_threaded_blas", "summary", "zeros_like_layout",
 ]

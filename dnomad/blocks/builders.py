@@ -17,6 +17,7 @@ SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # A block of ~64 MB (4096^2 float32) keeps scheduler overhead small against the
 # block's own streaming time (~5 ms at 13 GB/s) and a worker's footprint at a few blocks.
 TARGET_BLOCK_BYTES = 64 << 20
+MIN_BLOCK_SIDE = 512
 
 
 def check_dtype(dtype):
@@ -29,18 +30,20 @@ def check_dtype(dtype):
     return dt
 
 
-def choose_block_size(n, dtype=np.float32, target_bytes=TARGET_BLOCK_BYTES):
-    """The block side: n itself for small n, else near-equal blocks of about ``target_bytes``."""
+def choose_block_size(n, dtype=np.float32, target_bytes=TARGET_BLOCK_BYTES, min_per_side=1):
+    """The block side: n itself for small n, else near-equal blocks of about ``target_bytes``,
+    and at least ``min_per_side`` blocks per side while they stay MIN_BLOCK_SIDE or more."""
     side = int(math.sqrt(target_bytes / np.dtype(dtype).itemsize))
+    side = min(side, max(MIN_BLOCK_SIDE, math.ceil(n / min_per_side)))
     if n <= side:
         return int(n)
     nb = math.ceil(n / side)
     return int(math.ceil(n / nb))
 
 
-def check_block_size(block_size, n, dtype):
+def check_block_size(block_size, n, dtype, min_per_side=1):
     if block_size is None:
-        return choose_block_size(n, dtype)
+        return choose_block_size(n, dtype, min_per_side=min_per_side)
     if not isinstance(block_size, (int, np.integer)) or block_size < 1:
         raise InputValueError(f"block_size must be a positive integer; got {block_size!r}")
     return int(min(block_size, n))
@@ -49,7 +52,10 @@ def check_block_size(block_size, n, dtype):
 def new_group(n, *, block_size=None, dtype=np.float32, backend="local", client=None, store=None,
               prefix="state"):
     dtype = check_dtype(dtype)
-    layout = BlockLayout(int(n), check_block_size(block_size, n, dtype), symmetric=True)
+    # In this process, passes run one thread per block: 4 blocks per side (10 stored) keep
+    # every core busy.
+    per_side = 4 if backend == "local" else 1
+    layout = BlockLayout(int(n), check_block_size(block_size, n, dtype, per_side), symmetric=True)
     return BlockGroup(layout, dtype, backend=backend, client=client, store=store, prefix=prefix)
 
 

@@ -257,6 +257,11 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
     Peak memory per worker: a few blocks plus O(n) vectors.  Q 1 = 1 and Tr Q = K
     hold by construction (to round-off); Q >= 0 is met to the stopping tolerances.
     """
+    with blocks.single_threaded_blas():
+        return _nomad_cgm(group, params, data, store, resume, callback)
+
+
+def _nomad_cgm(group, params, data, store, resume, callback):
     layout = group.layout
     n, K = layout.n, params.n_clusters
     ones = np.ones(n) / math.sqrt(n)
