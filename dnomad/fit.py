@@ -110,7 +110,8 @@ class NOMAD:
         Center X and scale it so that its largest row norm is 1 before D = X X^T.
     dtype : float32 or float64, default float32
     block_size : int, optional
-        Side of the blocks (default: about 64 MB blocks, or n if smaller).
+        Side of the blocks (default: about 64 MB blocks, or n if smaller; in this process
+        at least 4 blocks per side, down to 512, so that every core has blocks to run).
     backend : {"auto", "local", "distributed", "zarr"}, default "auto"
         "auto": in this process for n < 8000, else the current dask client (or an
         embedded LocalCluster) with blocks in worker memory, or in Zarr when the

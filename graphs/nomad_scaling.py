@@ -173,7 +173,8 @@ def plot(result, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4.3))
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
+    axes = axes.ravel()
     runs = [r for r in result["runs"] if r]
     scs = [r for r in result["scs"] if r]
     ax = axes[0]
@@ -218,6 +219,12 @@ def plot(result, path):
     ax.axvline(0.5, color="k", ls="--", lw=1)
     ax.set_xlabel(f"pass bandwidth / numpy copy ({result['bandwidth_GBps']:.1f} GB/s)")
     ax.set_title(f"pass efficiency, n={result['per_step']['n']} float32")
+    from matplotlib.ticker import NullFormatter
+
+    for ax in axes[:3]:
+        ns = sorted({int(x) for line in ax.get_lines() for x in line.get_xdata()})
+        ax.set_xticks(ns, [str(x) for x in ns])
+        ax.xaxis.set_minor_formatter(NullFormatter())
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -231,7 +238,12 @@ def main():
     ap.add_argument("--per-step", type=int, default=16000)
     ap.add_argument("--time-cap", type=float, default=3600.0, help="seconds per size")
     ap.add_argument("--child", nargs="+")
+    ap.add_argument("--plot-only", action="store_true", help="redraw the plot from the saved JSON")
     args = ap.parse_args()
+    if args.plot_only:
+        with open(os.path.join(HERE, "nomad_scaling.json")) as f:
+            plot(json.load(f), os.path.join(HERE, "nomad_scaling.png"))
+        return
     if args.child:
         kind, rest = args.child[0], args.child[1:]
         if kind == "solve":
