@@ -20,8 +20,9 @@ from .solvers.nomad import NomadParams, nomad_cgm
 
 logger = logging.getLogger(__name__)
 
-# Below this n the in-process backend wins: a pass then takes well under a
-# millisecond, less than one scheduler round trip (measured by graphs/nomad_scaling.py).
+# Below this n the in-process backend runs even when a cluster is connected: a NOMAD
+# inner step (6 passes) then takes under 50 ms, and a cluster's round trips add 2 to 9 ms
+# per pass (graphs/backend_threshold.py measures both on one machine).
 LOCAL_MAX_N = 8000
 BACKEND_CHOICES = ("auto", "local", "distributed", "zarr")
 LABEL_METHODS = ("components", "spectral")
@@ -113,9 +114,10 @@ class NOMAD:
         Side of the blocks (default: about 64 MB blocks, or n if smaller; in this process
         at least 4 blocks per side, down to 512, so that every core has blocks to run).
     backend : {"auto", "local", "distributed", "zarr"}, default "auto"
-        "auto": in this process for n < 8000, else the current dask client (or an
-        embedded LocalCluster) with blocks in worker memory, or in Zarr when the
-        state does not fit in half the cluster's memory.
+        "auto": in this process for n < 8000 or when no dask client is connected (on
+        one machine a LocalCluster only adds round trips: graphs/backend_threshold.py),
+        else the current client's workers hold the blocks; in Zarr (needs ``store``)
+        when the state does not fit in half of the memory that would hold it.
     store : str, optional
         Zarr store (path or fsspec URL) for Q, the history and checkpoints.
     overwrite : bool, default False
@@ -284,23 +286,28 @@ class NOMAD:
                 raise InputValueError("backend='zarr' needs store= (where the n x n state lives)")
             return self.backend
         n = source.n
-        if n < LOCAL_MAX_N:
-            return "local"
         need = 3 * n * n / 2 * dtype.itemsize
         client = _get_client()
-        if client is not None:
-            mem = sum(w.get("memory_limit", 0) for w in client.scheduler_info(n_workers=-1)["workers"].values())
+        if client is not None and n >= LOCAL_MAX_N:
+            mem = sum(w.get("memory_limit", 0)
+                      for w in client.scheduler_info(n_workers=-1)["workers"].values())
+            in_memory = "distributed"
         else:
+            # Without a cluster (or for small n) the blocks stay in this process: on one
+            # machine a LocalCluster runs the same kernels with a round trip per pass on
+            # top (graphs/backend_threshold.py: 2.1x slower per inner step at n = 8000,
+            # 1.36x at 16000 on 2 cores), so starting one would never pay.
             from .blocks.matrix import _available_memory
 
             mem = _available_memory()
+            in_memory = "local"
         if need > 0.5 * mem:
             if self.store is None:
                 raise InputValueError(f"NOMAD's state needs {need / 2**30:.1f} GiB, more than half of "
                                       f"the {mem / 2**30:.1f} GiB of memory: give store= to run out of "
                                       f"core in Zarr")
             return "zarr"
-        return "distributed"
+        return in_memory
 
     def _finish(self, res, group):
         n = group.n
