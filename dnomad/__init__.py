@@ -1,12 +1,14 @@
 """dnomad: NOMAD and related clustering solvers on a distributed, out-of-core block engine."""
-from .errors import ConvergenceWarning, DnomadError, InputTypeError, InputValueError, StoreError
+from .errors import (ConvergenceWarning, DnomadError, InputTypeError, InputValueError, MissingDataError,
+                     StoreError)
 
 __version__ = "0.1.0"
 
 from . import blocks, data, linalg, metrics  # noqa: E402
 from .blocks import BlockMatrix  # noqa: E402
-from .fit import NOMAD, fit, resume  # noqa: E402
+from .fit import NOMAD, SymNMF, fit, resume  # noqa: E402
 
-__all__ = ["BlockMatrix", "NOMAD", "blocks", "data", "fit", "linalg", "metrics", "resume",
-           "ConvergenceWarning", "DnomadError", "InputTypeError", "InputValueError", "StoreError",
+__all__ = ["BlockMatrix", "NOMAD", "SymNMF", "blocks", "data", "fit", "linalg", "metrics", "resume",
+           "ConvergenceWarning", "DnomadError", "InputTypeError", "InputValueError", "MissingDataError",
+           "StoreError",
            "__version__"]

@@ -75,11 +75,14 @@ def cmd_fit(args):
             Client(scheduler_file=args.scheduler_file)
     try:
         params = json.loads(args.params) if args.params else {}
+        if args.method == "symnmf":
+            params.setdefault("affinity", "precomputed" if args.precomputed else "gaussian")
+        else:
+            params.setdefault("precomputed", args.precomputed)
         est = dnomad.fit(_read_input(args.input), method=args.method, n_clusters=args.n_clusters,
-                         store=args.store, overwrite=args.overwrite, precomputed=args.precomputed,
-                         backend=args.backend,
+                         store=args.store, overwrite=args.overwrite, backend=args.backend,
                          dtype=np.float64 if args.dtype == "float64" else np.float32, **params)
-        print(f"{args.method}: {est.n_iter_} outer iterations ({est.stop_reason_}), objective "
+        print(f"{args.method}: {est.n_iter_} iterations ({est.stop_reason_}), objective "
               f"{est.objective_:.6g}; results in {args.store}")
     finally:
         if client is not None:
@@ -126,11 +129,12 @@ def main(argv=None):
 
     p = sub.add_parser("fit", help="fit a method on data (.npy, .csv or a Zarr path)")
     p.add_argument("--input", required=True)
-    p.add_argument("--method", default="nomad")
+    p.add_argument("--method", default="nomad", choices=["nomad", "symnmf"])
     p.add_argument("--n-clusters", type=int, required=True)
     p.add_argument("--store", required=True)
     p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--precomputed", action="store_true", help="the input is an n x n Gram matrix")
+    p.add_argument("--precomputed", action="store_true",
+                   help="the input is an n x n Gram (nomad) or affinity (symnmf) matrix")
     p.add_argument("--backend", default="auto", choices=["auto", "local", "distributed", "zarr"])
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--params", help="other estimator parameters as JSON, e.g. '{\"max_iter\": 500}'")

@@ -19,3 +19,7 @@ class StoreError(DnomadError, OSError):
 
 class ConvergenceWarning(UserWarning):
     """A solver stopped at max_iter before meeting its tolerance."""
+
+
+class MissingDataError(DnomadError, ImportError):
+    """A data set's files come from a package that is not installed."""

@@ -16,6 +16,7 @@ from . import blocks
 from .blocks import store as run_store
 from .errors import InputTypeError, InputValueError, StoreError
 from .linalg import top_eigenvectors
+from .solvers import symnmf
 from .solvers.nomad import NomadParams, nomad_cgm
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,76 @@ def _is_precomputed(X):
     return isinstance(X, blocks.BlockMatrix)
 
 
-class NOMAD:
+def _choose_backend(backend, n, dtype, *, n_matrices, store, what):
+    """The backend for ``n_matrices`` stored n x n symmetric matrices (upper blocks).
+
+    ``backend`` other than "auto" is returned as given (checked).  "auto": in this
+    process for n < LOCAL_MAX_N or when no dask client is connected, else the client's
+    workers; in Zarr (needs ``store``) when the matrices do not fit in half of the memory
+    that would hold them.
+    """
+    if backend not in BACKEND_CHOICES:
+        raise InputValueError(f"backend must be one of {BACKEND_CHOICES}; got {backend!r}")
+    if backend != "auto":
+        if backend == "zarr" and store is None:
+            raise InputValueError("backend='zarr' needs store= (where the n x n matrices live)")
+        return backend
+    need = n_matrices * n * n / 2 * dtype.itemsize
+    client = _get_client()
+    if client is not None and n >= LOCAL_MAX_N:
+        mem = sum(w.get("memory_limit", 0)
+                  for w in client.scheduler_info(n_workers=-1)["workers"].values())
+        in_memory = "distributed"
+    else:
+        # Without a cluster (or for small n) the blocks stay in this process: on one
+        # machine a LocalCluster runs the same kernels with a round trip per pass on
+        # top (graphs/backend_threshold.py: 2.1x slower per NOMAD inner step at
+        # n = 8000, 1.36x at 16000 on 2 cores), so starting one would never pay.
+        from .blocks.matrix import _available_memory
+
+        mem = _available_memory()
+        in_memory = "local"
+    if need > 0.5 * mem:
+        if store is None:
+            raise InputValueError(f"{what} needs {need / 2**30:.1f} GiB, more than half of the "
+                                  f"{mem / 2**30:.1f} GiB of memory: give store= to run out of core "
+                                  f"in Zarr")
+        return "zarr"
+    return in_memory
+
+
+def _client_context(backend, n):
+    """The client a fit runs under: the cluster's for "distributed" (an embedded
+    LocalCluster when none is connected); for "zarr", the current one when there is
+    one, an embedded one for large n, none (the thread pool here) otherwise."""
+    if backend == "distributed" or (backend == "zarr" and (n >= LOCAL_MAX_N or _get_client() is not None)):
+        return _cluster_client()
+    return contextlib.nullcontext(None)
+
+
+class _Estimator:
+    """scikit-learn's parameter protocol: __init__ stores its arguments as given."""
+
+    def get_params(self, deep=True):
+        import inspect
+
+        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
+        return {k: getattr(self, k) for k in names}
+
+    def set_params(self, **params):
+        valid = self.get_params()
+        for k, v in params.items():
+            if k not in valid:
+                raise InputValueError(f"invalid parameter {k!r} for {type(self).__name__}; valid: "
+                                      f"{sorted(valid)}")
+            setattr(self, k, v)
+        return self
+
+    def fit_predict(self, X, y=None):
+        return self.fit(X).labels_
+
+
+class NOMAD(_Estimator):
     """NOnnegative MAnifold Disentangling: the K-means SDP solved by conditional gradient.
 
     Solves max Tr(D Q) s.t. Q 1 = 1, Tr Q = K, Q PSD, Q >= 0 with D the Gram matrix of
@@ -197,20 +267,6 @@ class NOMAD:
         self.random_state = random_state
         self.callback = callback
 
-    def get_params(self, deep=True):
-        import inspect
-
-        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
-        return {k: getattr(self, k) for k in names}
-
-    def set_params(self, **params):
-        valid = self.get_params()
-        for k, v in params.items():
-            if k not in valid:
-                raise InputValueError(f"invalid parameter {k!r} for NOMAD; valid: {sorted(valid)}")
-            setattr(self, k, v)
-        return self
-
     # ---------------------------------------------------------------- fit
     def fit(self, X, y=None, *, resume=False):
         """Solve NOMAD for data X (n_samples, n_features), or a Gram matrix when
@@ -253,12 +309,7 @@ class NOMAD:
                     run_store.write_vector(self.store, "input/X", source.data)
 
         backend = self._resolve_backend(source, dtype)
-        # Zarr-backed runs use the current client when there is one (its workers share the
-        # store); a small one with none runs in this process rather than start a cluster.
-        ctx = _cluster_client() if backend == "distributed" or (
-            backend == "zarr" and (n >= LOCAL_MAX_N or _get_client() is not None)) \
-            else contextlib.nullcontext(None)
-        with ctx as client:
+        with _client_context(backend, n) as client:
             group, data = source.build(backend=backend, client=client, store=self.store, dtype=dtype,
                                        block_size=self.block_size)
             try:
@@ -275,39 +326,11 @@ class NOMAD:
         self.fit_seconds_ = time.perf_counter() - start
         return self
 
-    def fit_predict(self, X, y=None):
-        return self.fit(X).labels_
-
     def _resolve_backend(self, source, dtype):
         if source.matrix is not None:
             return source.matrix.backend
-        if self.backend != "auto":
-            if self.backend == "zarr" and self.store is None:
-                raise InputValueError("backend='zarr' needs store= (where the n x n state lives)")
-            return self.backend
-        n = source.n
-        need = 3 * n * n / 2 * dtype.itemsize
-        client = _get_client()
-        if client is not None and n >= LOCAL_MAX_N:
-            mem = sum(w.get("memory_limit", 0)
-                      for w in client.scheduler_info(n_workers=-1)["workers"].values())
-            in_memory = "distributed"
-        else:
-            # Without a cluster (or for small n) the blocks stay in this process: on one
-            # machine a LocalCluster runs the same kernels with a round trip per pass on
-            # top (graphs/backend_threshold.py: 2.1x slower per inner step at n = 8000,
-            # 1.36x at 16000 on 2 cores), so starting one would never pay.
-            from .blocks.matrix import _available_memory
-
-            mem = _available_memory()
-            in_memory = "local"
-        if need > 0.5 * mem:
-            if self.store is None:
-                raise InputValueError(f"NOMAD's state needs {need / 2**30:.1f} GiB, more than half of "
-                                      f"the {mem / 2**30:.1f} GiB of memory: give store= to run out of "
-                                      f"core in Zarr")
-            return "zarr"
-        return in_memory
+        return _choose_backend(self.backend, source.n, dtype, n_matrices=3, store=self.store,
+                               what="NOMAD's state (P, Gamma, G)")
 
     def _finish(self, res, group):
         n = group.n
@@ -484,7 +507,226 @@ def _versions():
             "python": platform.python_version()}
 
 
-ESTIMATORS = {"nomad": NOMAD}
+class SymNMF(_Estimator):
+    """Simplicial symmetric NMF: min 1/4 ||P - W W^T||_F^2 over W >= 0 with rows on the
+    simplex, by Frank-Wolfe (Zhao & Gordon 2018), on a blocked affinity P.
+
+    Row i of ``components_`` is point i's cluster-membership distribution.  P is the
+    Gaussian affinity exp(-||x_i - x_j||^2 / bandwidth) built blockwise from X, or a given
+    nonnegative symmetric matrix (``affinity="precomputed"``).  One pass over P per
+    Frank-Wolfe iteration.
+
+    Parameters
+    ----------
+    n_clusters : int
+        k, the number of columns of W; 2 <= k <= n.
+    solver : {"fw", "pgd", "penalty"}, default "fw"
+        Frank-Wolfe (Alg. 1 + 2); the paper's baselines: projected gradient with
+        backtracking, or the penalty method of Zhao et al. (2015).
+    step_rule : {"line_search", "paper"}, default "line_search"
+        Frank-Wolfe step: the exact minimizer of f along the FW direction (a quartic,
+        no extra pass), or the paper's min(gap / C, 1) with C = 2n(3n + ||P||_2) (a
+        Lanczos estimate of ||P||_2 first; tiny steps: C grows as n^2).
+    stop_rule : {"gap", "objective"}, default "gap"
+        "gap": stop when the FW gap <= tol ||P||_F^2 (the gap is 0 exactly at KKT points,
+        Thm. 1); "objective": the paper's experiments, |f_t - f_{t-1}| < objective_tol.
+    tol : float, default 1e-4
+        Relative FW gap: gap / ||P||_F^2.  Measured on yeast (k = 10): 1e-4 after about 150
+        iterations, 3e-5 after 1000 (Frank-Wolfe's gap falls as 1/sqrt(t) on nonconvex
+        problems, Thm. 2).
+    objective_tol : float, default 1e-3
+        Absolute change of f (the paper's epsilon), for stop_rule="objective".
+    max_iter : int, optional
+        Iterations (outer ones for the penalty method); default 1000, or 50 with
+        stop_rule="objective" (the paper's setting).
+    affinity : {"gaussian", "precomputed"}, default "gaussian"
+    bandwidth : float, default 1.0
+        Of the Gaussian affinity (the paper's value).
+    init : "random" or ndarray (n, k), default "random"
+        Rows drawn uniformly from the simplex (seeded by ``random_state``), or a given
+        feasible start.
+    random_state : int or Generator, optional
+    dtype : float32 or float64, default float32
+        Of P's blocks; W and the sums over P are float64.
+    block_size : int, optional
+    backend : {"auto", "local", "distributed", "zarr"}, default "auto"
+        As for :class:`NOMAD` (one matrix, P, is stored).
+    store : str, optional
+        Zarr store for P (out of core) and the results (W, labels, history).
+    overwrite : bool, default False
+    callback : callable, optional
+        Called with each history row; returning True stops the run.
+
+    Attributes
+    ----------
+    components_ : ndarray (n, k)
+        W, rows on the simplex.
+    labels_ : ndarray (n,)
+        Row-wise argmax of W.
+    objective_, gap_ : float
+        f and the FW gap at ``components_``.
+    history_ : list of dict
+        A row per iteration: objective, gap, step, passes, seconds.
+    n_iter_, stop_reason_, passes_, backend_used_
+    step_rule_ : str
+        The step rule used ("backtracking" for pgd, "L-BFGS" for penalty).
+    spectral_norm_ : float or None
+        ||P||_2 when the paper's step needed it.
+
+    Notes
+    -----
+    Per Frank-Wolfe iteration: one pass over P (``BlockMatrix.label_sums``: the LMO's
+    vertex is one-hot, so P S sums P's columns by label); O(n k^2) work on W and M = P W
+    in this process; each block sends b x k partial sums.  Peak memory per worker: a few
+    blocks.  P itself is n^2 / 2 entries (upper blocks).
+
+    References
+    ----------
+    H. Zhao, G. Gordon. Frank-Wolfe optimization for symmetric-NMF under simplicial
+    constraint. UAI 2018 (arXiv:1706.06348).
+    H. Zhao, P. Poupart, Y. Zhang, M. Lysy. SoF: soft-cluster matrix factorization for
+    probabilistic clustering. AAAI 2015.
+    """
+
+    AFFINITIES = ("gaussian", "precomputed")
+
+    def __init__(self, n_clusters=8, *, solver="fw", step_rule="line_search", stop_rule="gap",
+                 tol=1e-4, objective_tol=1e-3, max_iter=None, affinity="gaussian", bandwidth=1.0,
+                 init="random", random_state=None, dtype=np.float32, block_size=None,
+                 backend="auto", store=None, overwrite=False, callback=None):
+        self.n_clusters = n_clusters
+        self.solver = solver
+        self.step_rule = step_rule
+        self.stop_rule = stop_rule
+        self.tol = tol
+        self.objective_tol = objective_tol
+        self.max_iter = max_iter
+        self.affinity = affinity
+        self.bandwidth = bandwidth
+        self.init = init
+        self.random_state = random_state
+        self.dtype = dtype
+        self.block_size = block_size
+        self.backend = backend
+        self.store = store
+        self.overwrite = overwrite
+        self.callback = callback
+
+    def _params(self, n):
+        max_iter = self.max_iter if self.max_iter is not None else (
+            50 if self.stop_rule == "objective" else 1000)
+        params = symnmf.SymNMFParams(n_components=self.n_clusters, max_iter=max_iter, tol=self.tol,
+                                     stop_rule=self.stop_rule, objective_tol=self.objective_tol,
+                                     step_rule=self.step_rule)
+        params.validate(n)
+        return params
+
+    def fit(self, X, y=None):
+        """Factor the affinity of X (n_samples, n_features), or X itself when
+        ``affinity="precomputed"``.  Returns self."""
+        start = time.perf_counter()
+        dtype = blocks.check_dtype(self.dtype)
+        if self.solver not in symnmf.METHODS:
+            raise InputValueError(f"solver must be one of {symnmf.METHODS}; got {self.solver!r}")
+        if self.affinity not in self.AFFINITIES:
+            raise InputValueError(f"affinity must be one of {self.AFFINITIES}; got {self.affinity!r}")
+        if self.affinity == "gaussian" and (isinstance(self.bandwidth, bool) or not isinstance(
+                self.bandwidth, (int, float, np.number)) or not 0 < self.bandwidth < np.inf):
+            raise InputValueError(f"bandwidth must be a finite number > 0; got {self.bandwidth!r}")
+        if self.affinity == "precomputed":
+            source = _InputSource(X, precomputed=True, center=False, normalize=False)
+            data = None
+        else:
+            if _is_precomputed(X):
+                raise InputValueError("X is a BlockMatrix: pass affinity='precomputed' to factor it")
+            data = blocks.as_data_matrix(X)
+            source = None
+        n = source.n if source is not None else data.shape[0]
+        params = self._params(n)
+        W0 = self._start(n)
+        backend = source.matrix.backend if source is not None and source.matrix is not None else \
+            _choose_backend(self.backend, n, dtype, n_matrices=1, store=self.store,
+                            what="the affinity P")
+        if self.store is not None:
+            run_store.check_store(self.store, _run_id("symnmf", params, source or _DataSource(data),
+                                                      dtype, self.block_size),
+                                  overwrite=self.overwrite)
+        with _client_context(backend, n) as client:
+            kw = dict(block_size=self.block_size, dtype=dtype, backend=backend,
+                      client=client if backend != "local" else None, store=self.store)
+            if data is not None:
+                P = blocks.gaussian_affinity(data, self.bandwidth, name="P", **kw)
+            elif source.matrix is not None:
+                P = source.matrix
+            else:
+                group, _ = source.build(**kw)
+                P = blocks.BlockMatrix(group, "D")
+            try:
+                summ = P.summary()
+                if summ["min"] < 0:
+                    raise InputValueError(f"the affinity must be nonnegative; its smallest entry is "
+                                          f"{summ['min']:.3g}")
+                with blocks.single_threaded_blas():
+                    res = symnmf.solve(self.solver, P, W0, params, fro2=summ["fro"] ** 2,
+                                       callback=self.callback)
+            finally:
+                if source is None or source.matrix is None:
+                    P.group.close()
+        self._finish(res, backend, dtype)
+        self.fit_seconds_ = time.perf_counter() - start
+        return self
+
+    def _start(self, n):
+        k = self.n_clusters
+        if isinstance(self.init, str):
+            if self.init != "random":
+                raise InputValueError(f'init must be "random" or an (n, k) array; got {self.init!r}')
+            rng = self.random_state if isinstance(self.random_state, np.random.Generator) else \
+                np.random.default_rng(self.random_state)
+            return symnmf.random_simplex_rows(n, k, rng)
+        W0 = np.asarray(self.init, dtype=np.float64)
+        if W0.shape != (n, k) or not np.isfinite(W0).all() or W0.min() < 0 or \
+                np.abs(W0.sum(axis=1) - 1).max() > 1e-9:
+            raise InputValueError(f"init must be an ({n}, {k}) array, nonnegative, rows summing to 1; "
+                                  f"got shape {W0.shape}")
+        return W0.copy()
+
+    def _finish(self, res, backend, dtype):
+        self.components_ = res.W
+        self.labels_ = np.argmax(res.W, axis=1)
+        self.objective_ = res.objective
+        self.gap_ = res.gap
+        self.history_ = res.history
+        self.n_iter_ = res.n_iter
+        self.stop_reason_ = res.stop_reason
+        self.passes_ = res.passes
+        self.step_rule_ = res.step_rule
+        self.spectral_norm_ = res.extra.get("spectral_norm")
+        self.backend_used_ = backend
+        if self.store is not None:
+            run_store.write_json(self.store, run_store.RUN_MARKER, {
+                "method": "symnmf", "estimator_params": _jsonable_params(self.get_params()),
+                "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                "versions": _versions(), "host": platform.node()})
+            run_store.write_vector(self.store, "result/W", res.W)
+            run_store.write_vector(self.store, "result/labels", self.labels_)
+            run_store.write_json(self.store, "result", {
+                "history": res.history, "n_iter": res.n_iter, "stop_reason": res.stop_reason,
+                "objective": res.objective, "gap": res.gap, "passes": res.passes,
+                "solver": res.method, "step_rule": res.step_rule, "dtype": np.dtype(dtype).name})
+
+
+class _DataSource:
+    """Fingerprint of a data matrix, for the run id of a store."""
+
+    def __init__(self, X):
+        self.X = X
+
+    def fingerprint(self):
+        return hashlib.sha1(np.ascontiguousarray(self.X).tobytes()).hexdigest()[:16]
+
+
+ESTIMATORS = {"nomad": NOMAD, "symnmf": SymNMF}
 
 
 def fit(data, method="nomad", **params):
@@ -495,8 +737,10 @@ def fit(data, method="nomad", **params):
     """
     if method not in ESTIMATORS:
         raise InputValueError(f"method must be one of {sorted(ESTIMATORS)}; got {method!r}")
-    resume = params.pop("resume", False)
-    return ESTIMATORS[method](**params).fit(data, resume=resume)
+    if method == "nomad":
+        resume = params.pop("resume", False)
+        return ESTIMATORS[method](**params).fit(data, resume=resume)
+    return ESTIMATORS[method](**params).fit(data)
 
 
 def resume(store, **overrides):

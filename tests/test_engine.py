@@ -47,6 +47,26 @@ def test_matmat_equals_numpy(backend, client_for, block_size, dtype, tmp_path, r
     assert s["min"] == pytest.approx(Af.min()) and s["max"] == pytest.approx(Af.max())
 
 
+@pytest.mark.parametrize("block_size", [N, 16, 25])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("order", ["scattered", "runs"])
+def test_label_sums_equal_one_hot_product(backend, client_for, block_size, dtype, order, tmp_path, rng):
+    """A @ S for a one-hot S, on both kernels: scattered labels and runs of equal labels
+    (the run kernel needs runs of 16 or more per block)."""
+    A = rng.random((N, N))
+    A = A + A.T
+    k = 3
+    labels = rng.integers(0, k, N)
+    if order == "runs":
+        labels = np.repeat(np.arange(k), [17, 20, N - 37])
+    bm = blocks.from_array(A, **make_group(backend, block_size, dtype, tmp_path, client_for))
+    want = A.astype(dtype).astype(np.float64) @ np.eye(k)[labels]
+    # float64 accumulation: only the blocks' rounding to dtype differs from numpy's.
+    np.testing.assert_allclose(bm.label_sums(labels, k), want, rtol=1e-12, atol=1e-12)
+    rec = bm.group.passes.records[-1]
+    assert rec.name == "label_sums" and rec.bytes_read == bm.group.matrix_nbytes
+
+
 @pytest.mark.parametrize("block_size", [N, 16])
 @pytest.mark.parametrize("from_data", [True, False])
 def test_nomad_pass_equals_numpy(backend, client_for, block_size, from_data, tmp_path, rng):

@@ -69,6 +69,18 @@ class BlockMatrix:
 
     matvec = matmat
 
+    def label_sums(self, labels, n_labels):
+        """A @ S for S the n x ``n_labels`` one-hot matrix of ``labels`` (one read of A;
+        see ``passes.label_sums``).  Returns a float64 (n, n_labels) array."""
+        labels = np.asarray(labels)
+        if labels.shape != (self.n,) or not np.issubdtype(labels.dtype, np.integer):
+            raise InputValueError(f"labels must be an integer array of shape ({self.n},); got "
+                                  f"{labels.dtype} {labels.shape}")
+        if labels.size and (labels.min() < 0 or labels.max() >= n_labels):
+            raise InputValueError(f"labels must lie in [0, {n_labels}); got range "
+                                  f"[{labels.min()}, {labels.max()}]")
+        return passes.label_sums(self.group, self.name, labels, n_labels)
+
     def diag(self):
         return passes.diagonal(self.group, self.name)
 

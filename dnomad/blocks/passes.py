@@ -168,6 +168,35 @@ def matmat(group: BlockGroup, name: str, V: np.ndarray):
     return Y.reshape(layout.n) if squeeze else Y
 
 
+# ------------------------------------------------------------------ one-hot products
+def _label_sum_task(bundle, key, name, li, lj, k, mirror):
+    return kernels.label_sum_block(bundle[name], li, lj, k, mirror=mirror)
+
+
+def label_sums(group: BlockGroup, name: str, labels: np.ndarray, n_labels: int):
+    """A @ S for the group's matrix ``name`` and the n x k one-hot S of ``labels``
+    (S_jc = 1 where labels_j = c): column c of the result sums A's columns labelled c.
+
+    One read of A; each task sends b x k numbers per block row it touches (as
+    :func:`matmat`), accumulated in float64.  Blocks whose columns come in runs of equal
+    labels stream at matvec speed; unordered labels cost a scatter per entry.
+    """
+    layout = group.layout
+    labels = np.asarray(labels, dtype=np.int64).reshape(layout.n)
+
+    def args(key):
+        li, lj = row_slices(layout, labels, key)
+        return (name, li, lj, int(n_labels), layout.symmetric and key[0] != key[1])
+
+    results = group.map_blocks(_label_sum_task, args, reads=[name], writes=[], name="label_sums")
+    Y = np.zeros((layout.n, int(n_labels)), np.float64)
+    for key, (Yi, Yj) in zip(layout.keys, results):
+        Y[slice(*layout.bounds(key[0]))] += Yi
+        if Yj is not None:
+            Y[slice(*layout.bounds(key[1]))] += Yj
+    return Y
+
+
 # ------------------------------------------------------------------ reductions
 def _diag_task(bundle, key, name):
     if key[0] != key[1]:

@@ -1,0 +1,239 @@
+"""Simplicial SymNMF: the objective, gradient and line search against dense numpy, exact
+feasibility, planted recovery, monotone line search, the baselines on real data, one
+pass per iteration, and bad input."""
+import warnings
+
+import numpy as np
+import pytest
+
+import dnomad
+from dnomad import blocks
+from dnomad.data import gaussian_blobs
+from dnomad.errors import InputValueError
+from dnomad.metrics import adjusted_rand_score
+from dnomad.solvers import symnmf as S
+
+
+def dense_f(P, W):
+    return 0.25 * np.sum((P - W @ W.T) ** 2)
+
+
+def dense_grad(P, W):
+    return (W @ W.T - P) @ W
+
+
+@pytest.fixture
+def small(rng):
+    n, k = 40, 4
+    X = rng.standard_normal((n, 3))
+    P = np.exp(-((X[:, None] - X[None]) ** 2).sum(-1) / 2.0)
+    W = S.random_simplex_rows(n, k, rng)
+    return P, W
+
+
+def test_objective_and_gradient_equal_dense(small):
+    P, W = small
+    M = P @ W
+    fro2 = np.sum(P * P)
+    assert S.objective_from(W, M, fro2) == pytest.approx(dense_f(P, W), rel=1e-12)
+    np.testing.assert_allclose(S.gradient_from(W, M), dense_grad(P, W), rtol=1e-12, atol=1e-12)
+
+
+def test_gradient_taylor_slope_is_two(small, rng):
+    """|f(W + h D) - f(W) - h <grad, D>| = O(h^2): the error falls 100x per 10x in h."""
+    P, W = small
+    G = S.gradient_from(W, P @ W)
+    D = rng.standard_normal(W.shape)
+    hs = np.array([1e-2, 1e-3, 1e-4])
+    err = np.array([abs(dense_f(P, W + h * D) - dense_f(P, W) - h * np.sum(G * D)) for h in hs])
+    slopes = np.diff(np.log10(err)) / np.diff(np.log10(hs))
+    np.testing.assert_allclose(slopes, 2.0, atol=0.05)
+
+
+def test_quartic_line_search_equals_brute_force(small):
+    P, W = small
+    k = W.shape[1]
+    fro2 = np.sum(P * P)
+    M = P @ W
+    gap, labels = S.fw_gap(S.gradient_from(W, M), W)
+    Sv = np.eye(k)[labels]
+    c = S.quartic_coefficients(W, M, labels, P @ Sv, fro2)
+    for step in (0.0, 0.37, 1.0):
+        assert np.polyval(c[::-1], step) == pytest.approx(dense_f(P, W + step * (Sv - W)), rel=1e-12)
+    assert c[1] == pytest.approx(-gap, rel=1e-10)        # slope at 0 is <grad, S - W> = -gap
+    grid = np.linspace(0, 1, 200001)
+    brute = grid[np.argmin([dense_f(P, W + s * (Sv - W)) for s in grid[::100]]) * 100]
+    best = S.quartic_argmin(c)
+    assert abs(best - brute) <= 1e-3
+    phi = lambda s: dense_f(P, W + s * (Sv - W))
+    assert phi(best) <= min(phi(s) for s in grid[::100]) + 1e-12
+
+
+def test_simplex_projection_matches_definition(rng):
+    V = rng.standard_normal((200, 5)) * 2
+    Pj = S.project_rows_to_simplex(V)
+    np.testing.assert_allclose(Pj.sum(axis=1), 1, atol=1e-12)
+    assert Pj.min() >= 0
+    # Optimality (KKT): V - Pj = theta 1 on the support and <= theta off it.
+    R = V - Pj
+    for r, w in zip(R, Pj):
+        theta = r[w > 0]
+        assert np.ptp(theta) < 1e-10 and (r[w == 0] <= theta[0] + 1e-10).all()
+
+
+@pytest.mark.parametrize("method", ["fw", "pgd"])
+def test_every_iterate_is_exactly_feasible(method, small):
+    P, W0 = small
+    bm = blocks.from_array(P, dtype=np.float64, block_size=16)
+    for t in (1, 2, 5, 40):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
+            res = S.solve(method, bm, W0, S.SymNMFParams(n_components=4, max_iter=t, tol=0),
+                          fro2=np.sum(P * P))
+        assert res.n_iter == t
+        assert res.W.min() >= 0
+        np.testing.assert_allclose(res.W.sum(axis=1), 1, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_planted_one_hot_factor_is_recovered(seed):
+    """P = W* W*^T with one-hot W* (groups of unequal sizes): f reaches 0."""
+    rng = np.random.default_rng(seed)
+    sizes = [7, 12, 25, 5, 16]
+    truth = rng.permutation(np.repeat(np.arange(len(sizes)), sizes))
+    Wst = np.eye(len(sizes))[truth]
+    P = Wst @ Wst.T
+    fro2 = np.sum(P * P)
+    est = dnomad.SymNMF(n_clusters=len(sizes), affinity="precomputed", dtype=np.float64, tol=1e-12,
+                        random_state=seed, block_size=20).fit(P)
+    assert est.stop_reason_ == "tolerance"
+    assert est.objective_ <= 1e-8 * fro2
+    assert adjusted_rand_score(truth, est.labels_) == 1.0
+
+
+def test_line_search_never_increases_the_objective(rng):
+    X, _ = gaussian_blobs(200, n_centers=4, separation=3.0, random_state=3)
+    # tol=0: run all max_iter iterations (no ConvergenceWarning: no tolerance was asked).
+    est = dnomad.SymNMF(n_clusters=6, dtype=np.float64, bandwidth=2.0, max_iter=300, tol=0,
+                        random_state=0).fit(X)
+    assert est.n_iter_ == 300
+    f = np.array([r["objective"] for r in est.history_])
+    assert np.all(np.diff(f) <= 1e-12 * f[0])
+    assert f[-1] < 0.9 * f[0]
+
+
+def test_paper_step_rule_uses_the_curvature_bound(small):
+    P, W0 = small
+    n = P.shape[0]
+    bm = blocks.from_array(P, dtype=np.float64, block_size=16)
+    res = S.frank_wolfe(bm, W0, S.SymNMFParams(n_components=4, max_iter=5, tol=0, step_rule="paper"),
+                        fro2=np.sum(P * P))
+    norm2 = np.linalg.eigvalsh(P)[-1]
+    assert res.extra["spectral_norm"] == pytest.approx(norm2, rel=1e-6)
+    C = 2 * n * (3 * n + norm2)
+    for row in res.history[:-1]:
+        assert row["step"] == pytest.approx(min(row["gap"] / C, 1.0), rel=1e-5)
+
+
+@pytest.fixture(scope="module")
+def yeast_data():
+    from dnomad.data import yeast
+
+    return yeast()
+
+
+def test_yeast_loader_matches_uci_counts(yeast_data):
+    X, y = yeast_data
+    assert X.shape == (1484, 8)
+    counts = dict(zip(dnomad.data.YEAST_CLASSES, np.bincount(y)))
+    # UCI: CYT 463, MIT 244; one duplicated feature row cannot be told apart (see loader).
+    assert counts == {"CYT": 462, "NUC": 429, "MIT": 245, "ME3": 163, "ME2": 51, "ME1": 44,
+                      "EXC": 35, "VAC": 30, "POX": 20, "ERL": 5}
+
+
+def test_fw_pgd_penalty_agree_on_yeast(yeast_data):
+    """The paper's comparison (Sec. 5) on its yeast set, k = 10, bandwidth 1, one start."""
+    X, _ = yeast_data
+    W0 = S.random_simplex_rows(len(X), 10, np.random.default_rng(0))
+    objectives = {}
+    for solver in ("fw", "pgd", "penalty"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
+            est = dnomad.SymNMF(n_clusters=10, solver=solver, init=W0, dtype=np.float64,
+                                tol=1e-5, max_iter=1000).fit(X)
+        assert est.components_.min() >= 0
+        np.testing.assert_allclose(est.components_.sum(axis=1), 1, atol=1e-12)
+        objectives[solver] = est.objective_
+    f = np.array(list(objectives.values()))
+    assert f.max() <= 1.05 * f.min(), objectives
+
+
+@pytest.mark.parametrize("backend", ["local", "zarr"])
+def test_exactly_one_pass_over_p_per_iteration(backend, tmp_path):
+    X, _ = gaussian_blobs(150, n_centers=3, random_state=0)
+    kw = dict(dtype=np.float64, block_size=40, backend=backend)
+    if backend == "zarr":
+        kw["store"] = str(tmp_path / "p.zarr")
+    P = blocks.gaussian_affinity(X, 2.0, **kw)
+    fro2 = P.summary()["fro"] ** 2
+    W0 = S.random_simplex_rows(150, 3, np.random.default_rng(0))
+    mark = P.group.passes.mark()
+    res = S.frank_wolfe(P, W0, S.SymNMFParams(n_components=3, max_iter=25, tol=0), fro2=fro2)
+    done = P.group.passes.since(mark)
+    assert res.n_iter == 25
+    assert done["passes"] == res.n_iter + 1 == res.passes      # the first is M = P W0
+    assert done["bytes_read"] == done["passes"] * P.group.matrix_nbytes
+
+
+def test_in_memory_zarr_and_cluster_runs_agree(tmp_path, cluster_client):
+    X, y = gaussian_blobs(120, n_centers=3, separation=6.0, random_state=4)
+    kw = dict(n_clusters=3, dtype=np.float64, random_state=1, bandwidth=4.0, block_size=50)
+    a = dnomad.SymNMF(backend="local", **kw).fit(X)
+    assert adjusted_rand_score(y, a.labels_) == 1.0
+    b = dnomad.SymNMF(backend="zarr", store=str(tmp_path / "run.zarr"), **kw).fit(X)
+    c = dnomad.SymNMF(backend="distributed", **kw).fit(X)          # on the 2-worker cluster
+    for est, backend in ((b, "zarr"), (c, "distributed")):
+        assert est.backend_used_ == backend and est.n_iter_ == a.n_iter_
+        np.testing.assert_allclose(est.components_, a.components_, rtol=0, atol=1e-10)
+    W = dnomad.blocks.store.read_vector(str(tmp_path / "run.zarr"), "result/W")
+    np.testing.assert_array_equal(W, b.components_)
+
+
+def test_fit_function_and_estimator_contract():
+    X, _ = gaussian_blobs(60, n_centers=2, random_state=0)
+    est = dnomad.fit(X, method="symnmf", n_clusters=2, random_state=0, bandwidth=4.0)
+    assert isinstance(est, dnomad.SymNMF)
+    assert est.components_.shape == (60, 2) and est.labels_.shape == (60,)
+    assert est.history_[-1]["objective"] == est.objective_ and est.stop_reason_ in ("tolerance", "max_iter")
+    assert est.get_params()["n_clusters"] == 2
+    init = np.tile([0.3, 0.7], (60, 1))      # (the uniform W = 1/2 is a KKT point: gap 0)
+    with pytest.warns(dnomad.ConvergenceWarning):
+        dnomad.SymNMF(n_clusters=2, init=init, max_iter=3, tol=1e-9).fit(X)
+    np.testing.assert_array_equal(init, np.tile([0.3, 0.7], (60, 1)))   # the user's array is kept
+
+
+@pytest.mark.parametrize("P,kw,match", [
+    (-np.ones((5, 5)), {}, "nonnegative"),
+    (np.triu(np.ones((5, 5))), {}, "symmetric"),
+    (np.ones((5, 4)), {}, "square"),
+    (np.ones((5, 5)), {"n_clusters": 1}, "n_clusters"),
+    (np.ones((5, 5)), {"n_clusters": 6}, "n_clusters"),
+    (np.ones((5, 5)), {"solver": "newton"}, "solver"),
+    (np.ones((5, 5)), {"step_rule": "armijo"}, "step_rule"),
+    (np.ones((5, 5)), {"init": np.ones((5, 2))}, "init"),
+])
+def test_bad_affinity_or_parameters_raise(P, kw, match):
+    params = dict(n_clusters=2, affinity="precomputed")
+    params.update(kw)
+    with pytest.raises(InputValueError, match=match):
+        dnomad.SymNMF(**params).fit(P)
+
+
+@pytest.mark.parametrize("X,kw,match", [
+    (np.array([[0.0, 1.0], [np.nan, 2.0], [1.0, 1.0]]), {}, "NaN or Inf"),
+    (np.ones((4, 2)), {"bandwidth": 0.0}, "bandwidth"),
+    (np.ones((4, 2)), {"affinity": "cosine"}, "affinity"),
+])
+def test_bad_data_raise(X, kw, match):
+    with pytest.raises(InputValueError, match=match):
+        dnomad.SymNMF(n_clusters=2, **kw).fit(X)
