@@ -471,11 +471,12 @@ def _kmeans(Y, k, random_state, n_init=10, max_iter=300):
     return best
 
 
-def _run_id(method, params, source, dtype, block_size):
+def _run_id(method, params, source, dtype, block_size, **extra):
     # max_iter and checkpoint_every may change on resume; the rest defines the run.
     fixed = {k: v for k, v in asdict(params).items() if k not in ("max_iter", "checkpoint_every")}
     payload = json.dumps({"method": method, "params": fixed, "input": source.fingerprint(),
-                          "dtype": str(dtype), "block_size": block_size}, sort_keys=True, default=str)
+                          "dtype": str(dtype), "block_size": block_size, **extra}, sort_keys=True,
+                         default=str)
     return hashlib.sha1(payload.encode()).hexdigest()[:16]
 
 
@@ -544,7 +545,7 @@ class SymNMF(_Estimator):
         Of the Gaussian affinity (the paper's value).
     init : "random" or ndarray (n, k), default "random"
         Rows drawn uniformly from the simplex (seeded by ``random_state``), or a given
-        feasible start.
+        feasible start (None means "random").
     random_state : int or Generator, optional
     dtype : float32 or float64, default float32
         Of P's blocks; W and the sums over P are float64.
@@ -552,8 +553,12 @@ class SymNMF(_Estimator):
     backend : {"auto", "local", "distributed", "zarr"}, default "auto"
         As for :class:`NOMAD` (one matrix, P, is stored).
     store : str, optional
-        Zarr store for P (out of core) and the results (W, labels, history).
+        Zarr store for P (out of core), checkpoints and the results (W, labels, history);
+        ``dnomad.resume(store)`` continues a run from its last checkpoint.
     overwrite : bool, default False
+    checkpoint_every : int, default 50
+        Iterations between checkpoints (W and M = P W: O(n k) numbers) to ``store``;
+        Frank-Wolfe and projected gradient only.
     callback : callable, optional
         Called with each history row; returning True stops the run.
 
@@ -593,7 +598,7 @@ class SymNMF(_Estimator):
     def __init__(self, n_clusters=8, *, solver="fw", step_rule="line_search", stop_rule="gap",
                  tol=1e-4, objective_tol=1e-3, max_iter=None, affinity="gaussian", bandwidth=1.0,
                  init="random", random_state=None, dtype=np.float32, block_size=None,
-                 backend="auto", store=None, overwrite=False, callback=None):
+                 backend="auto", store=None, overwrite=False, checkpoint_every=50, callback=None):
         self.n_clusters = n_clusters
         self.solver = solver
         self.step_rule = step_rule
@@ -610,6 +615,7 @@ class SymNMF(_Estimator):
         self.backend = backend
         self.store = store
         self.overwrite = overwrite
+        self.checkpoint_every = checkpoint_every
         self.callback = callback
 
     def _params(self, n):
@@ -621,9 +627,10 @@ class SymNMF(_Estimator):
         params.validate(n)
         return params
 
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, *, resume=False):
         """Factor the affinity of X (n_samples, n_features), or X itself when
-        ``affinity="precomputed"``.  Returns self."""
+        ``affinity="precomputed"``.  ``resume=True`` continues the run in ``store`` from
+        its last checkpoint.  Returns self."""
         start = time.perf_counter()
         dtype = blocks.check_dtype(self.dtype)
         if self.solver not in symnmf.METHODS:
@@ -633,29 +640,42 @@ class SymNMF(_Estimator):
         if self.affinity == "gaussian" and (isinstance(self.bandwidth, bool) or not isinstance(
                 self.bandwidth, (int, float, np.number)) or not 0 < self.bandwidth < np.inf):
             raise InputValueError(f"bandwidth must be a finite number > 0; got {self.bandwidth!r}")
+        if not isinstance(self.checkpoint_every, (int, np.integer)) or self.checkpoint_every < 1:
+            raise InputValueError(f"checkpoint_every must be a positive integer; got "
+                                  f"{self.checkpoint_every!r}")
+        if resume and (self.store is None or self.solver == "penalty"):
+            raise InputValueError("resume=True needs the run's store and solver 'fw' or 'pgd'")
         if self.affinity == "precomputed":
             source = _InputSource(X, precomputed=True, center=False, normalize=False)
-            data = None
         else:
             if _is_precomputed(X):
                 raise InputValueError("X is a BlockMatrix: pass affinity='precomputed' to factor it")
-            data = blocks.as_data_matrix(X)
-            source = None
-        n = source.n if source is not None else data.shape[0]
+            source = _InputSource(X, precomputed=False, center=False, normalize=False)
+        n = source.n
         params = self._params(n)
         W0 = self._start(n)
-        backend = source.matrix.backend if source is not None and source.matrix is not None else \
+        backend = source.matrix.backend if source.matrix is not None else \
             _choose_backend(self.backend, n, dtype, n_matrices=1, store=self.store,
                             what="the affinity P")
+        state, save = None, None
         if self.store is not None:
-            run_store.check_store(self.store, _run_id("symnmf", params, source or _DataSource(data),
-                                                      dtype, self.block_size),
-                                  overwrite=self.overwrite)
+            run_id = _run_id("symnmf", params, source, dtype, self.block_size, solver=self.solver,
+                             affinity=self.affinity, bandwidth=self.bandwidth,
+                             init=W0 if resume is False and not isinstance(self.init, str) else None,
+                             random_state=self.random_state if isinstance(self.random_state, int)
+                             else None)
+            run_store.check_store(self.store, run_id, overwrite=self.overwrite and not resume,
+                                  resume=resume)
+            if resume:
+                state = _load_symnmf_checkpoint(self.store)
+            else:
+                _write_run_marker(self.store, "symnmf", run_id, self, source)
+            save = _symnmf_checkpointer(self.store)
         with _client_context(backend, n) as client:
             kw = dict(block_size=self.block_size, dtype=dtype, backend=backend,
                       client=client if backend != "local" else None, store=self.store)
-            if data is not None:
-                P = blocks.gaussian_affinity(data, self.bandwidth, name="P", **kw)
+            if source.data is not None:
+                P = blocks.gaussian_affinity(source.data, self.bandwidth, name="P", **kw)
             elif source.matrix is not None:
                 P = source.matrix
             else:
@@ -668,9 +688,10 @@ class SymNMF(_Estimator):
                                           f"{summ['min']:.3g}")
                 with blocks.single_threaded_blas():
                     res = symnmf.solve(self.solver, P, W0, params, fro2=summ["fro"] ** 2,
-                                       callback=self.callback)
+                                       callback=self.callback, resume=state, checkpoint=save,
+                                       checkpoint_every=self.checkpoint_every)
             finally:
-                if source is None or source.matrix is None:
+                if source.matrix is None:
                     P.group.close()
         self._finish(res, backend, dtype)
         self.fit_seconds_ = time.perf_counter() - start
@@ -678,8 +699,8 @@ class SymNMF(_Estimator):
 
     def _start(self, n):
         k = self.n_clusters
-        if isinstance(self.init, str):
-            if self.init != "random":
+        if self.init is None or isinstance(self.init, str):
+            if self.init not in (None, "random"):
                 raise InputValueError(f'init must be "random" or an (n, k) array; got {self.init!r}')
             rng = self.random_state if isinstance(self.random_state, np.random.Generator) else \
                 np.random.default_rng(self.random_state)
@@ -704,26 +725,45 @@ class SymNMF(_Estimator):
         self.spectral_norm_ = res.extra.get("spectral_norm")
         self.backend_used_ = backend
         if self.store is not None:
-            run_store.write_json(self.store, run_store.RUN_MARKER, {
-                "method": "symnmf", "estimator_params": _jsonable_params(self.get_params()),
-                "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                "versions": _versions(), "host": platform.node()})
             run_store.write_vector(self.store, "result/W", res.W)
             run_store.write_vector(self.store, "result/labels", self.labels_)
             run_store.write_json(self.store, "result", {
                 "history": res.history, "n_iter": res.n_iter, "stop_reason": res.stop_reason,
                 "objective": res.objective, "gap": res.gap, "passes": res.passes,
-                "solver": res.method, "step_rule": res.step_rule, "dtype": np.dtype(dtype).name})
+                "solver": res.method, "step_rule": res.step_rule, "dtype": np.dtype(dtype).name,
+                "finished": datetime.datetime.now(datetime.timezone.utc).isoformat()})
 
 
-class _DataSource:
-    """Fingerprint of a data matrix, for the run id of a store."""
+def _write_run_marker(store, method, run_id, est, source):
+    """What a later ``dnomad.resume(store)`` needs: method, parameters, the input."""
+    params = _jsonable_params(est.get_params())
+    if isinstance(params.get("init"), (list, np.ndarray)):
+        params["init"] = None          # a resumed run starts from its checkpoint, not from init
+    run_store.write_json(store, run_store.RUN_MARKER, {
+        "method": method, "run_id": run_id,
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "estimator_params": params, "input": source.describe(), "versions": _versions(),
+        "host": platform.node()})
+    if source.data is not None:
+        run_store.write_vector(store, "input/X", source.data)
 
-    def __init__(self, X):
-        self.X = X
 
-    def fingerprint(self):
-        return hashlib.sha1(np.ascontiguousarray(self.X).tobytes()).hexdigest()[:16]
+def _symnmf_checkpointer(store):
+    def save(state):
+        run_store.write_vector(store, "checkpoint/W", state["W"])
+        run_store.write_vector(store, "checkpoint/M", state["M"])
+        # Written last: a checkpoint counts only once its arrays are complete.
+        run_store.write_json(store, "symnmf_checkpoint",
+                             {k: v for k, v in state.items() if k not in ("W", "M")})
+    return save
+
+
+def _load_symnmf_checkpoint(store):
+    meta = run_store.read_json(store, "symnmf_checkpoint")
+    if meta is None:
+        raise InputValueError(f"store {store!r} has no SymNMF checkpoint to resume from")
+    return dict(meta, W=run_store.read_vector(store, "checkpoint/W"),
+                M=run_store.read_vector(store, "checkpoint/M"))
 
 
 ESTIMATORS = {"nomad": NOMAD, "symnmf": SymNMF}
@@ -737,10 +777,8 @@ def fit(data, method="nomad", **params):
     """
     if method not in ESTIMATORS:
         raise InputValueError(f"method must be one of {sorted(ESTIMATORS)}; got {method!r}")
-    if method == "nomad":
-        resume = params.pop("resume", False)
-        return ESTIMATORS[method](**params).fit(data, resume=resume)
-    return ESTIMATORS[method](**params).fit(data)
+    resume = params.pop("resume", False)
+    return ESTIMATORS[method](**params).fit(data, resume=resume)
 
 
 def resume(store, **overrides):

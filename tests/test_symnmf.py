@@ -122,6 +122,22 @@ def test_line_search_never_increases_the_objective(rng):
     assert f[-1] < 0.9 * f[0]
 
 
+@pytest.mark.parametrize("solver", ["fw", "pgd"])
+def test_tol_is_the_relative_fw_gap_at_the_first_stop(solver):
+    X, _ = gaussian_blobs(150, n_centers=3, separation=4.0, random_state=2)
+    tol = 1e-3
+    est = dnomad.SymNMF(n_clusters=3, solver=solver, tol=tol, dtype=np.float64, bandwidth=4.0,
+                        random_state=0).fit(X)
+    F = blocks.prepare_gram_data(X, center=False, normalize=False)
+    P = np.exp(-((F[:, None] - F[None]) ** 2).sum(-1) / 4.0)
+    fro2 = np.sum(P * P)
+    gaps = np.array([r["gap"] for r in est.history_])
+    assert est.stop_reason_ == "tolerance"
+    assert gaps[-1] <= tol * fro2 and np.all(gaps[:-1] > tol * fro2)
+    G = dense_grad(P, est.components_)
+    assert gaps[-1] == pytest.approx(np.sum(G * est.components_) - G.min(axis=1).sum(), rel=1e-8)
+
+
 def test_paper_step_rule_uses_the_curvature_bound(small):
     P, W0 = small
     n = P.shape[0]
@@ -237,3 +253,33 @@ def test_bad_affinity_or_parameters_raise(P, kw, match):
 def test_bad_data_raise(X, kw, match):
     with pytest.raises(InputValueError, match=match):
         dnomad.SymNMF(n_clusters=2, **kw).fit(X)
+
+
+class Interrupt(Exception):
+    pass
+
+
+@pytest.mark.parametrize("solver", ["fw", "pgd"])
+def test_resume_after_kill_matches_uninterrupted(solver, tmp_path):
+    X, _ = gaussian_blobs(120, n_centers=3, separation=4.0, random_state=5)
+    kw = dict(n_clusters=3, solver=solver, dtype=np.float64, bandwidth=4.0, random_state=0, tol=0,
+              max_iter=60, checkpoint_every=10)
+    full = dnomad.SymNMF(**kw).fit(X)
+
+    def kill_at_37(row):
+        if row["iteration"] == 37:
+            raise Interrupt
+
+    store = str(tmp_path / "run.zarr")
+    with pytest.raises(Interrupt):
+        dnomad.SymNMF(store=store, callback=kill_at_37, **kw).fit(X)
+    assert dnomad.blocks.store.read_json(store, "symnmf_checkpoint")["iteration"] == 30
+    resumed = dnomad.resume(store)
+    assert isinstance(resumed, dnomad.SymNMF) and resumed.n_iter_ == full.n_iter_ == 60
+    np.testing.assert_allclose(resumed.components_, full.components_, rtol=0, atol=1e-12)
+    assert [r["objective"] for r in resumed.history_] == pytest.approx(
+        [r["objective"] for r in full.history_], rel=1e-12)
+    assert resumed.passes_ == full.passes_
+    # A finished run resumed with a larger max_iter goes on from its last iterate.
+    longer = dnomad.resume(store, max_iter=70)
+    assert longer.n_iter_ == 70 and longer.objective_ <= resumed.objective_ + 1e-12

@@ -208,9 +208,11 @@ def spectral_norm(P):
 
 
 class _Clock:
-    def __init__(self):
-        self.t0 = time.perf_counter()
-        self.passes = 0
+    def __init__(self, resumed=None):
+        # A resumed run continues the counts of the run it resumes.
+        last = resumed["history"][-1] if resumed else None
+        self.t0 = time.perf_counter() - (last["seconds"] if last else 0.0)
+        self.passes = resumed["passes"] if resumed else 0
 
     def row(self, iteration, **values):
         return dict(iteration=int(iteration), **{k: float(v) for k, v in values.items()},
@@ -235,6 +237,21 @@ def _stop(params, row, prev_objective, fro2):
     return None
 
 
+def _resumed_state(resume, n, k):
+    """W, M, the next iteration and the history from a checkpoint (see ``checkpoint_state``)."""
+    W = np.array(resume["W"], dtype=np.float64)
+    M = np.array(resume["M"], dtype=np.float64)
+    if W.shape != (n, k) or M.shape != (n, k):
+        raise InputValueError(f"the checkpoint holds W of shape {W.shape}, expected ({n}, {k})")
+    history = [dict(r) for r in resume["history"]]
+    return W, M, int(resume["iteration"]), history
+
+
+def checkpoint_state(W, M, iteration, history, passes, **extra):
+    """What a run needs to continue: the iterate, M = P W, the next iteration, the history."""
+    return dict(W=W, M=M, iteration=int(iteration), history=history, passes=int(passes), **extra)
+
+
 def _finish_warn(method, params, stop_reason, last):
     if stop_reason == "max_iter" and (params.tol > 0 if params.stop_rule == "gap" else True):
         warnings.warn(f"{method} stopped at max_iter={params.max_iter} before meeting its tolerance "
@@ -243,7 +260,8 @@ def _finish_warn(method, params, stop_reason, last):
 
 
 # ------------------------------------------------------------------ Frank-Wolfe
-def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=None):
+def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=None, resume=None,
+                checkpoint=None, checkpoint_every=50):
     """Alg. 1 of Zhao & Gordon with Alg. 2 as the LMO.
 
     Parameters
@@ -265,6 +283,12 @@ def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=No
         ||P||_2 for the paper's step (computed by Lanczos when needed and not given).
     callback : callable, optional
         Called with each history row; returning True stops the run.
+    resume : dict, optional
+        A state saved by ``checkpoint`` (W, M, iteration, history, passes): the run
+        continues from it (``W0`` is then ignored) exactly as if it had not stopped.
+    checkpoint : callable, optional
+        Called with :func:`checkpoint_state` every ``checkpoint_every`` iterations and
+        at the end (O(n k) numbers).
 
     Returns
     -------
@@ -278,20 +302,29 @@ def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=No
     never increases (the step 0 is a candidate).
     """
     n, k = P.shape[0], params.n_components
-    clock = _Clock()
-    W = _check_start(W0, n, k)
+    clock = _Clock(resume)
     curvature = None
     extra = {}
     if params.step_rule == "paper":
+        if spectral is None and resume is not None:
+            spectral = resume.get("spectral_norm")
         if spectral is None:
             spectral, used = spectral_norm(P)
             clock.passes += used
         curvature = 2.0 * n * (3.0 * n + spectral)
         extra = {"spectral_norm": spectral, "curvature_bound": curvature}
-    M = np.asarray(P.matmat(W), dtype=np.float64)
-    clock.passes += 1
-    history, prev_obj, stop_reason = [], None, "max_iter"
-    for t in range(params.max_iter + 1):
+    if resume is not None:
+        W, M, first, history = _resumed_state(resume, n, k)
+        prev_obj = history[-1]["objective"] if history else None
+    else:
+        W = _check_start(W0, n, k)
+        M = np.asarray(P.matmat(W), dtype=np.float64)
+        clock.passes += 1
+        first, history, prev_obj = 0, [], None
+    stop_reason = "max_iter"
+    for t in range(first, params.max_iter + 1):
+        if checkpoint is not None and t > first and t % checkpoint_every == 0:
+            checkpoint(checkpoint_state(W, M, t, history, clock.passes, **extra))
         G = gradient_from(W, M)
         gap, labels = fw_gap(G, W)
         f = objective_from(W, M, fro2)
@@ -319,6 +352,10 @@ def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=No
         M += step * N
         logger.debug("FW it %d f %.6g gap %.3g step %.3g", t, f, gap, step)
     last = history[-1]
+    if checkpoint is not None:
+        # The final iterate, with the row for it taken back: resuming with a larger
+        # max_iter recomputes that row and goes on.
+        checkpoint(checkpoint_state(W, M, last["iteration"], history[:-1], clock.passes, **extra))
     _finish_warn("Frank-Wolfe", params, stop_reason, last)
     return SymNMFResult(W=W, history=history, n_iter=len(history) - 1, stop_reason=stop_reason,
                         converged=stop_reason in ("tolerance", "objective"),
@@ -327,27 +364,37 @@ def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=No
 
 
 # ------------------------------------------------------------------ projected gradient
-def projected_gradient(P, W0, params: SymNMFParams, *, fro2, callback=None, shrink=0.5, grow=2.0):
+def projected_gradient(P, W0, params: SymNMFParams, *, fro2, callback=None, resume=None,
+                       checkpoint=None, checkpoint_every=50, shrink=0.5, grow=2.0):
     """Projected gradient descent with backtracking (the paper's PGD baseline).
 
     W+ = Proj(W - eta grad f(W)) onto the product of simplices; eta starts each iteration
     at ``grow`` times the last accepted step and shrinks by ``shrink`` until
     f(W+) <= f(W) + <grad, W+ - W> + ||W+ - W||^2 / (2 eta) (the sufficient-decrease test of
     projected gradient, which any eta <= 1/L passes).  Each trial costs one pass (P W+),
-    which then also gives the next gradient.  Monotone.  Same stopping rules and history
-    as :func:`frank_wolfe` (the gap is the FW gap at each iterate).
+    which then also gives the next gradient.  Monotone.  Same stopping rules, history,
+    ``resume`` and ``checkpoint`` as :func:`frank_wolfe` (the gap is the FW gap at each
+    iterate; the checkpoint also keeps the step eta).
     """
     n, k = P.shape[0], params.n_components
-    clock = _Clock()
-    W = _check_start(W0, n, k)
-    M = np.asarray(P.matmat(W), dtype=np.float64)
-    clock.passes += 1
+    clock = _Clock(resume)
+    if resume is not None:
+        W, M, first, history = _resumed_state(resume, n, k)
+        prev_obj = history[-1]["objective"] if history else None
+        eta = float(resume["eta"])
+    else:
+        W = _check_start(W0, n, k)
+        M = np.asarray(P.matmat(W), dtype=np.float64)
+        clock.passes += 1
+        first, history, prev_obj = 0, [], None
+        # f is L-smooth with L <= 3n + ||P||_2 (Lemma 5), and ||P||_2 <= max row sum of P,
+        # which is the max row sum of M = P W for W on the simplex: a start that passes.
+        eta = 1.0 / (3.0 * n + float(M.sum(axis=1).max()))
     f = objective_from(W, M, fro2)
-    # f is L-smooth with L <= 3n + ||P||_2 (Lemma 5), and ||P||_2 <= max row sum of P, which
-    # is the max row sum of M = P W for W on the simplex: a start that passes the test.
-    eta = 1.0 / (3.0 * n + float(M.sum(axis=1).max()))
-    history, prev_obj, stop_reason = [], None, "max_iter"
-    for t in range(params.max_iter + 1):
+    stop_reason = "max_iter"
+    for t in range(first, params.max_iter + 1):
+        if checkpoint is not None and t > first and t % checkpoint_every == 0:
+            checkpoint(checkpoint_state(W, M, t, history, clock.passes, eta=eta))
         G = gradient_from(W, M)
         gap, _ = fw_gap(G, W)
         row = clock.row(t, objective=f, gap=gap, step=float("nan"))
@@ -374,6 +421,8 @@ def projected_gradient(P, W0, params: SymNMFParams, *, fro2, callback=None, shri
         row["step"] = eta
         W, M, f = Wn, Mn, fn
     last = history[-1]
+    if checkpoint is not None:
+        checkpoint(checkpoint_state(W, M, last["iteration"], history[:-1], clock.passes, eta=eta))
     _finish_warn("projected gradient", params, stop_reason, last)
     return SymNMFResult(W=W, history=history, n_iter=len(history) - 1, stop_reason=stop_reason,
                         converged=stop_reason in ("tolerance", "objective"),
@@ -459,12 +508,22 @@ def penalty_method(P, W0, params: SymNMFParams, *, fro2, callback=None, penalty0
 SOLVERS = {"fw": frank_wolfe, "pgd": projected_gradient, "penalty": penalty_method}
 
 
-def solve(method, P, W0, params, *, fro2, callback=None, spectral=None):
-    """Run solver ``method`` ("fw", "pgd" or "penalty") from ``W0``."""
+def solve(method, P, W0, params, *, fro2, callback=None, spectral=None, resume=None, checkpoint=None,
+          checkpoint_every=50):
+    """Run solver ``method`` ("fw", "pgd" or "penalty") from ``W0`` (or from ``resume``).
+
+    Frank-Wolfe and projected gradient checkpoint and resume (see :func:`frank_wolfe`);
+    the penalty method's L-BFGS state is not kept, so it runs only from a start."""
     if method not in SOLVERS:
         raise InputValueError(f"solver must be one of {METHODS}; got {method!r}")
+    if method == "penalty":
+        if resume is not None:
+            raise InputValueError("the penalty method cannot resume (its L-BFGS memory is not kept); "
+                                  "start it again, or use solver='fw' or 'pgd'")
+        return penalty_method(P, W0, params, fro2=fro2, callback=callback)
     kw = {"spectral": spectral} if method == "fw" else {}
-    return SOLVERS[method](P, W0, params, fro2=fro2, callback=callback, **kw)
+    return SOLVERS[method](P, W0, params, fro2=fro2, callback=callback, resume=resume,
+                           checkpoint=checkpoint, checkpoint_every=checkpoint_every, **kw)
 
 
 __all__ = ["SymNMFParams", "SymNMFResult", "frank_wolfe", "projected_gradient", "penalty_method",
