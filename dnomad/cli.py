@@ -105,9 +105,9 @@ def cmd_info(args):
     if meta is None:
         print(f"{args.store}: no dnomad run here", file=sys.stderr)
         return 1
-    ck = run_store.read_json(args.store, "nomad_checkpoint") or {}
+    ck = run_store.read_json(args.store, f"{meta['method']}_checkpoint") or {}
     res = run_store.read_json(args.store, "result") or {}
-    print(json.dumps({"run": meta, "checkpoint_iteration": ck.get("t"),
+    print(json.dumps({"run": meta, "checkpoint_iteration": ck.get("t", ck.get("iteration")),
                       "result": {k: v for k, v in res.items() if k != "history"},
                       "last_history_row": (res.get("history") or ck.get("history") or [None])[-1]},
                      indent=2))

@@ -532,7 +532,8 @@ class SymNMF(_Estimator):
         "gap": stop when the FW gap <= tol ||P||_F^2 (the gap is 0 exactly at KKT points,
         Thm. 1); "objective": the paper's experiments, |f_t - f_{t-1}| < objective_tol.
     tol : float, default 1e-4
-        Relative FW gap: gap / ||P||_F^2.  Measured on yeast (k = 10): 1e-4 after about 150
+        Relative FW gap, gap / ||P||_F^2, for stop_rule="gap" (Frank-Wolfe and PGD; the
+        penalty method always stops by the paper's objective rule).  Measured on yeast (k = 10): 1e-4 after about 150
         iterations, 3e-5 after 1000 (Frank-Wolfe's gap falls as 1/sqrt(t) on nonconvex
         problems, Thm. 2).
     objective_tol : float, default 1e-3

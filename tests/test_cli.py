@@ -44,6 +44,19 @@ def test_fit_then_resume(tmp_path):
     assert info["result"]["stop_reason"] == "tolerance"
 
 
+def test_fit_symnmf_from_the_command_line(tmp_path):
+    X, _ = gaussian_blobs(80, n_centers=3, separation=6.0)
+    np.save(tmp_path / "X.npy", X)
+    store = str(tmp_path / "run.zarr")
+    out = run("fit", "--method", "symnmf", "--input", str(tmp_path / "X.npy"), "--n-clusters", "3",
+              "--store", store, "--params", json.dumps({"bandwidth": 4.0, "tol": 1e-3}))
+    assert "symnmf:" in out.stdout
+    info = json.loads(run("info", store).stdout)
+    assert info["run"]["method"] == "symnmf" and info["result"]["stop_reason"] == "tolerance"
+    W = dnomad.blocks.store.read_vector(store, "result/W")
+    np.testing.assert_allclose(W.sum(axis=1), 1, atol=1e-12)
+
+
 def test_examples_run():
     for script in sorted((ROOT / "examples").glob("*.py")):
         res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,

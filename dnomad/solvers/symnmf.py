@@ -438,10 +438,10 @@ def penalty_method(P, W0, params: SymNMFParams, *, fro2, callback=None, penalty0
 
         F_t(W) = f(W) + lam_t / 2 (||W 1 - 1||^2 + ||[W]_-||_F^2),   lam_t = penalty0 2^t,
 
-    (f as eq. 1; one pass over P per function evaluation).  Stops when |f_t - f_{t-1}| <
-    ``objective_tol`` with the violation below ``tol`` (or, with stop_rule="objective",
-    on the objective change alone, as the paper), or after ``max_iter`` outer
-    iterations.  The iterates are infeasible; the returned W is the last one projected
+    (f as eq. 1; one pass over P per function evaluation).  Stops by the paper's rule
+    whatever ``stop_rule`` says (its iterates have no FW gap): |f_t - f_{t-1}| <
+    ``objective_tol``, or after ``max_iter`` outer iterations.  The history records the
+    constraint violation of each outer iterate.  The iterates are infeasible; the returned W is the last one projected
     onto the product of simplices, and its objective and FW gap cost one more pass.
     """
     from scipy.optimize import minimize
@@ -482,8 +482,7 @@ def penalty_method(P, W0, params: SymNMFParams, *, fro2, callback=None, penalty0
         row = clock.row(t, objective=f, gap=float("nan"), step=float("nan"), violation=violation,
                         penalty=lam)
         history.append(row)
-        change = abs(f - prev_obj)
-        if change < params.objective_tol and (params.stop_rule == "objective" or violation <= params.tol):
+        if abs(f - prev_obj) < params.objective_tol:
             stop_reason = "objective"
         elif callback is not None and callback(dict(row)) is True:
             stop_reason = "callback"
