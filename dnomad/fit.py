@@ -514,8 +514,9 @@ class SymNMF(_Estimator):
 
     Row i of ``components_`` is point i's cluster-membership distribution.  P is the
     Gaussian affinity exp(-||x_i - x_j||^2 / bandwidth) built blockwise from X, or a given
-    nonnegative symmetric matrix (``affinity="precomputed"``).  One pass over P per
-    Frank-Wolfe iteration.
+    nonnegative symmetric matrix (``affinity="precomputed"``; symmetry and nonnegativity
+    are checked, positive semidefiniteness, which the paper's analysis assumes, is not:
+    that would cost an eigensolve).  One pass over P per Frank-Wolfe iteration.
 
     Parameters
     ----------
@@ -660,11 +661,10 @@ class SymNMF(_Estimator):
                             what="the affinity P")
         state, save = None, None
         if self.store is not None:
+            # The start (init, random_state) is not part of the run's identity: a resumed
+            # run continues from its checkpoint, whatever start it was given.
             run_id = _run_id("symnmf", params, source, dtype, self.block_size, solver=self.solver,
-                             affinity=self.affinity, bandwidth=self.bandwidth,
-                             init=W0 if resume is False and not isinstance(self.init, str) else None,
-                             random_state=self.random_state if isinstance(self.random_state, int)
-                             else None)
+                             affinity=self.affinity, bandwidth=self.bandwidth)
             run_store.check_store(self.store, run_id, overwrite=self.overwrite and not resume,
                                   resume=resume)
             if resume:

@@ -26,6 +26,7 @@ import sys
 import time
 
 import numpy as np
+from _bench import memory_bandwidth
 
 from dnomad.blocks.engine import _worker_peak_rss
 
@@ -35,18 +36,6 @@ K = 16
 # n -> seconds to converge (None: did not), seconds per inner step.
 AUTHORS = {1000: (206.0, 206.0 / (984 * 15)), 2000: (None, 0.073), 4000: (None, 0.39),
            8000: (None, 2.0)}
-
-
-def memory_bandwidth(nbytes=1 << 30, repeat=5):
-    """Bytes read + written per second by numpy's copy of a large array (best of ``repeat``)."""
-    a = np.ones(nbytes // 8)
-    b = np.empty_like(a)
-    best = np.inf
-    for _ in range(repeat):
-        t = time.perf_counter()
-        np.copyto(b, a)
-        best = min(best, time.perf_counter() - t)
-    return 2 * nbytes / best
 
 
 def pass_efficiency(n, bandwidth, repeat=5):

@@ -228,13 +228,18 @@ def _check_start(W0, n, k):
     return W
 
 
-def _stop(params, row, prev_objective, fro2):
+def _record(clock, history, t, params, prev_objective, fro2, callback, **values):
+    """Append iteration t's history row; return it and why the run stops there (or None)."""
+    row = clock.row(t, **values, step=float("nan"))
+    history.append(row)
     if params.stop_rule == "gap" and row["gap"] <= params.tol * fro2:
-        return "tolerance"
+        return row, "tolerance"
     if params.stop_rule == "objective" and prev_objective is not None and \
             abs(row["objective"] - prev_objective) < params.objective_tol:
-        return "objective"
-    return None
+        return row, "objective"
+    if callback is not None and callback(dict(row)) is True:
+        return row, "callback"
+    return row, ("max_iter" if t == params.max_iter else None)
 
 
 def _resumed_state(resume, n, k):
@@ -328,13 +333,7 @@ def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=No
         G = gradient_from(W, M)
         gap, labels = fw_gap(G, W)
         f = objective_from(W, M, fro2)
-        row = clock.row(t, objective=f, gap=gap, step=float("nan"))
-        history.append(row)
-        reason = _stop(params, row, prev_obj, fro2)
-        if reason is None and callback is not None and callback(dict(row)) is True:
-            reason = "callback"
-        if reason is None and t == params.max_iter:
-            reason = "max_iter"
+        row, reason = _record(clock, history, t, params, prev_obj, fro2, callback, objective=f, gap=gap)
         if reason is not None:
             stop_reason = reason
             break
@@ -397,13 +396,7 @@ def projected_gradient(P, W0, params: SymNMFParams, *, fro2, callback=None, resu
             checkpoint(checkpoint_state(W, M, t, history, clock.passes, eta=eta))
         G = gradient_from(W, M)
         gap, _ = fw_gap(G, W)
-        row = clock.row(t, objective=f, gap=gap, step=float("nan"))
-        history.append(row)
-        reason = _stop(params, row, prev_obj, fro2)
-        if reason is None and callback is not None and callback(dict(row)) is True:
-            reason = "callback"
-        if reason is None and t == params.max_iter:
-            reason = "max_iter"
+        row, reason = _record(clock, history, t, params, prev_obj, fro2, callback, objective=f, gap=gap)
         if reason is not None:
             stop_reason = reason
             break
