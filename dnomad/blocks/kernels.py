@@ -415,3 +415,119 @@ def label_sum_block(A, li, lj, k, *, mirror):
         _label_sum_block(A, li, lj, k, YiT, YjT, mirror)
         Yi = YiT.T
     return Yi, (YjT.T if mirror else None)
+
+
+# ------------------------------------------------------------------ HOTTOPIXX
+# Bittorf, Recht, Re, Tropp, "Factoring nonnegative matrices with linear programs"
+# (NIPS 2012), Alg. 4 and 5.
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _hott_epoch_rows(C, rows, Xt, order, step, diag_step):
+    # C: (b, f) rows ``rows`` of the localizing matrix; Xt: (n, f), Xt[k] = column k of X.
+    # For each visited column k and each row i of the block: the subgradient step of
+    # |X_ik - C_i X_k| and, when X_ik != 0, the diagonal term of the Lagrangian.
+    b = C.shape[0]
+    for q in range(order.shape[0]):
+        xk = Xt[order[q]]
+        for a in range(b):
+            i = rows[a]
+            ci = C[a]
+            resid = xk[i] - _dot(ci, xk)
+            if resid > 0.0:
+                for j in range(xk.shape[0]):
+                    ci[j] += step * xk[j]
+            elif resid < 0.0:
+                for j in range(xk.shape[0]):
+                    ci[j] -= step * xk[j]
+            if xk[i] != 0.0:
+                ci[i] -= diag_step[a]
+
+
+def hottopixx_epoch_block(C, rows, Xt, order, step, diag_step):
+    """One epoch of HOTTOPIXX's incremental subgradient steps (Alg. 4, line 6) for the
+    rows ``rows`` of C, in place, visiting the columns of X (rows of ``Xt``) in ``order``.
+
+    Rows of C do not interact within an epoch, so any partition of the rows gives the
+    same result.  Cost: b f per visited column (dense X).
+    """
+    _hott_epoch_rows(C, np.ascontiguousarray(rows, dtype=np.int64), Xt,
+                     np.ascontiguousarray(order, dtype=np.int64), float(step),
+                     np.ascontiguousarray(diag_step, dtype=np.float64))
+
+
+@numba.njit(nogil=True, cache=True)
+def _squish_columns(C, out):
+    f = C.shape[0]
+    z = np.empty(f - 1, C.dtype)
+    for j in range(f):
+        # Column j: the diagonal entry plays x_1 of Alg. 5; the others are sorted descending.
+        m = 0
+        for i in range(f):
+            if i != j:
+                z[m] = C[i, j]
+                m += 1
+        srt = -np.sort(-z)
+        mu = C[j, j]
+        kc = f - 1                         # how many sorted entries join the diagonal's level
+        for k in range(f - 1):
+            level = min(max(mu, 0.0), 1.0)
+            if srt[k] <= level:
+                kc = k
+                break
+            mu = (mu * (k + 1) + srt[k]) / (k + 2)
+        level = min(max(mu, 0.0), 1.0)
+        cut = srt[kc - 1] if kc > 0 else np.inf   # entries >= cut were averaged in
+        out[j, j] = level
+        taken = 0
+        for i in range(f):
+            if i == j:
+                continue
+            v = C[i, j]
+            # Ties at the cut: exactly kc entries take the level, the rest keep (v)_+.
+            if v > cut or (v == cut and taken < kc and kc > 0):
+                out[i, j] = level
+                taken += 1
+            else:
+                out[i, j] = max(v, 0.0)
+
+
+def squish_columns(C):
+    """Euclidean projection of C onto Phi_0 = {C >= 0, diag C <= 1, C_ij <= C_jj} by
+    column squishing (Alg. 5 of Bittorf et al.), column by column.  Returns a new array."""
+    C = np.ascontiguousarray(C)
+    out = np.empty_like(C)
+    _squish_columns(C, out)
+    return out
+
+
+def clip_phi(C):
+    """The cheaper projection when the factorization is assumed unique (Sec. 4): negative
+    entries to 0 and diagonal entries above 1 to 1 (drops C_ij <= C_jj)."""
+    out = np.maximum(C, 0.0)
+    d = np.diagonal(out).copy()
+    np.fill_diagonal(out, np.minimum(d, 1.0))
+    return out
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _clean_rows(Z, rows, X, Wt, order, step):
+    # Incremental subgradient steps of sum_k |X_ik - Z_i W_k| over Z_i >= 0, for rows ``rows``.
+    b = Z.shape[0]
+    for q in range(order.shape[0]):
+        k = order[q]
+        wk = Wt[k]
+        for a in range(b):
+            zi = Z[a]
+            resid = X[rows[a], k] - _dot(zi, wk)
+            if resid != 0.0:
+                s = step if resid > 0.0 else -step
+                for j in range(wk.shape[0]):
+                    zi[j] = max(zi[j] + s * wk[j], 0.0)
+
+
+def clean_rows_block(Z, rows, X, Wt, order, step):
+    """One cleaning epoch for rows ``rows`` of F = argmin_{Z >= 0} ||X - Z W||_{inf,1}
+    (projected incremental subgradient, in place); ``Wt`` is W transposed (n x r)."""
+    _clean_rows(Z, np.ascontiguousarray(rows, dtype=np.int64), X, Wt,
+                np.ascontiguousarray(order, dtype=np.int64), float(step))

@@ -299,3 +299,44 @@ def threshold_components(group: BlockGroup, name: str, threshold: float):
     relabel = np.empty_like(order)
     relabel[order] = np.arange(len(order))
     return relabel[labels]
+
+
+# ------------------------------------------------------------------ HOTTOPIXX row blocks
+def _row_blocks(f, row_block):
+    return [np.arange(a, min(a + row_block, f)) for a in range(0, f, row_block)]
+
+
+def _thread_map(fn, items):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .engine import _n_threads
+
+    with ThreadPoolExecutor(min(_n_threads(), max(1, len(items)))) as pool:
+        return list(pool.map(fn, items))
+
+
+def hottopixx_epoch(C, Xt, order, step, diag_step, *, row_block):
+    """One HOTTOPIXX epoch in place: the block-nested loop of Bittorf et al., Sec. 4.1.
+
+    Each task owns ``row_block`` rows of C (sized to stay in cache) and streams every
+    column of X (rows of ``Xt``, n x f) past them in ``order``; rows of C do not interact
+    within an epoch, so the tasks run in parallel and the result does not depend on the
+    blocking.  ``diag_step[i]`` is the diagonal step of row i.  In this process, on one
+    thread per core (the kernels release the GIL).
+    """
+    def run(rows):
+        block = np.ascontiguousarray(C[rows])
+        kernels.hottopixx_epoch_block(block, rows, Xt, order, step, diag_step[rows])
+        C[rows] = block
+
+    _thread_map(run, _row_blocks(C.shape[0], row_block))
+
+
+def clean_epoch(Z, X, Wt, order, step, *, row_block):
+    """One cleaning epoch of F (rows of ``Z`` independent), in place, by row blocks."""
+    def run(rows):
+        block = np.ascontiguousarray(Z[rows])
+        kernels.clean_rows_block(block, rows, X, Wt, order, step)
+        Z[rows] = block
+
+    _thread_map(run, _row_blocks(Z.shape[0], row_block))

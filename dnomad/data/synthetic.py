@@ -98,3 +98,47 @@ DATASETS = {
     "trefoil": trefoil_knot,
     "blobs": gaussian_blobs,
 }
+
+
+def separable_nmf(n_features=40, n_samples=400, rank=3, *, duplicates=0, noise=0.0,
+                  random_state=0):
+    """The synthetic instances of Bittorf et al. (NIPS 2012), Sec. 5.
+
+    ``rank`` hott topics drawn uniformly from the unit simplex in R^n_samples, each
+    repeated ``duplicates`` more times; the other ``n_features - rank (duplicates + 1)``
+    rows are convex combinations of the hott topics with weights uniform on the simplex;
+    rows shuffled.  With ``noise`` = eta > 0, each row moves toward a random point u of
+    the simplex, X_i <- X_i + (eps / 2)(u - X_i) with eps = eta alpha^2 / (20 + 13 alpha),
+    alpha the robust-simplicial constant of the hott topics: the noise has
+    (inf,1)-norm <= eps and X stays nonnegative with rows summing to 1.
+
+    Returns a dict: ``X`` (n_features x n_samples), ``hott`` (indices of the hott rows,
+    one per topic, in topic order), ``copies`` (for each row, its topic, or -1), ``F``
+    and ``W`` of the noiseless factorization X0 = F W, ``alpha``, ``epsilon``.
+    """
+    rng = _rng(random_state)
+    f, n, r = int(n_features), int(n_samples), int(rank)
+    n_hott_rows = r * (duplicates + 1)
+    if r < 1 or n_hott_rows > f:
+        raise InputValueError(f"need 1 <= rank and rank * (duplicates + 1) <= n_features; got rank={r}, "
+                              f"duplicates={duplicates}, n_features={f}")
+    from ..metrics import robust_simplicial_constant
+
+    W = rng.dirichlet(np.ones(n), size=r)
+    F = np.zeros((f, r))
+    topic = np.full(f, -1)
+    for c in range(duplicates + 1):
+        F[c * r:(c + 1) * r] = np.eye(r)
+        topic[c * r:(c + 1) * r] = np.arange(r)
+    F[n_hott_rows:] = rng.dirichlet(np.ones(r), size=f - n_hott_rows)
+    perm = rng.permutation(f)
+    F, topic = F[perm], topic[perm]
+    X0 = F @ W
+    alpha = robust_simplicial_constant(W) if r > 1 else 2.0
+    eps = noise * alpha ** 2 / (20 + 13 * alpha)
+    X = X0
+    if eps > 0:
+        U = rng.dirichlet(np.ones(n), size=f)
+        X = X0 + (eps / 2) * (U - X0)
+    hott = np.array([np.flatnonzero(topic == t)[0] for t in range(r)])
+    return {"X": X, "hott": hott, "copies": topic, "F": F, "W": W, "alpha": alpha, "epsilon": eps}
