@@ -124,3 +124,34 @@ def test_epoch_step_equals_dense_reference():
 def test_bad_input_raises(X, rank, match):
     with pytest.raises(InputValueError, match=match):
         H.hottopixx(X, H.HottopixxParams(rank=rank), random_state=0)
+
+
+def test_sparse_epoch_equals_dense():
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(6)
+    f, n = 30, 200
+    X = rng.random((f, n)) * (rng.random((f, n)) < 0.15)
+    X[:, 0] = 0.0                                          # an empty column
+    X = X / np.maximum(X.sum(axis=1, keepdims=True), 1e-300)
+    order = rng.permutation(n)
+    diag_step = rng.random(f) * 1e-3
+    dense = np.full((f, f), 0.02)
+    sparse = dense.copy()
+    for _ in range(2):
+        H.blocks.hottopixx_epoch(dense, np.ascontiguousarray(X.T), order, 0.1, diag_step, row_block=7)
+        H.blocks.hottopixx_epoch(sparse, sp.csr_matrix(X.T), order, 0.1, diag_step, row_block=11)
+    np.testing.assert_allclose(sparse, dense, rtol=0, atol=1e-13)
+
+
+def test_same_seed_same_result_dense_or_sparse_any_blocking():
+    import scipy.sparse as sp
+
+    inst = separable_nmf(30, 250, 3, random_state=7)
+    X = inst["X"] * (np.random.default_rng(0).random((30, 250)) < 0.5)   # sparse-ish, rows nonzero
+    runs = [H.hottopixx(X_, H.HottopixxParams(rank=3, n_epochs=5, row_block=b), random_state=11)
+            for X_, b in ((X, 30), (X, 4), (sp.csr_matrix(X), 7))]
+    for res in runs[1:]:
+        np.testing.assert_allclose(res.C, runs[0].C, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(res.hott_rows, runs[0].hott_rows)
+    assert [r["epoch"] for r in runs[0].history] == [1, 2, 3, 4, 5]

@@ -456,6 +456,43 @@ def hottopixx_epoch_block(C, rows, Xt, order, step, diag_step):
                      np.ascontiguousarray(diag_step, dtype=np.float64))
 
 
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _hott_epoch_rows_sparse(C, rows, indptr, indices, data, order, step, diag_step, scratch):
+    # X in compressed columns: column k's nonzeros are indices/data[indptr[k]:indptr[k+1]].
+    # Work per visited column: b x nnz(X_k).  ``scratch`` (f zeros) holds the column densely
+    # for the rows' own entries X_ik and is cleared after each column.
+    b = C.shape[0]
+    for q in range(order.shape[0]):
+        k = order[q]
+        lo, hi = indptr[k], indptr[k + 1]
+        for t in range(lo, hi):
+            scratch[indices[t]] = data[t]
+        for a in range(b):
+            i = rows[a]
+            ci = C[a]
+            acc = 0.0
+            for t in range(lo, hi):
+                acc += ci[indices[t]] * data[t]
+            resid = scratch[i] - acc
+            if resid != 0.0:
+                s = step if resid > 0.0 else -step
+                for t in range(lo, hi):
+                    ci[indices[t]] += s * data[t]
+            if scratch[i] != 0.0:
+                ci[i] -= diag_step[a]
+        for t in range(lo, hi):
+            scratch[indices[t]] = 0.0
+
+
+def hottopixx_epoch_block_sparse(C, rows, indptr, indices, data, order, step, diag_step):
+    """:func:`hottopixx_epoch_block` for X given by compressed columns (CSC arrays of X,
+    i.e. CSR of X^T); the same result as the dense kernel, in b nnz(X_k) per column."""
+    scratch = np.zeros(C.shape[1], np.float64)
+    _hott_epoch_rows_sparse(C, np.ascontiguousarray(rows, dtype=np.int64), indptr, indices, data,
+                            np.ascontiguousarray(order, dtype=np.int64), float(step),
+                            np.ascontiguousarray(diag_step, dtype=np.float64), scratch)
+
+
 @numba.njit(nogil=True, cache=True)
 def _squish_columns(C, out):
     f = C.shape[0]

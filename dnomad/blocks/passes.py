@@ -321,12 +321,27 @@ def hottopixx_epoch(C, Xt, order, step, diag_step, *, row_block):
     Each task owns ``row_block`` rows of C (sized to stay in cache) and streams every
     column of X (rows of ``Xt``, n x f) past them in ``order``; rows of C do not interact
     within an epoch, so the tasks run in parallel and the result does not depend on the
-    blocking.  ``diag_step[i]`` is the diagonal step of row i.  In this process, on one
+    blocking.  ``diag_step[i]`` is the diagonal step of row i.  ``Xt`` may be a scipy
+    sparse matrix: each column then costs b nnz(X_k) per task.  In this process, on one
     thread per core (the kernels release the GIL).
     """
+    import scipy.sparse as sp
+
+    if sp.issparse(Xt):
+        # Rows of Xt are X's columns: CSR of Xt holds each column's nonzeros together.
+        Xt = sp.csr_matrix(Xt)
+        Xt.sort_indices()
+        parts = (Xt.indptr.astype(np.int64), Xt.indices.astype(np.int64), Xt.data.astype(np.float64))
+
+        def kernel(block, rows):
+            kernels.hottopixx_epoch_block_sparse(block, rows, *parts, order, step, diag_step[rows])
+    else:
+        def kernel(block, rows):
+            kernels.hottopixx_epoch_block(block, rows, Xt, order, step, diag_step[rows])
+
     def run(rows):
         block = np.ascontiguousarray(C[rows])
-        kernels.hottopixx_epoch_block(block, rows, Xt, order, step, diag_step[rows])
+        kernel(block, rows)
         C[rows] = block
 
     _thread_map(run, _row_blocks(C.shape[0], row_block))

@@ -117,21 +117,39 @@ class HottopixxResult:
 
 
 def check_data(X):
-    """X as float64 f x n, finite, nonnegative, rows scaled to sum 1 (the paper's
-    assumption); a zero row cannot be scaled and is refused."""
-    X = np.asarray(X, dtype=np.float64)
+    """X as float64 f x n (dense, or scipy.sparse CSR), finite, nonnegative, rows scaled to
+    sum 1 (the paper's assumption); a zero row cannot be scaled and is refused."""
+    import scipy.sparse as sp
+
+    if sp.issparse(X):
+        X = sp.csr_matrix(X, dtype=np.float64)
+        values = X.data
+    else:
+        X = np.asarray(X, dtype=np.float64)
+        values = X
     if X.ndim != 2:
         raise InputValueError(f"X must be 2-D (n_features, n_samples); got shape {X.shape}")
-    if not np.isfinite(X).all():
+    if not np.isfinite(values).all():
         raise InputValueError("X contains NaN or Inf")
-    if X.min() < 0:
-        i, k = np.unravel_index(np.argmin(X), X.shape)
-        raise InputValueError(f"X must be nonnegative; X[{i}, {k}] = {X[i, k]:.3g}")
-    sums = X.sum(axis=1)
+    if values.size and values.min() < 0:
+        raise InputValueError(f"X must be nonnegative; its smallest entry is {values.min():.3g}")
+    sums = np.asarray(X.sum(axis=1)).ravel()
     if (sums == 0).any():
         raise InputValueError(f"X has all-zero rows (first: row {int(np.flatnonzero(sums == 0)[0])}); "
                               f"they cannot be scaled to sum 1: drop them")
+    if sp.issparse(X):
+        return sp.diags(1.0 / sums) @ X
     return X / sums[:, None]
+
+
+def residual_inf1(X, C):
+    """||X - C X||_{inf,1} for dense or sparse X."""
+    import scipy.sparse as sp
+
+    if sp.issparse(X):
+        CX = np.asarray((X.T @ C.T).T)
+        return inf1_norm(X.toarray() - CX)
+    return inf1_norm(X - C @ X)
 
 
 def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None):
@@ -139,8 +157,9 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None):
 
     Parameters
     ----------
-    X : array (f, n)
-        Nonnegative; rows are scaled to sum 1 (:func:`check_data`).
+    X : array or scipy.sparse matrix (f, n)
+        Nonnegative; rows are scaled to sum 1 (:func:`check_data`).  Sparse X is
+        streamed by its nonzeros (per column, b nnz(X_k) work per task).
     params : HottopixxParams
         ``rank`` r, ``n_epochs`` (50; 4 is the paper's "fast" setting), ``primal_step``
         s_p (0.1), ``dual_step`` s_d (0.01), ``projection`` ("squish": the exact
@@ -170,8 +189,11 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None):
     rng = random_state if isinstance(random_state, np.random.Generator) else \
         np.random.default_rng(random_state)
     cost = rng.permutation(f) / f + rng.random(f) / (2 * f)      # distinct, in [0, 1)
-    nnz = np.count_nonzero(X, axis=1).astype(np.float64)
-    Xt = np.ascontiguousarray(X.T)
+    import scipy.sparse as sp
+
+    sparse = sp.issparse(X)
+    nnz = (X.getnnz(axis=1) if sparse else np.count_nonzero(X, axis=1)).astype(np.float64)
+    Xt = X.T.tocsr() if sparse else np.ascontiguousarray(X.T)
     C = np.zeros((f, f))
     beta = 0.0
     project = kernels.squish_columns if params.projection == "squish" else kernels.clip_phi
@@ -183,7 +205,7 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None):
         C = project(C)
         trace = float(np.trace(C))
         beta += params.dual_step * (trace - params.rank)
-        row = {"epoch": epoch, "trace": trace, "beta": beta, "error": inf1_norm(X - C @ X),
+        row = {"epoch": epoch, "trace": trace, "beta": beta, "error": residual_inf1(X, C),
                "seconds": time.perf_counter() - t0}
         history.append(row)
         logger.debug("HOTTOPIXX epoch %d  Tr C %.4g  beta %.4g  err %.3g", epoch, trace, beta, row["error"])
@@ -191,8 +213,9 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None):
             break
     diag = np.diagonal(C).copy()
     hott = hott_rows_from_diagonal(diag, params.rank)
-    F = fit_components(X, hott, params, C=C, rng=rng)
-    error = inf1_norm(X - F @ X[hott])
+    Xd = X.toarray() if sparse else X          # F's fit reads rows of X densely (f x n)
+    F = fit_components(Xd, hott, params, C=C, rng=rng)
+    error = inf1_norm(Xd - F @ Xd[hott])
     return HottopixxResult(hott_rows=hott, F=F, diag=diag, C=C, history=history, error=error,
                            cost=cost)
 
