@@ -6,10 +6,13 @@ vector slices travel with each task (b x k numbers), data panels as futures.
 """
 from __future__ import annotations
 
+import uuid
+
 import numpy as np
 
 from . import kernels
-from .engine import BlockGroup
+from ..errors import InputValueError
+from .engine import BlockGroup, _open_zarr_array
 
 
 # ------------------------------------------------------------------ helpers
@@ -316,18 +319,91 @@ def _thread_map(fn, items):
         return list(pool.map(fn, items))
 
 
-def hottopixx_epoch(C, Xt, order, step, diag_step, *, row_block):
+class ZarrColumns:
+    """The columns of an f x n data matrix X stored in Zarr as X^T (n x f), in chunks of
+    ``chunk`` columns: what an out-of-core HOTTOPIXX epoch streams past each row block."""
+
+    def __init__(self, url, path):
+        import zarr
+
+        arr = zarr.open_array(store=str(url), path=path, mode="r")
+        if arr.ndim != 2:
+            raise InputValueError(f"Zarr array {path!r} at {url!r} must be 2-D (n x f); got {arr.shape}")
+        self.url, self.path = str(url), path
+        self.n, self.f = arr.shape
+        self.chunk = arr.chunks[0]
+        self.generation = uuid.uuid4().hex        # a rewritten array gets a fresh handle
+
+    @classmethod
+    def write(cls, Xt, url, path, chunk):
+        """Store X^T (n x f, dense) with ``chunk`` rows (columns of X) per Zarr chunk."""
+        import zarr
+
+        Xt = np.asarray(Xt, dtype=np.float64)
+        arr = zarr.create_array(store=str(url), name=path, shape=Xt.shape, dtype=Xt.dtype,
+                                chunks=(int(chunk), Xt.shape[1]), compressors=None, overwrite=True)
+        arr[...] = Xt
+        return cls(url, path)
+
+    def read(self, c):
+        arr = _open_zarr_array(self.url, self.path, self.generation)
+        return np.ascontiguousarray(arr[c * self.chunk:min((c + 1) * self.chunk, self.n)])
+
+    @property
+    def n_chunks(self):
+        return -(-self.n // self.chunk)
+
+
+def _epoch_rows_from_zarr(block, rows, cols, chunk_order, local_orders, step, diag_step):
+    # One task of the block-nested loop: these rows of C meet every chunk of X's columns.
+    for c, local in zip(chunk_order, local_orders):
+        kernels.hottopixx_epoch_block(block, rows, cols.read(c), local, step, diag_step)
+    return block
+
+
+def blocked_column_order(rng, n, chunk):
+    """An epoch's visiting order that streams column chunks: the chunks in a random order,
+    the columns of each in a random order.  Returns (chunk_order, [local orders])."""
+    n_chunks = -(-n // chunk)
+    chunk_order = rng.permutation(n_chunks)
+    local = [rng.permutation(min(chunk, n - c * chunk)) for c in chunk_order]
+    return chunk_order, local
+
+
+def hottopixx_epoch(C, Xt, order, step, diag_step, *, row_block, client=None):
     """One HOTTOPIXX epoch in place: the block-nested loop of Bittorf et al., Sec. 4.1.
 
     Each task owns ``row_block`` rows of C (sized to stay in cache) and streams every
-    column of X (rows of ``Xt``, n x f) past them in ``order``; rows of C do not interact
-    within an epoch, so the tasks run in parallel and the result does not depend on the
-    blocking.  ``diag_step[i]`` is the diagonal step of row i.  ``Xt`` may be a scipy
-    sparse matrix: each column then costs b nnz(X_k) per task.  In this process, on one
-    thread per core (the kernels release the GIL).
+    column of X past them; rows of C do not interact within an epoch, so the tasks run in
+    parallel and the result does not depend on the blocking.  ``diag_step[i]`` is the
+    diagonal step of row i.
+
+    ``Xt`` holds X's columns as rows: a dense (n, f) array or a scipy sparse matrix (each
+    column then costs b nnz(X_k) per task), with ``order`` the columns' visiting order;
+    or a :class:`ZarrColumns` (out of core: each task reads every chunk once), with
+    ``order`` = (chunk order, local orders) from :func:`blocked_column_order`.  Tasks run
+    on ``client``'s workers when given (C's rows travel, b x f numbers each way), else on
+    one thread per core here (the kernels release the GIL).
     """
     import scipy.sparse as sp
 
+    blocks_ = _row_blocks(C.shape[0], row_block)
+    if isinstance(Xt, ZarrColumns):
+        chunk_order, local = order
+        if client is not None:
+            futs = [client.submit(_epoch_rows_from_zarr, np.ascontiguousarray(C[rows]), rows, Xt,
+                                  chunk_order, local, step, diag_step[rows], pure=False)
+                    for rows in blocks_]
+            for rows, block in zip(blocks_, client.gather(futs)):
+                C[rows] = block
+            return
+
+        def run(rows):
+            C[rows] = _epoch_rows_from_zarr(np.ascontiguousarray(C[rows]), rows, Xt, chunk_order,
+                                            local, step, diag_step[rows])
+
+        _thread_map(run, blocks_)
+        return
     if sp.issparse(Xt):
         # Rows of Xt are X's columns: CSR of Xt holds each column's nonzeros together.
         Xt = sp.csr_matrix(Xt)
@@ -345,7 +421,7 @@ def hottopixx_epoch(C, Xt, order, step, diag_step, *, row_block):
         kernel(block, rows)
         C[rows] = block
 
-    _thread_map(run, _row_blocks(C.shape[0], row_block))
+    _thread_map(run, blocks_)
 
 
 def clean_epoch(Z, X, Wt, order, step, *, row_block):
