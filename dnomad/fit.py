@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import hashlib
 import json
 import logging
@@ -299,14 +300,7 @@ class NOMAD(_Estimator):
             run_store.check_store(self.store, run_id, overwrite=self.overwrite and not resume,
                                   resume=resume)
             if not resume:
-                meta = {"method": "nomad", "run_id": run_id, "started":
-                        datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                        "estimator_params": _jsonable_params(self.get_params()),
-                        "input": source.describe(), "versions": _versions(),
-                        "host": platform.node()}
-                run_store.write_json(self.store, run_store.RUN_MARKER, meta)
-                if source.data is not None:
-                    run_store.write_vector(self.store, "input/X", source.data)
+                _write_run_marker(self.store, "nomad", run_id, self, source)
 
         backend = self._resolve_backend(source, dtype)
         with _client_context(backend, n) as client:
@@ -410,8 +404,14 @@ class _InputSource:
             return
         X = blocks.as_data_matrix(X)
         self.data = X
-        self.features = blocks.prepare_gram_data(X, center=center, normalize=normalize)
+        self._gram_scaling = (center, normalize)
         self.n = X.shape[0]
+
+    @functools.cached_property
+    def features(self):
+        """The panels F with D = F F^T (NOMAD's Gram); made on first use, an n x d copy."""
+        center, normalize = self._gram_scaling
+        return blocks.prepare_gram_data(self.data, center=center, normalize=normalize)
 
     def describe(self):
         if self.matrix is not None:

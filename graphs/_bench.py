@@ -16,3 +16,23 @@ def memory_bandwidth(nbytes=1 << 30, repeat=5):
         np.copyto(b, a)
         best = min(best, time.perf_counter() - t)
     return 2 * nbytes / best
+
+
+def write_result(here, name, result, plot):
+    """Save ``result`` as ``name``.json beside the script and draw ``name``.png from it."""
+    import json
+    import os
+
+    with open(os.path.join(here, f"{name}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    plot(result, os.path.join(here, f"{name}.png"))
+    print(f"\nwrote {os.path.join(here, name + '.png')}")
+
+
+def replot(here, name, plot):
+    """Redraw ``name``.png from the saved ``name``.json (a script's --plot-only)."""
+    import json
+    import os
+
+    with open(os.path.join(here, f"{name}.json")) as f:
+        plot(json.load(f), os.path.join(here, f"{name}.png"))

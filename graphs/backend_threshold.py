@@ -13,11 +13,11 @@ table is what that constant rests on.  Writes graphs/backend_threshold.json and 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 
 import numpy as np
+from _bench import write_result
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 K = 16
@@ -104,9 +104,7 @@ def main():
                   f"{dist['passes']:11.1f} {ratio:10.2f} {overhead:21.1f}", flush=True)
     result = {"rows": rows, "local_max_n_in_code": LOCAL_MAX_N, "cpu_count": len(os.sched_getaffinity(0)),
               "when": time.strftime("%Y-%m-%d %H:%M")}
-    with open(os.path.join(HERE, "backend_threshold.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    plot(result, os.path.join(HERE, "backend_threshold.png"))
+    write_result(HERE, "backend_threshold", result, plot)
 
 
 if __name__ == "__main__":

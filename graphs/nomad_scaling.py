@@ -26,7 +26,7 @@ import sys
 import time
 
 import numpy as np
-from _bench import memory_bandwidth
+from _bench import memory_bandwidth, replot, write_result
 
 from dnomad.blocks.engine import _worker_peak_rss
 
@@ -230,8 +230,7 @@ def main():
     ap.add_argument("--plot-only", action="store_true", help="redraw the plot from the saved JSON")
     args = ap.parse_args()
     if args.plot_only:
-        with open(os.path.join(HERE, "nomad_scaling.json")) as f:
-            plot(json.load(f), os.path.join(HERE, "nomad_scaling.png"))
+        replot(HERE, "nomad_scaling", plot)
         return
     if args.child:
         kind, rest = args.child[0], args.child[1:]
@@ -284,10 +283,7 @@ def main():
                   flush=True)
     result = {"bandwidth_GBps": bw / 1e9, "passes": rows, "per_step": step, "runs": runs, "scs": scs,
               "cpu_count": len(os.sched_getaffinity(0))}
-    with open(os.path.join(HERE, "nomad_scaling.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    plot(result, os.path.join(HERE, "nomad_scaling.png"))
-    print(f"\nwrote {os.path.join(HERE, 'nomad_scaling.png')}")
+    write_result(HERE, "nomad_scaling", result, plot)
 
 
 if __name__ == "__main__":

@@ -21,13 +21,12 @@ Writes graphs/symnmf_convergence.json and graphs/symnmf_convergence.png.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 import warnings
 
 import numpy as np
-from _bench import memory_bandwidth
+from _bench import memory_bandwidth, replot, write_result
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SETS = {"yeast": ("yeast", 10), "satimage": ("satimage", 6), "pendigits": ("pendigits", 10),
@@ -169,7 +168,6 @@ def plot(result, path):
 
 
 def main():
-    global bandwidth
     ap = argparse.ArgumentParser()
     ap.add_argument("--sets", nargs="*", default=list(SETS))
     ap.add_argument("--cap", type=float, default=240.0, help="seconds per solver run")
@@ -177,8 +175,7 @@ def main():
     ap.add_argument("--plot-only", action="store_true", help="redraw the plot from the saved JSON")
     args = ap.parse_args()
     if args.plot_only:
-        with open(os.path.join(HERE, "symnmf_convergence.json")) as f:
-            plot(json.load(f), os.path.join(HERE, "symnmf_convergence.png"))
+        replot(HERE, "symnmf_convergence", plot)
         return
     bandwidth = memory_bandwidth()
     print(f"memory bandwidth (numpy copy, read + write): {bandwidth / 1e9:.1f} GB/s", flush=True)
@@ -206,13 +203,8 @@ def main():
         print(f"{n:6d} {r['fw_iteration']:8.4f} {r['matmat']:8.4f} {r['matvec']:8.4f} "
               f"{r['fw_over_matmat']:7.2f} {r['fw_over_matvec']:7.2f} {r['fw_GBps']:8.1f} "
               f"{r['fw_efficiency']:7.2f}", flush=True)
-    with open(os.path.join(HERE, "symnmf_convergence.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    plot(result, os.path.join(HERE, "symnmf_convergence.png"))
-    print(f"\nwrote {os.path.join(HERE, 'symnmf_convergence.png')}")
+    write_result(HERE, "symnmf_convergence", result, plot)
 
-
-bandwidth = 1.0
 
 if __name__ == "__main__":
     main()

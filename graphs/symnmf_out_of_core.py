@@ -18,13 +18,13 @@ process (client and workers).  Writes graphs/symnmf_out_of_core.json and .png.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import time
 import warnings
 
 import numpy as np
+from _bench import write_result
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -134,9 +134,7 @@ def main():
           f"= {result['pass_over_disk']:.2f} x the disk's cold read bandwidth")
     print("peak resident memory: client {:.2f} GB; workers {}; P is {:.1f} GB".format(
         client_peak / 1e9, ", ".join(f"{v / 1e9:.2f} GB" for v in worker_peaks.values()), nbytes / 1e9))
-    with open(os.path.join(HERE, "symnmf_out_of_core.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    plot(result, os.path.join(HERE, "symnmf_out_of_core.png"))
+    write_result(HERE, "symnmf_out_of_core", result, plot)
     shutil.rmtree(args.store)
 
 

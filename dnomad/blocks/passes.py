@@ -162,13 +162,21 @@ def matmat(group: BlockGroup, name: str, V: np.ndarray):
         return (name, Vi, Vj, layout.symmetric and key[0] != key[1])
 
     results = group.map_blocks(_matmat_block_task, args, reads=[name], writes=[], name="matmat")
-    Y = np.zeros(V2.shape, dtype=np.result_type(group.dtype, np.float64) if V2.dtype == np.float64
-                 else group.dtype)
+    Y = _sum_row_partials(layout, results, V2.shape,
+                          np.result_type(group.dtype, np.float64) if V2.dtype == np.float64
+                          else group.dtype)
+    return Y.reshape(layout.n) if squeeze else Y
+
+
+def _sum_row_partials(layout, results, shape, dtype):
+    """Add each block's (rows of block row i, rows of block row j or None) partial products
+    into one n x k result."""
+    Y = np.zeros(shape, dtype=dtype)
     for key, (Yi, Yj) in zip(layout.keys, results):
         Y[slice(*layout.bounds(key[0]))] += Yi
         if Yj is not None:
             Y[slice(*layout.bounds(key[1]))] += Yj
-    return Y.reshape(layout.n) if squeeze else Y
+    return Y
 
 
 # ------------------------------------------------------------------ one-hot products
@@ -193,12 +201,7 @@ def label_sums(group: BlockGroup, name: str, labels: np.ndarray, n_labels: int):
         return (name, li, lj, int(n_labels), layout.symmetric and key[0] != key[1])
 
     results = group.map_blocks(_label_sum_task, args, reads=[name], writes=[], name="label_sums")
-    Y = np.zeros((layout.n, int(n_labels)), np.float64)
-    for key, (Yi, Yj) in zip(layout.keys, results):
-        Y[slice(*layout.bounds(key[0]))] += Yi
-        if Yj is not None:
-            Y[slice(*layout.bounds(key[1]))] += Yj
-    return Y
+    return _sum_row_partials(layout, results, (layout.n, int(n_labels)), np.float64)
 
 
 # ------------------------------------------------------------------ reductions
@@ -319,6 +322,28 @@ def _thread_map(fn, items):
         return list(pool.map(fn, items))
 
 
+class SparseColumns:
+    """The columns of a sparse f x n matrix X in the layout the epoch kernel reads: each
+    column's nonzeros together (CSR of X^T), sorted, int64 indices; made once per run."""
+
+    def __init__(self, X):
+        import scipy.sparse as sp
+
+        Xt = sp.csr_matrix(X.T)
+        Xt.sort_indices()
+        self.indptr = Xt.indptr.astype(np.int64)
+        self.indices = Xt.indices.astype(np.int64)
+        self.data = Xt.data.astype(np.float64)
+
+
+def prepare_columns(X):
+    """X's columns as an epoch streams them: X^T C-contiguous (n x f) for dense X,
+    :class:`SparseColumns` for scipy.sparse X."""
+    import scipy.sparse as sp
+
+    return SparseColumns(X) if sp.issparse(X) else np.ascontiguousarray(X.T)
+
+
 class ZarrColumns:
     """The columns of an f x n data matrix X stored in Zarr as X^T (n x f), in chunks of
     ``chunk`` columns: what an out-of-core HOTTOPIXX epoch streams past each row block."""
@@ -378,8 +403,9 @@ def hottopixx_epoch(C, Xt, order, step, diag_step, *, row_block, client=None):
     parallel and the result does not depend on the blocking.  ``diag_step[i]`` is the
     diagonal step of row i.
 
-    ``Xt`` holds X's columns as rows: a dense (n, f) array or a scipy sparse matrix (each
-    column then costs b nnz(X_k) per task), with ``order`` the columns' visiting order;
+    ``Xt`` holds X's columns (see :func:`prepare_columns`): a dense (n, f) array or a
+    :class:`SparseColumns` (each column then costs b nnz(X_k) per task; a scipy sparse
+    X^T is converted, once per call), with ``order`` the columns' visiting order;
     or a :class:`ZarrColumns` (out of core: each task reads every chunk once), with
     ``order`` = (chunk order, local orders) from :func:`blocked_column_order`.  Tasks run
     on ``client``'s workers when given (C's rows travel, b x f numbers each way), else on
@@ -387,6 +413,8 @@ def hottopixx_epoch(C, Xt, order, step, diag_step, *, row_block, client=None):
     """
     import scipy.sparse as sp
 
+    if sp.issparse(Xt):
+        Xt = SparseColumns(Xt.T)
     blocks_ = _row_blocks(C.shape[0], row_block)
     if isinstance(Xt, ZarrColumns):
         chunk_order, local = order
@@ -404,14 +432,10 @@ def hottopixx_epoch(C, Xt, order, step, diag_step, *, row_block, client=None):
 
         _thread_map(run, blocks_)
         return
-    if sp.issparse(Xt):
-        # Rows of Xt are X's columns: CSR of Xt holds each column's nonzeros together.
-        Xt = sp.csr_matrix(Xt)
-        Xt.sort_indices()
-        parts = (Xt.indptr.astype(np.int64), Xt.indices.astype(np.int64), Xt.data.astype(np.float64))
-
+    if isinstance(Xt, SparseColumns):
         def kernel(block, rows):
-            kernels.hottopixx_epoch_block_sparse(block, rows, *parts, order, step, diag_step[rows])
+            kernels.hottopixx_epoch_block_sparse(block, rows, Xt.indptr, Xt.indices, Xt.data, order,
+                                                 step, diag_step[rows])
     else:
         def kernel(block, rows):
             kernels.hottopixx_epoch_block(block, rows, Xt, order, step, diag_step[rows])

@@ -13,8 +13,8 @@ and the r largest diagonal entries of C name the hott rows I; W = X_I and
 F = argmin_{Z >= 0} ||X - Z W||_{inf,1} (eq. 2).
 
 Symbols -> code: p -> ``cost``, beta -> ``beta``, s_p / s_d -> ``primal_step`` /
-``dual_step``, mu_j -> nnz(X_j) / n, Phi_0 -> ``kernels.squish_columns`` (Alg. 5) or
-``kernels.clip_phi`` (Sec. 4's clipping), ||.||_{inf,1} -> ``metrics.inf1_norm`` (the
+``dual_step``, mu_j -> nnz(X_j) / n, Phi_0 -> ``blocks.squish_columns`` (Alg. 5) or
+``blocks.clip_phi`` (Sec. 4's clipping), ||.||_{inf,1} -> ``metrics.inf1_norm`` (the
 largest row l1 norm).
 
 The diagonal term.  The Lagrangian of Sec. 4 is
@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import blocks
-from ..blocks import kernels
 from ..errors import InputValueError
 from ..metrics import inf1_norm
+from ._checks import check_choices, check_count, check_ints, check_numbers
 
 logger = logging.getLogger(__name__)
 
@@ -67,24 +67,11 @@ class HottopixxParams:
     cost_scale: float = 1e-1
 
     def validate(self, f):
-        r = self.rank
-        if not isinstance(r, (int, np.integer)) or isinstance(r, bool) or not 1 <= r <= f:
-            raise InputValueError(f"rank must be an integer with 1 <= rank <= n_features = {f}; got {r!r}")
-        for name in ("n_epochs", "row_block"):
-            val = getattr(self, name)
-            if not isinstance(val, (int, np.integer)) or val < 1:
-                raise InputValueError(f"{name} must be a positive integer; got {val!r}")
-        if not isinstance(self.clean_epochs, (int, np.integer)) or self.clean_epochs < 0:
-            raise InputValueError(f"clean_epochs must be an integer >= 0; got {self.clean_epochs!r}")
-        for name in ("primal_step", "dual_step"):
-            val = getattr(self, name)
-            if not (isinstance(val, (int, float, np.floating)) and val > 0):
-                raise InputValueError(f"{name} must be a number > 0; got {val!r}")
-        if self.projection not in PROJECTIONS:
-            raise InputValueError(f"projection must be one of {PROJECTIONS}; got {self.projection!r}")
-        if self.fit_components not in COMPONENT_FITS:
-            raise InputValueError(f"fit_components must be one of {COMPONENT_FITS}; got "
-                                  f"{self.fit_components!r}")
+        check_count("rank", self.rank, 1, f, "n_features")
+        check_ints(self, ("n_epochs", "row_block"))
+        check_ints(self, ("clean_epochs",), minimum=0)
+        check_numbers(self, ("primal_step", "dual_step", "cost_scale"), positive=True)
+        check_choices(self, {"projection": PROJECTIONS, "fit_components": COMPONENT_FITS})
 
 
 @dataclass
@@ -202,15 +189,16 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None):
 
     sparse = sp.issparse(X)
     nnz = (X.getnnz(axis=1) if sparse else np.count_nonzero(X, axis=1)).astype(np.float64)
-    Xt = X.T.tocsr() if sparse else np.ascontiguousarray(X.T)
+    columns = blocks.prepare_columns(X)
     C = np.zeros((f, f))
     beta = 0.0
-    project = kernels.squish_columns if params.projection == "squish" else kernels.clip_phi
+    project = blocks.squish_columns if params.projection == "squish" else blocks.clip_phi
     history, t0 = [], time.perf_counter()
     for epoch in range(1, params.n_epochs + 1):
         order = rng.permutation(n)
         diag_step = params.primal_step * (cost + beta) / nnz
-        blocks.hottopixx_epoch(C, Xt, order, params.primal_step, diag_step, row_block=params.row_block)
+        blocks.hottopixx_epoch(C, columns, order, params.primal_step, diag_step,
+                               row_block=params.row_block)
         C = project(C)
         trace = float(np.trace(C))
         beta += params.dual_step * (trace - params.rank)

@@ -36,6 +36,7 @@ from .. import blocks
 from ..blocks import store as run_store
 from ..errors import ConvergenceWarning, InputValueError
 from ..linalg import extreme_eigenvector
+from ._checks import check_choices, check_ints
 
 logger = logging.getLogger(__name__)
 
@@ -71,10 +72,7 @@ class NomadParams:
         K = self.n_clusters
         if not isinstance(K, (int, np.integer)) or isinstance(K, bool) or not 1 < K < n:
             raise InputValueError(f"n_clusters must be an integer with 1 < n_clusters < n = {n}; got {K!r}")
-        for name in ("max_iter", "n_inner", "checkpoint_every"):
-            val = getattr(self, name)
-            if not isinstance(val, (int, np.integer)) or val < 1:
-                raise InputValueError(f"{name} must be a positive integer; got {val!r}")
+        check_ints(self, ("max_iter", "n_inner", "checkpoint_every"))
         for name in ("penalty", "tau"):
             val = getattr(self, name)
             if isinstance(val, str):
@@ -86,10 +84,8 @@ class NomadParams:
         for name in ("rmse_tol", "min_tol", "objective_tol"):
             if not getattr(self, name) >= 0:
                 raise InputValueError(f"{name} must be >= 0; got {getattr(self, name)!r}")
-        for name, allowed in (("step_rule", STEP_RULES), ("penalty_schedule", PENALTY_SCHEDULES),
-                              ("eigen_tol", EIGEN_TOL_RULES)):
-            if getattr(self, name) not in allowed:
-                raise InputValueError(f"{name} must be one of {allowed}; got {getattr(self, name)!r}")
+        check_choices(self, {"step_rule": STEP_RULES, "penalty_schedule": PENALTY_SCHEDULES,
+                             "eigen_tol": EIGEN_TOL_RULES})
         if self.eigen_ncv is not None and (not isinstance(self.eigen_ncv, (int, np.integer))
                                            or self.eigen_ncv < 3):
             raise InputValueError(f"eigen_ncv must be None or an integer >= 3; got {self.eigen_ncv!r}")

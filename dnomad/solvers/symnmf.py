@@ -38,6 +38,7 @@ import numpy as np
 
 from ..errors import ConvergenceWarning, InputValueError
 from ..linalg import top_eigenvectors
+from ._checks import check_choices, check_count, check_ints, check_numbers
 
 logger = logging.getLogger(__name__)
 
@@ -60,19 +61,10 @@ class SymNMFParams:
     step_rule: str = "line_search"
 
     def validate(self, n):
-        k = self.n_components
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 2 <= k <= n:
-            raise InputValueError(f"n_clusters must be an integer with 2 <= n_clusters <= n = {n}; "
-                                  f"got {k!r}")
-        if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
-            raise InputValueError(f"max_iter must be a positive integer; got {self.max_iter!r}")
-        for name in ("tol", "objective_tol"):
-            val = getattr(self, name)
-            if isinstance(val, bool) or not isinstance(val, (int, float, np.number)) or not val >= 0:
-                raise InputValueError(f"{name} must be a number >= 0; got {val!r}")
-        for name, allowed in (("stop_rule", STOP_RULES), ("step_rule", STEP_RULES)):
-            if getattr(self, name) not in allowed:
-                raise InputValueError(f"{name} must be one of {allowed}; got {getattr(self, name)!r}")
+        check_count("n_clusters", self.n_components, 2, n, "n")
+        check_ints(self, ("max_iter",))
+        check_numbers(self, ("tol", "objective_tol"), positive=False)
+        check_choices(self, {"stop_rule": STOP_RULES, "step_rule": STEP_RULES})
 
 
 @dataclass
@@ -113,15 +105,16 @@ class SymNMFResult:
 
 
 # ------------------------------------------------------------------ pieces
-def objective_from(W, M, fro2):
-    """f(W) = 1/4 (||P||_F^2 - 2 <W, P W> + ||W^T W||_F^2), from M = P W."""
-    A = W.T @ W
+def objective_from(W, M, fro2, A=None):
+    """f(W) = 1/4 (||P||_F^2 - 2 <W, P W> + ||W^T W||_F^2), from M = P W (and the Gram
+    A = W^T W when the caller has it)."""
+    A = W.T @ W if A is None else A
     return 0.25 * (fro2 - 2.0 * float(np.sum(W * M)) + float(np.sum(A * A)))
 
 
-def gradient_from(W, M):
-    """grad f(W) = W (W^T W) - P W (eq. 7), from M = P W."""
-    return W @ (W.T @ W) - M
+def gradient_from(W, M, A=None):
+    """grad f(W) = W (W^T W) - P W (eq. 7), from M = P W (and A = W^T W if known)."""
+    return W @ (W.T @ W if A is None else A) - M
 
 
 def lmo(G):
@@ -136,7 +129,7 @@ def fw_gap(G, W):
     return float(np.sum(G * W) - np.sum(gmin)), labels
 
 
-def quartic_coefficients(W, M, labels, N, fro2):
+def quartic_coefficients(W, M, labels, N, fro2, A=None):
     """Coefficients c0..c4 of f(W + step (S - W)) = sum_m c_m step^m, with S the one-hot
     matrix of ``labels``, M = P W and N = P S: no pass over P.
 
@@ -150,7 +143,7 @@ def quartic_coefficients(W, M, labels, N, fro2):
     wn = float(np.sum(W * N))
     sn = float(np.sum(N[rows, labels]))
     t0, t1, t2 = wm, (sm - wm) + (wn - wm), sn - sm - wn + wm
-    A = W.T @ W
+    A = W.T @ W if A is None else A
     WS = np.zeros((k, k))                     # W^T S: column b sums W's rows labelled b
     for a in range(k):
         WS[a] = np.bincount(labels, weights=W[:, a], minlength=k)
@@ -330,9 +323,10 @@ def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=No
     for t in range(first, params.max_iter + 1):
         if checkpoint is not None and t > first and t % checkpoint_every == 0:
             checkpoint(checkpoint_state(W, M, t, history, clock.passes, **extra))
-        G = gradient_from(W, M)
+        A = W.T @ W                      # the k x k Gram, shared by f, grad f and the line search
+        G = gradient_from(W, M, A)
         gap, labels = fw_gap(G, W)
-        f = objective_from(W, M, fro2)
+        f = objective_from(W, M, fro2, A)
         row, reason = _record(clock, history, t, params, prev_obj, fro2, callback, objective=f, gap=gap)
         if reason is not None:
             stop_reason = reason
@@ -343,7 +337,7 @@ def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=No
         if curvature is not None:
             step = min(gap / curvature, 1.0)
         else:
-            step = quartic_argmin(quartic_coefficients(W, M, labels, N, fro2))
+            step = quartic_argmin(quartic_coefficients(W, M, labels, N, fro2, A))
         row["step"] = step
         W *= 1.0 - step
         W[np.arange(n), labels] += step

@@ -1,0 +1,46 @@
+"""Parameter checks shared by the solvers' ``validate`` methods: one message per kind."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import InputValueError
+
+
+def _is_int(val):
+    return isinstance(val, (int, np.integer)) and not isinstance(val, bool)
+
+
+def check_ints(params, names, minimum=1):
+    """Each attribute in ``names`` is an integer >= ``minimum``."""
+    for name in names:
+        val = getattr(params, name)
+        if not _is_int(val) or val < minimum:
+            kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise InputValueError(f"{name} must be {kind}; got {val!r}")
+
+
+def check_numbers(params, names, *, positive):
+    """Each attribute in ``names`` is a finite number, > 0 (``positive``) or >= 0."""
+    for name in names:
+        val = getattr(params, name)
+        ok = not isinstance(val, bool) and isinstance(val, (int, float, np.number)) \
+            and math.isfinite(val) and (val > 0 if positive else val >= 0)
+        if not ok:
+            raise InputValueError(f"{name} must be a finite number {'>' if positive else '>='} 0; "
+                                  f"got {val!r}")
+
+
+def check_choices(params, allowed_by_name):
+    """Each attribute named in ``allowed_by_name`` is one of its allowed values."""
+    for name, allowed in allowed_by_name.items():
+        if getattr(params, name) not in allowed:
+            raise InputValueError(f"{name} must be one of {allowed}; got {getattr(params, name)!r}")
+
+
+def check_count(name, val, lo, hi, bound):
+    """``val`` is an integer with lo <= val <= hi (``bound`` names hi in the message)."""
+    if not _is_int(val) or not lo <= val <= hi:
+        raise InputValueError(f"{name} must be an integer with {lo} <= {name} <= {bound} = {hi}; "
+                              f"got {val!r}")
