@@ -75,6 +75,12 @@ def cmd_fit(args):
             Client(scheduler_file=args.scheduler_file)
     try:
         params = json.loads(args.params) if args.params else {}
+        if args.method == "hottopixx":
+            est = dnomad.fit(_read_input(args.input), method="hottopixx", rank=args.n_clusters,
+                             store=args.store, overwrite=args.overwrite, **params)
+            print(f"hottopixx: {est.n_epochs_} epochs, hott rows {est.hott_rows_.tolist()}, "
+                  f"||X - F W||_inf,1 = {est.error_:.4g}; results in {args.store}")
+            return 0
         if args.method == "symnmf":
             params.setdefault("affinity", "precomputed" if args.precomputed else "gaussian")
         else:
@@ -129,8 +135,9 @@ def main(argv=None):
 
     p = sub.add_parser("fit", help="fit a method on data (.npy, .csv or a Zarr path)")
     p.add_argument("--input", required=True)
-    p.add_argument("--method", default="nomad", choices=["nomad", "symnmf"])
-    p.add_argument("--n-clusters", type=int, required=True)
+    p.add_argument("--method", default="nomad", choices=["nomad", "symnmf", "hottopixx"])
+    p.add_argument("--n-clusters", "--rank", dest="n_clusters", type=int, required=True,
+                   help="K (nomad), k (symnmf) or the rank r (hottopixx: features x samples input)")
     p.add_argument("--store", required=True)
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--precomputed", action="store_true",

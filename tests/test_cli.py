@@ -57,6 +57,21 @@ def test_fit_symnmf_from_the_command_line(tmp_path):
     np.testing.assert_allclose(W.sum(axis=1), 1, atol=1e-12)
 
 
+def test_fit_hottopixx_from_the_command_line(tmp_path):
+    from dnomad.data import separable_nmf
+
+    inst = separable_nmf(30, 300, 3, random_state=0)
+    np.save(tmp_path / "X.npy", inst["X"])
+    store = str(tmp_path / "run.zarr")
+    out = run("fit", "--method", "hottopixx", "--input", str(tmp_path / "X.npy"), "--rank", "3",
+              "--store", store, "--params", json.dumps({"random_state": 0}))
+    assert "hottopixx: 50 epochs" in out.stdout, out.stderr
+    info = json.loads(run("info", store).stdout)
+    assert info["run"]["method"] == "hottopixx" and info["result"]["n_epochs"] == 50
+    hott = dnomad.blocks.store.read_vector(store, "result/hott_rows")
+    assert sorted(inst["copies"][hott]) == [0, 1, 2]
+
+
 def test_examples_run():
     for script in sorted((ROOT / "examples").glob("*.py")):
         res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,

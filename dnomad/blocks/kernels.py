@@ -548,23 +548,58 @@ def clip_phi(C):
 
 
 @numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
-def _clean_rows(Z, rows, X, Wt, order, step):
-    # Incremental subgradient steps of sum_k |X_ik - Z_i W_k| over Z_i >= 0, for rows ``rows``.
-    b = Z.shape[0]
+def _clean_rows(Z, rows, Xt, hott, order, step):
+    # Projected incremental subgradient steps of sum_k |X_ik - Z_i W_k| over Z_i >= 0 for
+    # rows ``rows``, with W = X_hott: column k of W is Xt[k, hott].
+    b, r = Z.shape
     for q in range(order.shape[0]):
-        k = order[q]
-        wk = Wt[k]
+        xk = Xt[order[q]]
         for a in range(b):
             zi = Z[a]
-            resid = X[rows[a], k] - _dot(zi, wk)
+            acc = 0.0
+            for j in range(r):
+                acc += zi[j] * xk[hott[j]]
+            resid = xk[rows[a]] - acc
             if resid != 0.0:
                 s = step if resid > 0.0 else -step
-                for j in range(wk.shape[0]):
-                    zi[j] = max(zi[j] + s * wk[j], 0.0)
+                for j in range(r):
+                    zi[j] = max(zi[j] + s * xk[hott[j]], 0.0)
 
 
-def clean_rows_block(Z, rows, X, Wt, order, step):
-    """One cleaning epoch for rows ``rows`` of F = argmin_{Z >= 0} ||X - Z W||_{inf,1}
-    (projected incremental subgradient, in place); ``Wt`` is W transposed (n x r)."""
-    _clean_rows(Z, np.ascontiguousarray(rows, dtype=np.int64), X, Wt,
+def clean_rows_block(Z, rows, Xt, hott, order, step):
+    """One cleaning epoch (projected incremental subgradient, in place) for rows ``rows``
+    of F = argmin_{Z >= 0} ||X - Z X_hott||_{inf,1}, visiting the columns of X (rows of
+    ``Xt``, n x f) in ``order``.  Cost: b r per column."""
+    _clean_rows(Z, np.ascontiguousarray(rows, dtype=np.int64), Xt,
+                np.ascontiguousarray(hott, dtype=np.int64),
                 np.ascontiguousarray(order, dtype=np.int64), float(step))
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _clean_rows_sparse(Z, rows, indptr, indices, data, hott, order, step, scratch):
+    b, r = Z.shape
+    for q in range(order.shape[0]):
+        k = order[q]
+        lo, hi = indptr[k], indptr[k + 1]
+        for t in range(lo, hi):
+            scratch[indices[t]] = data[t]
+        for a in range(b):
+            zi = Z[a]
+            acc = 0.0
+            for j in range(r):
+                acc += zi[j] * scratch[hott[j]]
+            resid = scratch[rows[a]] - acc
+            if resid != 0.0:
+                s = step if resid > 0.0 else -step
+                for j in range(r):
+                    zi[j] = max(zi[j] + s * scratch[hott[j]], 0.0)
+        for t in range(lo, hi):
+            scratch[indices[t]] = 0.0
+
+
+def clean_rows_block_sparse(Z, rows, indptr, indices, data, n_features, hott, order, step):
+    """:func:`clean_rows_block` for X in compressed columns (CSR of X^T, f = n_features)."""
+    _clean_rows_sparse(Z, np.ascontiguousarray(rows, dtype=np.int64), indptr, indices, data,
+                       np.ascontiguousarray(hott, dtype=np.int64),
+                       np.ascontiguousarray(order, dtype=np.int64), float(step),
+                       np.zeros(int(n_features), np.float64))

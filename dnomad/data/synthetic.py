@@ -101,7 +101,7 @@ DATASETS = {
 
 
 def separable_nmf(n_features=40, n_samples=400, rank=3, *, duplicates=0, noise=0.0,
-                  random_state=0):
+                  random_state=0, with_alpha=True):
     """The synthetic instances of Bittorf et al. (NIPS 2012), Sec. 5.
 
     ``rank`` hott topics drawn uniformly from the unit simplex in R^n_samples, each
@@ -115,6 +115,8 @@ def separable_nmf(n_features=40, n_samples=400, rank=3, *, duplicates=0, noise=0
     Returns a dict: ``X`` (n_features x n_samples), ``hott`` (indices of the hott rows,
     one per topic, in topic order), ``copies`` (for each row, its topic, or -1), ``F``
     and ``W`` of the noiseless factorization X0 = F W, ``alpha``, ``epsilon``.
+    ``with_alpha=False`` skips alpha (r LPs over n columns; None then) for noiseless
+    instances too large for it.
     """
     rng = _rng(random_state)
     f, n, r = int(n_features), int(n_samples), int(rank)
@@ -134,8 +136,10 @@ def separable_nmf(n_features=40, n_samples=400, rank=3, *, duplicates=0, noise=0
     perm = rng.permutation(f)
     F, topic = F[perm], topic[perm]
     X0 = F @ W
-    alpha = robust_simplicial_constant(W) if r > 1 else 2.0
-    eps = noise * alpha ** 2 / (20 + 13 * alpha)
+    if not with_alpha and noise > 0:
+        raise InputValueError("noise > 0 is scaled by alpha: with_alpha must be True")
+    alpha = (robust_simplicial_constant(W) if r > 1 else 2.0) if with_alpha else None
+    eps = noise * alpha ** 2 / (20 + 13 * alpha) if noise > 0 else 0.0
     X = X0
     if eps > 0:
         U = rng.dirichlet(np.ones(n), size=f)

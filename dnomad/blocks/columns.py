@@ -1,0 +1,380 @@
+"""A nonnegative f x n data matrix read by its columns: HOTTOPIXX's input (Bittorf et
+al., Sec. 4.1).
+
+Each epoch is a block-nested loop: a task owns a block of rows of the f x f matrix C
+(sized to stay in cache) and streams every column of X past it.  The columns live in
+this process (dense X^T, or the compressed columns of a sparse X) or in Zarr as X^T in
+chunks of columns (out of core: each task reads each chunk once per epoch).  Rows of X
+are scaled to sum 1 as the paper assumes; for Zarr the scale is applied as chunks are
+read, so the stored copy is the input's values.
+"""
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+
+from . import kernels
+from ..errors import InputTypeError, InputValueError
+from .engine import _open_zarr_array
+
+# Columns per chunk of the residual and row passes: about 32 MB of float64 per chunk.
+_CHUNK_ENTRIES = 1 << 22
+
+
+def _row_blocks(f, row_block):
+    return [np.arange(a, min(a + row_block, f)) for a in range(0, f, row_block)]
+
+
+def _thread_map(fn, items):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .engine import _n_threads
+
+    with ThreadPoolExecutor(min(_n_threads(), max(1, len(items)))) as pool:
+        return list(pool.map(fn, items))
+
+
+class SparseColumns:
+    """The columns of a sparse f x n matrix X in the layout the epoch kernel reads: each
+    column's nonzeros together (CSR of X^T), sorted, int64 indices; made once per run."""
+
+    def __init__(self, X):
+        import scipy.sparse as sp
+
+        Xt = sp.csr_matrix(X.T)
+        Xt.sort_indices()
+        self.n, self.f = Xt.shape
+        self.indptr = Xt.indptr.astype(np.int64)
+        self.indices = Xt.indices.astype(np.int64)
+        self.data = Xt.data.astype(np.float64)
+
+    def chunk(self, c0, c1):
+        """Columns c0:c1 of X as a sparse (c1 - c0) x f block of X^T (CSR)."""
+        import scipy.sparse as sp
+
+        lo, hi = self.indptr[c0], self.indptr[c1]
+        return sp.csr_matrix((self.data[lo:hi], self.indices[lo:hi], self.indptr[c0:c1 + 1] - lo),
+                             shape=(c1 - c0, self.f))
+
+
+class ZarrColumns:
+    """The columns of an f x n data matrix X stored in Zarr as X^T (n x f), in chunks of
+    ``chunk`` columns: what an out-of-core HOTTOPIXX epoch streams past each row block.
+    ``scale`` (f,), when set, multiplies each row of X as chunks are read."""
+
+    def __init__(self, url, path, scale=None):
+        import zarr
+
+        arr = zarr.open_array(store=str(url), path=path, mode="r")
+        if arr.ndim != 2:
+            raise InputValueError(f"Zarr array {path!r} at {url!r} must be 2-D (n x f); got {arr.shape}")
+        self.url, self.path = str(url), path
+        self.n, self.f = arr.shape
+        self.chunk = arr.chunks[0]
+        self.scale = None if scale is None else np.asarray(scale, dtype=np.float64)
+        self.generation = uuid.uuid4().hex        # a rewritten array gets a fresh handle
+
+    @classmethod
+    def write(cls, Xt, url, path, chunk):
+        """Store X^T (n x f, dense) with ``chunk`` rows (columns of X) per Zarr chunk."""
+        import zarr
+
+        Xt = np.asarray(Xt, dtype=np.float64)
+        arr = zarr.create_array(store=str(url), name=path, shape=Xt.shape, dtype=Xt.dtype,
+                                chunks=(int(chunk), Xt.shape[1]), compressors=None, overwrite=True)
+        arr[...] = Xt
+        return cls(url, path)
+
+    def read(self, c):
+        arr = _open_zarr_array(self.url, self.path, self.generation)
+        block = np.ascontiguousarray(arr[c * self.chunk:min((c + 1) * self.chunk, self.n)])
+        if self.scale is not None:
+            block *= self.scale
+        return block
+
+    @property
+    def n_chunks(self):
+        return -(-self.n // self.chunk)
+
+
+def _epoch_rows_from_zarr(block, rows, cols, chunk_order, local_orders, step, diag_step):
+    # One task of the block-nested loop: these rows of C meet every chunk of X's columns.
+    for c, local in zip(chunk_order, local_orders):
+        kernels.hottopixx_epoch_block(block, rows, cols.read(c), local, step, diag_step)
+    return block
+
+
+def _clean_rows_from_zarr(Z, rows, cols, hott, chunk_order, local_orders, step):
+    for c, local in zip(chunk_order, local_orders):
+        kernels.clean_rows_block(Z, rows, cols.read(c), hott, local, step)
+    return Z
+
+
+def blocked_column_order(rng, n, chunk):
+    """An epoch's visiting order that streams column chunks: the chunks in a random order,
+    the columns of each in a random order.  Returns (chunk_order, [local orders])."""
+    n_chunks = -(-n // chunk)
+    chunk_order = rng.permutation(n_chunks)
+    local = [rng.permutation(min(chunk, n - c * chunk)) for c in chunk_order]
+    return chunk_order, local
+
+
+def hottopixx_epoch(C, Xt, order, step, diag_step, *, row_block, client=None):
+    """One HOTTOPIXX epoch in place: the block-nested loop of Bittorf et al., Sec. 4.1.
+
+    Each task owns ``row_block`` rows of C (sized to stay in cache) and streams every
+    column of X past them; rows of C do not interact within an epoch, so the tasks run in
+    parallel and the result does not depend on the blocking.  ``diag_step[i]`` is the
+    diagonal step of row i.
+
+    ``Xt`` holds X's columns: a dense (n, f) array or a :class:`SparseColumns` (each
+    column then costs b nnz(X_k) per task; a scipy sparse X^T is converted, once per
+    call), with ``order`` the columns' visiting order; or a :class:`ZarrColumns` (out of
+    core: each task reads every chunk once), with ``order`` = (chunk order, local orders)
+    from :func:`blocked_column_order`.  Tasks run on ``client``'s workers when given and
+    the columns are in Zarr (C's rows travel, b x f numbers each way), else on one thread
+    per core here (the kernels release the GIL).
+    """
+    import scipy.sparse as sp
+
+    if sp.issparse(Xt):
+        Xt = SparseColumns(Xt.T)
+    blocks_ = _row_blocks(C.shape[0], row_block)
+    if isinstance(Xt, ZarrColumns):
+        chunk_order, local = order
+        if client is not None:
+            futs = [client.submit(_epoch_rows_from_zarr, np.ascontiguousarray(C[rows]), rows, Xt,
+                                  chunk_order, local, step, diag_step[rows], pure=False)
+                    for rows in blocks_]
+            for rows, block in zip(blocks_, client.gather(futs)):
+                C[rows] = block
+            return
+
+        def run(rows):
+            C[rows] = _epoch_rows_from_zarr(np.ascontiguousarray(C[rows]), rows, Xt, chunk_order,
+                                            local, step, diag_step[rows])
+
+        _thread_map(run, blocks_)
+        return
+    if isinstance(Xt, SparseColumns):
+        def kernel(block, rows):
+            kernels.hottopixx_epoch_block_sparse(block, rows, Xt.indptr, Xt.indices, Xt.data, order,
+                                                 step, diag_step[rows])
+    else:
+        def kernel(block, rows):
+            kernels.hottopixx_epoch_block(block, rows, Xt, order, step, diag_step[rows])
+
+    def run(rows):
+        block = np.ascontiguousarray(C[rows])
+        kernel(block, rows)
+        C[rows] = block
+
+    _thread_map(run, blocks_)
+
+
+class FeatureColumns:
+    """A validated f x n nonnegative matrix X, rows scaled to sum 1, held by columns.
+
+    Made by :func:`feature_columns`.  ``columns`` is the dense X^T (n x f), a
+    :class:`SparseColumns` or a :class:`ZarrColumns`; ``row_sums`` are the input's row
+    sums (the scaling undone by multiplying row i by row_sums[i]); ``nnz`` the nonzeros
+    per row.  The passes below read X once each.
+    """
+
+    def __init__(self, columns, row_sums, nnz, kind):
+        self.columns = columns
+        self.row_sums = row_sums
+        self.nnz = nnz
+        self.kind = kind
+        self.n, self.f = (columns.shape if isinstance(columns, np.ndarray)
+                          else (columns.n, columns.f))
+
+    @property
+    def shape(self):
+        return self.f, self.n
+
+    def order(self, rng):
+        """An epoch's column order (blocked by chunks when X is in Zarr)."""
+        if isinstance(self.columns, ZarrColumns):
+            return blocked_column_order(rng, self.n, self.columns.chunk)
+        return rng.permutation(self.n)
+
+    def epoch(self, C, order, step, diag_step, *, row_block, client=None):
+        hottopixx_epoch(C, self.columns, order, step, diag_step, row_block=row_block,
+                        client=client if self.kind == "zarr" else None)
+
+    def _chunks(self):
+        """(c0, c1) ranges of columns of X for the streaming passes."""
+        if isinstance(self.columns, ZarrColumns):
+            step = self.columns.chunk
+        else:
+            step = max(1, min(self.n, _CHUNK_ENTRIES // max(self.f, 1)))
+        return [(c0, min(c0 + step, self.n)) for c0 in range(0, self.n, step)]
+
+    def _read(self, c0, c1):
+        cols = self.columns
+        if isinstance(cols, ZarrColumns):
+            return cols.read(c0 // cols.chunk)
+        if isinstance(cols, SparseColumns):
+            return cols.chunk(c0, c1)
+        return cols[c0:c1]
+
+    def _map(self, fn, client=None):
+        ranges = self._chunks()
+        if client is not None and self.kind == "zarr":
+            futs = [client.submit(_chunk_call, fn, self, c0, c1, pure=False) for c0, c1 in ranges]
+            return client.gather(futs)
+        return _thread_map(lambda rng_: _chunk_call(fn, self, *rng_), ranges)
+
+    def residual_l1(self, M, hott=None, *, client=None):
+        """Row l1 norms of X - M X (M: f x f), or of X - M X_hott (M: f x r)."""
+        M = np.ascontiguousarray(M, dtype=np.float64)
+        sel = None if hott is None else np.asarray(hott, dtype=np.int64)
+        parts = self._map(lambda Xc: _residual_chunk(Xc, M, sel), client)
+        return np.sum(parts, axis=0)
+
+    def rows(self, idx, *, client=None):
+        """X[idx] as a dense len(idx) x n array (scaled rows)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        parts = self._map(lambda Xc: _dense(Xc[:, idx].T), client)
+        return np.concatenate(parts, axis=1) if parts else np.zeros((len(idx), 0))
+
+    def clean_epoch(self, Z, hott, rng, step, *, row_block, client=None):
+        """One cleaning epoch of F = argmin_{Z >= 0} ||X - Z X_hott||_{inf,1} in place:
+        the rows of Z are independent, so tasks own row blocks and stream X's columns."""
+        hott = np.ascontiguousarray(hott, dtype=np.int64)
+        cols = self.columns
+        order = self.order(rng)
+        blocks_ = _row_blocks(Z.shape[0], row_block)
+        if isinstance(cols, ZarrColumns):
+            chunk_order, local = order
+            if client is not None:
+                futs = [client.submit(_clean_rows_from_zarr, np.ascontiguousarray(Z[rows]), rows, cols,
+                                      hott, chunk_order, local, step, pure=False) for rows in blocks_]
+                for rows, block in zip(blocks_, client.gather(futs)):
+                    Z[rows] = block
+                return
+
+            def kernel(block, rows):
+                _clean_rows_from_zarr(block, rows, cols, hott, chunk_order, local, step)
+        elif isinstance(cols, SparseColumns):
+            def kernel(block, rows):
+                kernels.clean_rows_block_sparse(block, rows, cols.indptr, cols.indices, cols.data,
+                                                cols.f, hott, order, step)
+        else:
+            def kernel(block, rows):
+                kernels.clean_rows_block(block, rows, cols, hott, order, step)
+
+        def run(rows):
+            block = np.ascontiguousarray(Z[rows])
+            kernel(block, rows)
+            Z[rows] = block
+
+        _thread_map(run, blocks_)
+
+
+def _chunk_call(fn, data, c0, c1):
+    return fn(data._read(c0, c1))
+
+
+def _dense(A):
+    return A.toarray() if hasattr(A, "toarray") else np.ascontiguousarray(A)
+
+
+def _residual_chunk(Xc, M, sel):
+    # Xc: columns c0:c1 of X as rows (m x f, dense or CSR).  (M X)^T for these columns is
+    # Xc M^T: nnz(Xc) f work when Xc is sparse.
+    approx = Xc @ M.T if sel is None else Xc[:, sel] @ M.T
+    return np.abs(_dense(Xc) - np.asarray(approx)).sum(axis=0)
+
+
+def _check_block(values, where):
+    if not np.isfinite(values).all():
+        raise InputValueError(f"X contains NaN or Inf ({where})")
+    if values.size and values.min() < 0:
+        raise InputValueError(f"X must be nonnegative; its smallest entry is {values.min():.3g} ({where})")
+
+
+def _check_row_sums(sums):
+    if (sums == 0).any():
+        zero = np.flatnonzero(sums == 0)
+        raise InputValueError(f"X has {len(zero)} all-zero rows (first: row {int(zero[0])}); they cannot "
+                              f"be scaled to sum 1: drop them")
+
+
+def feature_columns(X, *, store=None, path="input/Xt", chunk=None, memory_fraction=0.25):
+    """X (f x n, nonnegative) validated, rows scaled to sum 1, held by columns.
+
+    X may be a NumPy array, a scipy.sparse matrix (kept sparse), a dask array, a Zarr
+    array or a Zarr path.  A dask or Zarr X that fits in ``memory_fraction`` of the free
+    memory is brought into this process; a larger one is copied into ``store`` as X^T in
+    chunks of ``chunk`` columns (default: about 64 MB each) in one pass that also checks
+    it and takes its row sums.  Bad input (negative, NaN/Inf, all-zero rows, not 2-D)
+    raises before any epoch runs.
+    """
+    import scipy.sparse as sp
+
+    if isinstance(X, str) or hasattr(X, "__fspath__"):
+        import zarr
+
+        X = zarr.open_array(store=str(X), mode="r")
+    if sp.issparse(X):
+        X = sp.csr_matrix(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise InputValueError(f"X must be 2-D (n_features, n_samples); got shape {X.shape}")
+        _check_block(X.data, "in its stored entries")
+        X.eliminate_zeros()
+        sums = np.asarray(X.sum(axis=1)).ravel()
+        _check_row_sums(sums)
+        Xs = sp.diags(1.0 / sums) @ X
+        return FeatureColumns(SparseColumns(Xs), sums, Xs.getnnz(axis=1).astype(np.float64), "sparse")
+    lazy = hasattr(X, "dask") or type(X).__module__.startswith("zarr")
+    shape = getattr(X, "shape", None)
+    if lazy:
+        if len(shape) != 2:
+            raise InputValueError(f"X must be 2-D (n_features, n_samples); got shape {shape}")
+        from .matrix import _available_memory
+
+        nbytes = 8 * shape[0] * shape[1]
+        if nbytes > memory_fraction * _available_memory():
+            if store is None:
+                raise InputValueError(f"X ({shape[0]} x {shape[1]}, {nbytes / 2**30:.1f} GiB as float64) "
+                                      f"does not fit in memory: give store= to stage its columns in Zarr")
+            return _stage_in_zarr(X, store, path, chunk)
+        X = X.compute() if hasattr(X, "dask") else X[...]
+    try:
+        A = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputTypeError(f"X must be a numeric array (numpy, scipy.sparse, dask, Zarr); got "
+                             f"{type(X).__name__}") from exc
+    if A.ndim != 2:
+        raise InputValueError(f"X must be 2-D (n_features, n_samples); got shape {A.shape}")
+    _check_block(A, "in memory")
+    sums = A.sum(axis=1)
+    _check_row_sums(sums)
+    Xt = np.ascontiguousarray((A / sums[:, None]).T)
+    return FeatureColumns(Xt, sums, np.count_nonzero(A, axis=1).astype(np.float64), "dense")
+
+
+def _stage_in_zarr(X, store, path, chunk):
+    """Copy X (f x n, dask or Zarr) into ``store`` as X^T chunked by columns, one column
+    chunk at a time, checking values and taking row sums and nonzeros on the way."""
+    import zarr
+
+    f, n = X.shape
+    chunk = int(chunk) if chunk else max(1, min(n, (64 << 20) // (8 * f)))
+    arr = zarr.create_array(store=str(store), name=path, shape=(n, f), dtype=np.float64,
+                            chunks=(chunk, f), compressors=None, overwrite=True)
+    sums = np.zeros(f)
+    nnz = np.zeros(f)
+    for c0 in range(0, n, chunk):
+        c1 = min(c0 + chunk, n)
+        block = X[:, c0:c1]
+        block = np.asarray(block.compute() if hasattr(block, "dask") else block, dtype=np.float64)
+        _check_block(block, f"in columns {c0}:{c1}")
+        sums += block.sum(axis=1)
+        nnz += np.count_nonzero(block, axis=1)
+        arr[c0:c1] = block.T
+    _check_row_sums(sums)
+    return FeatureColumns(ZarrColumns(store, path, scale=1.0 / sums), sums, nnz, "zarr")
