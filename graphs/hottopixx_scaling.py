@@ -42,8 +42,10 @@ def _instance(f, n, r, seed=0):
     return separable_nmf(f, n, r, random_state=seed, with_alpha=False)["X"]
 
 
-def time_epoch(data, f, *, threads, client=None, repeat=2):
-    """Best time of ``repeat`` epochs with ``threads`` row blocks in flight."""
+def time_epoch(data, f, *, threads, client=None, repeat=None):
+    """Best time of ``repeat`` epochs (2 for shapes under 10^10 f^2 n, else 1) with
+    ``threads`` row blocks in flight."""
+    repeat = repeat or (2 if f * f * data.n < 1e10 else 1)
     rng = np.random.default_rng(0)
     C = np.full((f, f), 0.01)
     diag_step = np.full(f, 1e-3)

@@ -40,6 +40,48 @@ def test_column_squishing_is_the_euclidean_projection(seed):
     assert np.all(out <= np.diagonal(out)[None, :] + 1e-15)
 
 
+def exact_column_projection(z):
+    """The projection of z = (diagonal, off-diagonals) onto {0 <= x_i <= x_0 <= 1} by brute
+    force: for a level t = x_0 the best x_i is clip(z_i, 0, t), so the QP is the 1-D convex
+    piecewise quadratic g(t) = (t - z_0)^2 + sum_i (clip(z_i, 0, t) - z_i)^2 on [0, 1];
+    every piece's stationary point and every breakpoint is tried."""
+    def g(t):
+        return (t - z[0]) ** 2 + ((np.clip(z[1:], 0, t) - z[1:]) ** 2).sum()
+
+    breaks = np.unique(np.r_[0.0, 1.0, z[1:][(z[1:] > 0) & (z[1:] < 1)]])
+    cands = list(breaks)
+    for lo, hi in zip(breaks[:-1], breaks[1:]):
+        above = z[1:][z[1:] >= hi]                   # the entries capped at t on (lo, hi)
+        cands.append(np.clip((z[0] + above.sum()) / (1 + len(above)), lo, hi))
+    t = min(cands, key=g)
+    return np.r_[t, np.clip(z[1:], 0, t)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_column_squishing_equals_the_brute_force_qp(seed):
+    """Alg. 5 against the exact QP solution: random entries, ties, values outside [0, 1]
+    (App. B's level by a sum against Alg. 5's running mean: only the mean passes)."""
+    rng = np.random.default_rng(100 + seed)
+    f = 12
+    C = rng.standard_normal((f, f)) * [0.3, 1.0, 3.0, 0.1][seed]
+    C[:, 0] = np.round(C[:, 0] * 2) / 2              # ties
+    C[3, 3] = 2.5                                    # a diagonal above 1
+    C[:, 5] = C[5, 5] + 0.2                          # all off-diagonals equal and above the diagonal
+    out = kernels.squish_columns(C)
+    for j in range(f):
+        others = [i for i in range(f) if i != j]
+        z = np.r_[C[j, j], C[others, j]]
+        np.testing.assert_allclose(np.r_[out[j, j], out[others, j]], exact_column_projection(z),
+                                   rtol=0, atol=1e-12)
+
+
+def test_parallel_squishing_equals_the_serial_kernel():
+    C = np.random.default_rng(0).standard_normal((37, 37))
+    ref = kernels.squish_columns(C)
+    for block in (None, 1, 5, 37):
+        np.testing.assert_array_equal(H.blocks.squish_columns(C, column_block=block), ref)
+
+
 def test_clipping_keeps_diagonal_bound_and_sign():
     C = np.array([[1.5, -0.2], [0.7, 0.3]])
     np.testing.assert_array_equal(kernels.clip_phi(C), [[1.0, 0.0], [0.7, 0.3]])
@@ -53,7 +95,7 @@ def test_robust_simplicial_constant_of_unit_vectors_is_two():
     assert robust_simplicial_constant(W) == pytest.approx(0.0, abs=1e-9)
 
 
-@pytest.mark.parametrize("noise", [0.0, 0.95])
+@pytest.mark.parametrize("noise", [0.0, 0.95, 100.0])
 def test_generator_matches_the_papers_model(noise):
     inst = separable_nmf(40, 300, 4, duplicates=1, noise=noise, random_state=3)
     X = inst["X"]

@@ -3,9 +3,9 @@ and fused passes over them.  Only this package builds task graphs and touches Za
 from .builders import (as_data_matrix, check_dtype, choose_block_size, from_array, from_zarr,
                        gaussian_affinity, gram, new_group, prepare_gram_data, zeros_like_layout)
 from .columns import (FeatureColumns, SparseColumns, ZarrColumns, blocked_column_order,
-                      feature_columns, hottopixx_epoch)
+                      feature_columns, hottopixx_epoch, squish_columns)
 from .engine import BACKENDS, BlockGroup, PassRecord, single_threaded_blas
-from .kernels import clip_phi, squish_columns
+from .kernels import clip_phi
 from .layout import BlockLayout
 from .matrix import BlockMatrix
 from .passes import (DataPanels, label_sums, line_search_pass, matmat, nomad_pass, shifted_copy,

@@ -35,6 +35,21 @@ def _thread_map(fn, items):
         return list(pool.map(fn, items))
 
 
+def squish_columns(C, *, column_block=None):
+    """The projection of C onto Phi_0 by column squishing (Alg. 5): a column-block pass,
+    since each column is projected whole.  C^T is made once so that every column is read
+    with unit stride (a column of a row-major f x f matrix is f cache lines), then column
+    blocks run on one thread per core.  Returns a new C-contiguous array."""
+    from .engine import _n_threads
+
+    Ct = np.ascontiguousarray(np.asarray(C, dtype=np.float64).T)
+    out = np.empty_like(Ct)
+    f = Ct.shape[0]
+    step = column_block or max(1, -(-f // (4 * _n_threads())))
+    _thread_map(lambda lo: kernels.squish_rows_block(Ct, out, lo, min(lo + step, f)), range(0, f, step))
+    return np.ascontiguousarray(out.T)
+
+
 class SparseColumns:
     """The columns of a sparse f x n matrix X in the layout the epoch kernel reads: each
     column's nonzeros together (CSR of X^T), sorted, int64 indices; made once per run."""

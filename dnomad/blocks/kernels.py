@@ -494,18 +494,20 @@ def hottopixx_epoch_block_sparse(C, rows, indptr, indices, data, order, step, di
 
 
 @numba.njit(nogil=True, cache=True)
-def _squish_columns(C, out):
-    f = C.shape[0]
-    z = np.empty(f - 1, C.dtype)
-    for j in range(f):
+def _squish_rows(Ct, out, lo, hi):
+    # Row j of Ct is column j of C (contiguous, so each column is read with unit stride).
+    f = Ct.shape[0]
+    z = np.empty(f - 1, Ct.dtype)
+    for j in range(lo, hi):
         # Column j: the diagonal entry plays x_1 of Alg. 5; the others are sorted descending.
+        row = Ct[j]
         m = 0
         for i in range(f):
             if i != j:
-                z[m] = C[i, j]
+                z[m] = row[i]
                 m += 1
         srt = -np.sort(-z)
-        mu = C[j, j]
+        mu = row[j]
         kc = f - 1                         # how many sorted entries join the diagonal's level
         for k in range(f - 1):
             level = min(max(mu, 0.0), 1.0)
@@ -515,27 +517,36 @@ def _squish_columns(C, out):
             mu = (mu * (k + 1) + srt[k]) / (k + 2)
         level = min(max(mu, 0.0), 1.0)
         cut = srt[kc - 1] if kc > 0 else np.inf   # entries >= cut were averaged in
-        out[j, j] = level
+        dst = out[j]
+        dst[j] = level
         taken = 0
         for i in range(f):
             if i == j:
                 continue
-            v = C[i, j]
+            v = row[i]
             # Ties at the cut: exactly kc entries take the level, the rest keep (v)_+.
             if v > cut or (v == cut and taken < kc and kc > 0):
-                out[i, j] = level
+                dst[i] = level
                 taken += 1
             else:
-                out[i, j] = max(v, 0.0)
+                dst[i] = max(v, 0.0)
+
+
+def squish_rows_block(Ct, out, lo, hi):
+    """Alg. 5 on columns lo:hi of C, given C^T (``Ct``, C-contiguous); results into the
+    same rows of ``out`` (the projection's transpose)."""
+    _squish_rows(Ct, out, int(lo), int(hi))
 
 
 def squish_columns(C):
     """Euclidean projection of C onto Phi_0 = {C >= 0, diag C <= 1, C_ij <= C_jj} by
-    column squishing (Alg. 5 of Bittorf et al.), column by column.  Returns a new array."""
-    C = np.ascontiguousarray(C)
-    out = np.empty_like(C)
-    _squish_columns(C, out)
-    return out
+    column squishing (Alg. 5 of Bittorf et al.), column by column, in this thread (the
+    engine's ``blocks.squish_columns`` runs column blocks in parallel).  Returns a new
+    array."""
+    Ct = np.ascontiguousarray(np.asarray(C).T)
+    out = np.empty_like(Ct)
+    _squish_rows(Ct, out, 0, Ct.shape[0])
+    return np.ascontiguousarray(out.T)
 
 
 def clip_phi(C):

@@ -108,7 +108,7 @@ def separable_nmf(n_features=40, n_samples=400, rank=3, *, duplicates=0, noise=0
     repeated ``duplicates`` more times; the other ``n_features - rank (duplicates + 1)``
     rows are convex combinations of the hott topics with weights uniform on the simplex;
     rows shuffled.  With ``noise`` = eta > 0, each row moves toward a random point u of
-    the simplex, X_i <- X_i + (eps / 2)(u - X_i) with eps = eta alpha^2 / (20 + 13 alpha),
+    the simplex, X_i <- X_i + min(eps / 2, 1)(u - X_i) with eps = eta alpha^2 / (20 + 13 alpha),
     alpha the robust-simplicial constant of the hott topics: the noise has
     (inf,1)-norm <= eps and X stays nonnegative with rows summing to 1.
 
@@ -143,6 +143,8 @@ def separable_nmf(n_features=40, n_samples=400, rank=3, *, duplicates=0, noise=0
     X = X0
     if eps > 0:
         U = rng.dirichlet(np.ones(n), size=f)
-        X = X0 + (eps / 2) * (U - X0)
+        # Points of the simplex are at most 2 apart in l1: past eps = 2 (eta = 100) the
+        # row is replaced by u, which keeps X nonnegative and the noise within eps.
+        X = X0 + min(eps / 2, 1.0) * (U - X0)
     hott = np.array([np.flatnonzero(topic == t)[0] for t in range(r)])
     return {"X": X, "hott": hott, "copies": topic, "F": F, "W": W, "alpha": alpha, "epsilon": eps}
