@@ -64,15 +64,21 @@ def _read_input(path):
     return path  # a Zarr path or URL
 
 
+def _connect(address=None, scheduler_file=None):
+    """A client for the given scheduler, else for $DASK_SCHEDULER_ADDRESS (what the Dask
+    Kubernetes operator sets in a DaskJob's pod), else None (run in process)."""
+    address = address or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    if not (address or scheduler_file):
+        return None
+    from distributed import Client
+
+    return Client(address) if address else Client(scheduler_file=scheduler_file)
+
+
 def cmd_fit(args):
     import dnomad
 
-    client = None
-    if args.scheduler_address or args.scheduler_file:
-        from distributed import Client
-
-        client = Client(args.scheduler_address) if args.scheduler_address else \
-            Client(scheduler_file=args.scheduler_file)
+    client = _connect(args.scheduler_address, args.scheduler_file)
     try:
         params = json.loads(args.params) if args.params else {}
         if args.method == "hottopixx":
@@ -99,7 +105,12 @@ def cmd_fit(args):
 def cmd_resume(args):
     import dnomad
 
-    est = dnomad.resume(args.store)
+    client = _connect()
+    try:
+        est = dnomad.resume(args.store)
+    finally:
+        if client is not None:
+            client.close()
     print(f"resumed: {est.n_iter_} outer iterations ({est.stop_reason_}), objective {est.objective_:.6g}")
     return 0
 
@@ -120,7 +131,8 @@ def cmd_info(args):
     return 0
 
 
-def main(argv=None):
+def build_parser():
+    """The ``dnomad`` argument parser (also used by the tests to check deploy/ commands)."""
     parser = argparse.ArgumentParser(prog="dnomad", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log every outer iteration")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -145,7 +157,8 @@ def main(argv=None):
     p.add_argument("--backend", default="auto", choices=["auto", "local", "distributed", "zarr"])
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--params", help="other estimator parameters as JSON, e.g. '{\"max_iter\": 500}'")
-    p.add_argument("--scheduler-address")
+    p.add_argument("--scheduler-address", help="connect to this scheduler (default: "
+                   "$DASK_SCHEDULER_ADDRESS when set, else run in process)")
     p.add_argument("--scheduler-file")
     p.set_defaults(func=cmd_fit)
 
@@ -156,8 +169,11 @@ def main(argv=None):
     p = sub.add_parser("info", help="print the metadata and progress of the run in STORE")
     p.add_argument("store")
     p.set_defaults(func=cmd_info)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")
     return args.func(args)

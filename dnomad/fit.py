@@ -773,8 +773,8 @@ class Hottopixx(_Estimator):
         The cleaning epochs' step starts at ``clean_step`` and shrinks by ``clean_decay``
         per epoch (the paper ran 2 epochs at a constant step, whose noise floor left
         errors of 0.15-0.45 where the LP's is 0).
-    row_block : int, default 256
-        Rows of C per task (a block of 256 rows of float64 C at f = 1600 is 3.3 MB).
+    row_block : int, optional
+        Rows of C per task; default about 1 MB of C (``blocks.default_row_block``).
     cost_scale : float, default 0.1
         The cost p has distinct entries in [0, cost_scale).
     error_every : int, default 1
@@ -816,7 +816,7 @@ class Hottopixx(_Estimator):
 
     def __init__(self, rank=10, *, n_epochs=50, primal_step=0.1, dual_step=0.01, projection="squish",
                  selection="clusters", cluster_threshold=0.8, fit_components="subgradient",
-                 clean_epochs=10, clean_step=1.0, clean_decay=0.6, row_block=256, cost_scale=0.1,
+                 clean_epochs=10, clean_step=1.0, clean_decay=0.6, row_block=None, cost_scale=0.1,
                  error_every=1, random_state=None, store=None,
                  overwrite=False, callback=None):
         self.rank = rank

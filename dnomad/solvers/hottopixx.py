@@ -67,13 +67,15 @@ class HottopixxParams:
     fit_components: str = "subgradient"
     selection: str = "clusters"
     cluster_threshold: float = 0.8
-    row_block: int = 256
+    row_block: int | None = None
     cost_scale: float = 1e-1
     error_every: int = 1
 
     def validate(self, f):
         check_count("rank", self.rank, 1, f, "n_features")
-        check_ints(self, ("n_epochs", "row_block", "error_every"))
+        check_ints(self, ("n_epochs", "error_every"))
+        if self.row_block is not None:
+            check_ints(self, ("row_block",))
         check_ints(self, ("clean_epochs",), minimum=0)
         check_numbers(self, ("primal_step", "dual_step", "cost_scale", "clean_step"), positive=True)
         if not 0 < self.clean_decay <= 1:
@@ -147,7 +149,7 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None, c
         subgradient epochs on F from C's columns, the step ``clean_step`` times
         ``clean_decay`` per epoch; "lp": the exact LP of eq. 2 per row, scipy HiGHS,
         small sizes), ``row_block``
-        (rows of C per task), ``cost_scale`` (the cost p is drawn with distinct entries
+        (rows of C per task; None: ``blocks.default_row_block``, about 1 MB of C), ``cost_scale`` (the cost p is drawn with distinct entries
         in [0, cost_scale)), ``error_every`` (epochs between the history's
         ||X - C X||_{inf,1}, a pass over X; None in the rows between, always at the end).
     random_state : int or Generator
@@ -194,6 +196,7 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None, c
     # break ties more slowly, though: 50 incremental epochs found them on 10 of 24 at
     # 0.01 and 16 of 24 at 0.1, hence 0.1.
     cost = params.cost_scale * (rng.permutation(f) + rng.random(f) / 2) / f
+    row_block = params.row_block or blocks.default_row_block(f)
     C = np.zeros((f, f))
     beta = 0.0
     project = blocks.squish_columns if params.projection == "squish" else blocks.clip_phi
@@ -201,7 +204,7 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None, c
     for epoch in range(1, params.n_epochs + 1):
         order = data.order(rng)
         diag_step = params.primal_step * (cost + beta) / data.nnz
-        data.epoch(C, order, params.primal_step, diag_step, row_block=params.row_block, client=client)
+        data.epoch(C, order, params.primal_step, diag_step, row_block=row_block, client=client)
         C = project(C)
         trace = float(np.trace(C))
         beta += params.dual_step * (trace - params.rank)
@@ -327,7 +330,8 @@ def fit_components(data, hott, params, *, C=None, rng=None, client=None):
     # error to 3 digits in 10 epochs (noiseless and eta = 0.95, f = 40..80).
     step = params.clean_step
     for _ in range(params.clean_epochs):
-        data.clean_epoch(Z, hott, rng, step, row_block=params.row_block, client=client)
+        data.clean_epoch(Z, hott, rng, step, row_block=params.row_block or blocks.default_row_block(f),
+                         client=client)
         step *= params.clean_decay
     return Z
 
