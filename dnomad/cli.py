@@ -64,48 +64,146 @@ def _read_input(path):
     return path  # a Zarr path or URL
 
 
-def _connect(address=None, scheduler_file=None):
-    """A client for the given scheduler, else for $DASK_SCHEDULER_ADDRESS (what the Dask
-    Kubernetes operator sets in a DaskJob's pod), else None (run in process)."""
-    address = address or os.environ.get("DASK_SCHEDULER_ADDRESS")
-    if not (address or scheduler_file):
+# Keys of a run configuration file (TOML or YAML) and of the [cluster] / [security] tables.
+CONFIG_KEYS = {"input", "method", "n_clusters", "rank", "store", "overwrite", "precomputed", "backend",
+               "dtype", "params", "cluster", "security"}
+CLUSTER_KEYS = {"address", "scheduler_file", "local", "n_workers"}
+SECURITY_KEYS = {"tls_ca_file", "tls_client_cert", "tls_client_key", "tls_scheduler_cert",
+                 "tls_scheduler_key", "tls_worker_cert", "tls_worker_key", "require_encryption"}
+
+
+def load_config(path):
+    """A run configuration: TOML (.toml) or YAML (.yaml/.yml), keys as the flags of
+    ``dnomad fit`` (``n_clusters`` or ``rank``, ``params`` a table of estimator
+    parameters), plus ``[cluster]`` (``address``, ``scheduler_file``, or ``local = true``
+    with ``n_workers``) and ``[security]`` (TLS files for distributed's Security).
+    Unknown keys are refused, so that a typo does not silently fall back to a default."""
+    if not os.path.exists(path):
+        raise SystemExit(f"dnomad: config file {path!r} does not exist")
+    if path.endswith(".toml"):
+        import tomllib
+
+        with open(path, "rb") as f:
+            cfg = tomllib.load(f)
+    elif path.endswith((".yaml", ".yml")):
+        import yaml
+
+        with open(path) as f:
+            cfg = yaml.safe_load(f) or {}
+    else:
+        raise SystemExit(f"dnomad: config file {path!r} must end in .toml, .yaml or .yml")
+    for table, allowed in ((cfg, CONFIG_KEYS), (cfg.get("cluster", {}), CLUSTER_KEYS),
+                           (cfg.get("security", {}), SECURITY_KEYS)):
+        unknown = set(table) - allowed
+        if unknown:
+            raise SystemExit(f"dnomad: unknown keys {sorted(unknown)} in {path!r}; allowed: {sorted(allowed)}")
+    if "rank" in cfg:
+        cfg.setdefault("n_clusters", cfg.pop("rank"))
+    return cfg
+
+
+def _security(cfg):
+    if not cfg:
         return None
+    from distributed.security import Security
+
+    files = {k: v for k, v in cfg.items() if k != "require_encryption"}
+    for key, path in files.items():
+        if not os.path.exists(path):
+            raise SystemExit(f"dnomad: security.{key} = {path!r} does not exist")
+    # A LocalCluster started from this config (cluster.local) serves with the client's
+    # certificate unless scheduler/worker ones are given.
+    for role in ("scheduler", "worker"):
+        files.setdefault(f"tls_{role}_cert", files.get("tls_client_cert"))
+        files.setdefault(f"tls_{role}_key", files.get("tls_client_key"))
+    return Security(require_encryption=cfg.get("require_encryption", True),
+                    **{k: v for k, v in files.items() if v is not None})
+
+
+def _connect(address=None, scheduler_file=None, *, local=False, n_workers=None, security=None):
+    """(client, cluster): a client for the given scheduler, else for
+    $DASK_SCHEDULER_ADDRESS (what the Dask Kubernetes operator sets in a DaskJob's pod),
+    else a LocalCluster when ``local``, else (None, None): run in process."""
     from distributed import Client
 
-    return Client(address) if address else Client(scheduler_file=scheduler_file)
+    address = address or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    if address:
+        return Client(address, security=security), None
+    if scheduler_file:
+        return Client(scheduler_file=scheduler_file, security=security), None
+    if local:
+        from distributed import LocalCluster
+
+        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=None,
+                               security=security, protocol="tls://" if security else None)
+        return Client(cluster, security=security), cluster
+    return None, None
+
+
+def _fit_settings(args):
+    """Flags over the config file over the defaults; missing required settings refused."""
+    cfg = load_config(args.config) if args.config else {}
+    defaults = {"method": "nomad", "overwrite": False, "precomputed": False, "backend": "auto",
+                "dtype": "float32", "params": {}}
+    out = {}
+    for key in ("input", "method", "n_clusters", "store", "overwrite", "precomputed", "backend", "dtype"):
+        flag = getattr(args, key)
+        out[key] = flag if flag not in (None, False) else cfg.get(key, defaults.get(key))
+    out["params"] = dict(cfg.get("params", {}))
+    if args.params:
+        out["params"].update(json.loads(args.params))
+    missing = [k for k in ("input", "n_clusters", "store") if out[k] is None]
+    if missing:
+        raise SystemExit(f"dnomad fit: missing {', '.join('--' + m.replace('_', '-') for m in missing)} "
+                         f"(give them as flags or in --config)")
+    cluster = dict(cfg.get("cluster", {}))
+    if args.scheduler_address:
+        cluster = {"address": args.scheduler_address}
+    elif args.scheduler_file:
+        cluster = {"scheduler_file": args.scheduler_file}
+    out["cluster"] = cluster
+    out["security"] = cfg.get("security")
+    return out
 
 
 def cmd_fit(args):
     import dnomad
 
-    client = _connect(args.scheduler_address, args.scheduler_file)
+    run = _fit_settings(args)
+    security = _security(run["security"])
+    client, cluster = _connect(run["cluster"].get("address"), run["cluster"].get("scheduler_file"),
+                               local=bool(run["cluster"].get("local")),
+                               n_workers=run["cluster"].get("n_workers"), security=security)
     try:
-        params = json.loads(args.params) if args.params else {}
-        if args.method == "hottopixx":
-            est = dnomad.fit(_read_input(args.input), method="hottopixx", rank=args.n_clusters,
-                             store=args.store, overwrite=args.overwrite, **params)
+        params = run["params"]
+        X = _read_input(run["input"])
+        if run["method"] == "hottopixx":
+            est = dnomad.fit(X, method="hottopixx", rank=run["n_clusters"], store=run["store"],
+                             overwrite=run["overwrite"], **params)
             print(f"hottopixx: {est.n_epochs_} epochs, hott rows {est.hott_rows_.tolist()}, "
-                  f"||X - F W||_inf,1 = {est.error_:.4g}; results in {args.store}")
+                  f"||X - F W||_inf,1 = {est.error_:.4g}; results in {run['store']}")
             return 0
-        if args.method == "symnmf":
-            params.setdefault("affinity", "precomputed" if args.precomputed else "gaussian")
+        if run["method"] == "symnmf":
+            params.setdefault("affinity", "precomputed" if run["precomputed"] else "gaussian")
         else:
-            params.setdefault("precomputed", args.precomputed)
-        est = dnomad.fit(_read_input(args.input), method=args.method, n_clusters=args.n_clusters,
-                         store=args.store, overwrite=args.overwrite, backend=args.backend,
-                         dtype=np.float64 if args.dtype == "float64" else np.float32, **params)
-        print(f"{args.method}: {est.n_iter_} iterations ({est.stop_reason_}), objective "
-              f"{est.objective_:.6g}; results in {args.store}")
+            params.setdefault("precomputed", run["precomputed"])
+        est = dnomad.fit(X, method=run["method"], n_clusters=run["n_clusters"], store=run["store"],
+                         overwrite=run["overwrite"], backend=run["backend"],
+                         dtype=np.float64 if run["dtype"] == "float64" else np.float32, **params)
+        print(f"{run['method']}: {est.n_iter_} iterations ({est.stop_reason_}), objective "
+              f"{est.objective_:.6g}; results in {run['store']}")
     finally:
         if client is not None:
             client.close()
+        if cluster is not None:
+            cluster.close()
     return 0
 
 
 def cmd_resume(args):
     import dnomad
 
-    client = _connect()
+    client, _ = _connect()
     try:
         est = dnomad.resume(args.store)
     finally:
@@ -145,17 +243,19 @@ def build_parser():
     p.add_argument("--backend", default="distributed", choices=["auto", "local", "distributed", "zarr"])
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("fit", help="fit a method on data (.npy, .csv or a Zarr path)")
-    p.add_argument("--input", required=True)
-    p.add_argument("--method", default="nomad", choices=["nomad", "symnmf", "hottopixx"])
-    p.add_argument("--n-clusters", "--rank", dest="n_clusters", type=int, required=True,
-                   help="K (nomad), k (symnmf) or the rank r (hottopixx: features x samples input)")
-    p.add_argument("--store", required=True)
+    p = sub.add_parser("fit", help="fit a method on data (.npy, .csv or a Zarr path or URL)")
+    p.add_argument("--config", help="run configuration (TOML or YAML); flags override it")
+    p.add_argument("--input", help="data: .npy, .csv, or a Zarr path or URL (required)")
+    p.add_argument("--method", choices=["nomad", "symnmf", "hottopixx"], help="default nomad")
+    p.add_argument("--n-clusters", "--rank", dest="n_clusters", type=int,
+                   help="K (nomad), k (symnmf) or the rank r (hottopixx: features x samples input); "
+                        "required")
+    p.add_argument("--store", help="the run store, a Zarr path or URL (required)")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--precomputed", action="store_true",
                    help="the input is an n x n Gram (nomad) or affinity (symnmf) matrix")
-    p.add_argument("--backend", default="auto", choices=["auto", "local", "distributed", "zarr"])
-    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--backend", choices=["auto", "local", "distributed", "zarr"], help="default auto")
+    p.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
     p.add_argument("--params", help="other estimator parameters as JSON, e.g. '{\"max_iter\": 500}'")
     p.add_argument("--scheduler-address", help="connect to this scheduler (default: "
                    "$DASK_SCHEDULER_ADDRESS when set, else run in process)")

@@ -77,3 +77,65 @@ def test_examples_run():
         res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
                              env=dict(os.environ))
         assert res.returncode == 0, (script.name, res.stderr[-2000:])
+
+
+def test_fit_from_a_config_file_with_flags_overriding_it(tmp_path):
+    X, _ = gaussian_blobs(60, n_centers=3, separation=6.0)
+    np.save(tmp_path / "X.npy", X)
+    store = tmp_path / "run.zarr"
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'input = "{tmp_path / "X.npy"}"\nmethod = "symnmf"\nn_clusters = 3\n'
+                   f'store = "{tmp_path / "other.zarr"}"\n[params]\nbandwidth = 4.0\ntol = 1e-3\n')
+    out = run("fit", "--config", str(cfg), "--store", str(store))
+    assert "symnmf:" in out.stdout, out.stderr
+    info = json.loads(run("info", str(store)).stdout)
+    assert info["run"]["method"] == "symnmf"
+    assert info["run"]["estimator_params"]["bandwidth"] == 4.0
+    assert not (tmp_path / "other.zarr").exists()       # the flag won over the file
+
+
+def test_config_file_typos_and_missing_settings_are_refused(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("input: X.npy\nn_cluster: 3\nstore: s.zarr\n")
+
+    def fails(*args):
+        res = subprocess.run([sys.executable, "-m", "dnomad.cli", *args], capture_output=True, text=True,
+                             timeout=120)
+        assert res.returncode != 0
+        return res.stderr
+
+    assert "unknown keys ['n_cluster']" in fails("fit", "--config", str(cfg))
+    assert "missing --n-clusters, --store" in fails("fit", "--input", "X.npy")
+
+
+def test_tls_cluster_refuses_a_client_without_certificates(tmp_path):
+    """A TLS-only LocalCluster from [security] in the config: a fit runs through it; a client
+    without the certificates is refused."""
+    from distributed import Client
+    from distributed.security import Security
+
+    from dnomad.cli import _connect, _security
+
+    temp = Security.temporary()             # self-signed CA and certificate (in memory)
+    files = {}
+    for key, pem in (("tls_ca_file", temp.tls_ca_file), ("tls_client_cert", temp.tls_client_cert),
+                     ("tls_client_key", temp.tls_client_key)):
+        files[key] = str(tmp_path / f"{key}.pem")
+        with open(files[key], "w") as fh:
+            fh.write(pem)
+    security = _security(files)
+    client, cluster = _connect(local=True, n_workers=1, security=security)
+    try:
+        address = cluster.scheduler_address
+        assert address.startswith("tls://")
+        X, y = gaussian_blobs(60, n_centers=3, separation=6.0)
+        est = dnomad.SymNMF(3, bandwidth=4.0, tol=1e-3, backend="distributed", random_state=0).fit(X)
+        assert est.backend_used_ == "distributed"
+        assert dnomad.metrics.adjusted_rand_score(y, est.labels_) > 0.9
+        with pytest.raises(Exception):
+            Client(address, timeout="3s")       # no certificates: the TLS handshake fails
+        with pytest.raises(Exception):
+            Client(address.replace("tls://", "tcp://"), timeout="3s")
+    finally:
+        client.close()
+        cluster.close()
