@@ -256,13 +256,15 @@ def candidate_groups(C, r, theta=0.8):
     return [np.array(g) for g in groups]
 
 
-def select_hott_rows(C, r, rows, *, theta=0.8, tol=1e-9):
+def select_hott_rows(C, r, rows, *, theta=0.8, tol=1e-9, max_group=6):
     """One hott row per candidate group (:func:`candidate_groups`): within a group,
     repeatedly drop the member nearest (l1) to the convex hull of the other candidates
     (ties within ``tol``: the smaller diagonal), until one is left.  ``rows(idx)`` returns
-    X[idx] densely.  Returns (hott rows by decreasing diagonal, groups)."""
+    X[idx] densely.  Groups keep their ``max_group`` members of largest diagonal (a group
+    of m members costs up to m^2 / 2 hull tests; on real data such as the health tweets
+    groups reach hundreds of rows).  Returns (hott rows by decreasing diagonal, groups)."""
     d = np.diagonal(C)
-    groups = candidate_groups(C, r, theta)
+    groups = [g[:max_group] for g in candidate_groups(C, r, theta)]
     if len(groups) < r:
         # Fewer than r rows with a positive diagonal: fill up by the diagonal.
         taken = set(np.concatenate(groups).tolist()) if groups else set()
