@@ -5,13 +5,14 @@ An epoch visits every column of X once per row block of C; per column and row of
 is a dot product and an axpy of length f (dense X), i.e. 4 f^2 n flops per epoch, the
 same count as the two GEMMs C X and R X^T of a batch subgradient step.  Ratios printed:
 
-* ``vs GEMM``: the epoch's time over numpy's C @ X + R @ X^T (the same flops, batched:
-  what BLAS does with them; the incremental method cannot batch, its rows are updated
-  after every column);
+* ``vs GEMM``: the epoch's time over numpy's C @ X + R @ X^T (the same flops, batched,
+  BLAS on all cores: what the machine does with them; the incremental method cannot
+  batch, its rows are updated after every column);
 * ``stream/bw``: bytes of X streamed past the row blocks per second over the machine's
   measured copy bandwidth;
 * columns per second per core, against the worker count (1 or 2 threads in process,
-  and 1 or 2 workers of a LocalCluster reading X^T from Zarr chunks).
+  each owning f / threads rows of C, and 1 or 2 workers of a LocalCluster reading X^T
+  from Zarr chunks).
 
 Then one epoch on the paper's jumbo shape (f = 1600, n = 64000, r = 100, dense; float64
 here, 0.8 GB) with the projected time of 50 epochs beside the paper's Table 1 (338 s on
@@ -192,6 +193,7 @@ def plot(result, path):
                           (axes[1], "n (f = 400)", "epoch time vs n")):
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
         ax.set_xlabel(xl)
         ax.set_ylabel("seconds per epoch")
         ax.set_title(title)
@@ -200,13 +202,14 @@ def plot(result, path):
     labels, vals = [], []
     for r in rows + result.get("cluster", []):
         if (r["f"], r["n"]) in ((800, 16000), (800, 32000)):
-            labels.append(f"{r['where']}\n{r['workers']} worker(s)\nf={r['f']} n={r['n']}")
+            where = "in process" if r["where"] == "in process" else "cluster+Zarr"
+            labels.append(f"{where}\n{r['workers']} worker(s)\nn={r['n']}")
             vals.append(r["cols_per_s_core"])
     axes[2].bar(range(len(vals)), vals, color="tab:blue")
     axes[2].set_xticks(range(len(vals)))
     axes[2].set_xticklabels(labels, fontsize=7)
     axes[2].set_ylabel("columns per second per core")
-    axes[2].set_title("per-core rate vs workers")
+    axes[2].set_title("per-core rate vs workers (f = 800)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
