@@ -2,16 +2,23 @@ import numpy as np
 import pytest
 
 
-@pytest.fixture(scope="session")
-def cluster_client():
-    """A real dask.distributed cluster: 2 worker processes, 1 thread each."""
+def local_cluster_client(n_workers):
+    """A real dask.distributed cluster: ``n_workers`` worker processes, 1 thread each
+    (a generator for fixtures: yields the client, closes both after)."""
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                           dashboard_address=None)
     client = Client(cluster)
     yield client
     client.close()
     cluster.close()
+
+
+@pytest.fixture(scope="session")
+def cluster_client():
+    """2 worker processes, 1 thread each."""
+    yield from local_cluster_client(2)
 
 
 @pytest.fixture

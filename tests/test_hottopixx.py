@@ -321,13 +321,9 @@ def test_clean_epoch_same_for_dense_sparse_and_zarr(tmp_path):
 
 @pytest.fixture(scope="module")
 def one_worker_client():
-    from distributed import Client, LocalCluster
+    from conftest import local_cluster_client
 
-    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None)
-    client = Client(cluster)
-    yield client
-    client.close()
-    cluster.close()
+    yield from local_cluster_client(1)
 
 
 def test_same_c_out_of_core_on_one_or_two_workers_or_threads(tmp_path, cluster_client, one_worker_client):

@@ -38,6 +38,28 @@ def _row_blocks(f, row_block):
     return [np.arange(a, min(a + row_block, f)) for a in range(0, f, row_block)]
 
 
+def _over_row_blocks(M, row_block, kernel, *, client=None, remote=None):
+    """Run ``kernel(block, rows)`` (in place) on each block of ``row_block`` rows of M:
+    on the local thread pool, or, with ``client`` and ``remote`` = (fn, args_of), as
+    ``fn(block, rows, *args_of(rows))`` tasks on the workers (the block travels, b x f
+    numbers each way)."""
+    blocks_ = _row_blocks(M.shape[0], row_block)
+    if client is not None and remote is not None:
+        fn, args_of = remote
+        futs = [client.submit(fn, np.ascontiguousarray(M[rows]), rows, *args_of(rows), pure=False)
+                for rows in blocks_]
+        for rows, block in zip(blocks_, client.gather(futs)):
+            M[rows] = block
+        return
+
+    def run(rows):
+        block = np.ascontiguousarray(M[rows])
+        kernel(block, rows)
+        M[rows] = block
+
+    _thread_map(run, blocks_)
+
+
 def _thread_map(fn, items):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -167,37 +189,21 @@ def hottopixx_epoch(C, Xt, order, step, diag_step, *, row_block, client=None):
 
     if sp.issparse(Xt):
         Xt = SparseColumns(Xt.T)
-    blocks_ = _row_blocks(C.shape[0], row_block)
+    remote = None
     if isinstance(Xt, ZarrColumns):
         chunk_order, local = order
-        if client is not None:
-            futs = [client.submit(_epoch_rows_from_zarr, np.ascontiguousarray(C[rows]), rows, Xt,
-                                  chunk_order, local, step, diag_step[rows], pure=False)
-                    for rows in blocks_]
-            for rows, block in zip(blocks_, client.gather(futs)):
-                C[rows] = block
-            return
 
-        def run(rows):
-            C[rows] = _epoch_rows_from_zarr(np.ascontiguousarray(C[rows]), rows, Xt, chunk_order,
-                                            local, step, diag_step[rows])
-
-        _thread_map(run, blocks_)
-        return
-    if isinstance(Xt, SparseColumns):
+        def kernel(block, rows):
+            _epoch_rows_from_zarr(block, rows, Xt, chunk_order, local, step, diag_step[rows])
+        remote = (_epoch_rows_from_zarr, lambda rows: (Xt, chunk_order, local, step, diag_step[rows]))
+    elif isinstance(Xt, SparseColumns):
         def kernel(block, rows):
             kernels.hottopixx_epoch_block_sparse(block, rows, Xt.indptr, Xt.indices, Xt.data, order,
                                                  step, diag_step[rows])
     else:
         def kernel(block, rows):
             kernels.hottopixx_epoch_block(block, rows, Xt, order, step, diag_step[rows])
-
-    def run(rows):
-        block = np.ascontiguousarray(C[rows])
-        kernel(block, rows)
-        C[rows] = block
-
-    _thread_map(run, blocks_)
+    _over_row_blocks(C, row_block, kernel, client=client, remote=remote)
 
 
 class FeatureColumns:
@@ -273,18 +279,13 @@ class FeatureColumns:
         hott = np.ascontiguousarray(hott, dtype=np.int64)
         cols = self.columns
         order = self.order(rng)
-        blocks_ = _row_blocks(Z.shape[0], row_block)
+        remote = None
         if isinstance(cols, ZarrColumns):
             chunk_order, local = order
-            if client is not None:
-                futs = [client.submit(_clean_rows_from_zarr, np.ascontiguousarray(Z[rows]), rows, cols,
-                                      hott, chunk_order, local, step, pure=False) for rows in blocks_]
-                for rows, block in zip(blocks_, client.gather(futs)):
-                    Z[rows] = block
-                return
 
             def kernel(block, rows):
                 _clean_rows_from_zarr(block, rows, cols, hott, chunk_order, local, step)
+            remote = (_clean_rows_from_zarr, lambda rows: (cols, hott, chunk_order, local, step))
         elif isinstance(cols, SparseColumns):
             def kernel(block, rows):
                 kernels.clean_rows_block_sparse(block, rows, cols.indptr, cols.indices, cols.data,
@@ -292,13 +293,7 @@ class FeatureColumns:
         else:
             def kernel(block, rows):
                 kernels.clean_rows_block(block, rows, cols, hott, order, step)
-
-        def run(rows):
-            block = np.ascontiguousarray(Z[rows])
-            kernel(block, rows)
-            Z[rows] = block
-
-        _thread_map(run, blocks_)
+        _over_row_blocks(Z, row_block, kernel, client=client, remote=remote)
 
 
 def _chunk_call(fn, data, c0, c1):

@@ -558,23 +558,27 @@ def clip_phi(C):
     return out
 
 
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
+def _clean_column(Z, rows, xk, hott, step):
+    # One column's projected subgradient step of sum_k |X_ik - Z_i W_k| over Z_i >= 0 for
+    # rows ``rows``, with W = X_hott: column k of W is xk[hott] (xk: X's column k, dense).
+    b, r = Z.shape
+    for a in range(b):
+        zi = Z[a]
+        acc = 0.0
+        for j in range(r):
+            acc += zi[j] * xk[hott[j]]
+        resid = xk[rows[a]] - acc
+        if resid != 0.0:
+            s = step if resid > 0.0 else -step
+            for j in range(r):
+                zi[j] = max(zi[j] + s * xk[hott[j]], 0.0)
+
+
 @numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
 def _clean_rows(Z, rows, Xt, hott, order, step):
-    # Projected incremental subgradient steps of sum_k |X_ik - Z_i W_k| over Z_i >= 0 for
-    # rows ``rows``, with W = X_hott: column k of W is Xt[k, hott].
-    b, r = Z.shape
     for q in range(order.shape[0]):
-        xk = Xt[order[q]]
-        for a in range(b):
-            zi = Z[a]
-            acc = 0.0
-            for j in range(r):
-                acc += zi[j] * xk[hott[j]]
-            resid = xk[rows[a]] - acc
-            if resid != 0.0:
-                s = step if resid > 0.0 else -step
-                for j in range(r):
-                    zi[j] = max(zi[j] + s * xk[hott[j]], 0.0)
+        _clean_column(Z, rows, Xt[order[q]], hott, step)
 
 
 def clean_rows_block(Z, rows, Xt, hott, order, step):
@@ -588,22 +592,13 @@ def clean_rows_block(Z, rows, Xt, hott, order, step):
 
 @numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
 def _clean_rows_sparse(Z, rows, indptr, indices, data, hott, order, step, scratch):
-    b, r = Z.shape
+    # ``scratch`` (f zeros) holds column k densely while its step runs; cleared after.
     for q in range(order.shape[0]):
         k = order[q]
         lo, hi = indptr[k], indptr[k + 1]
         for t in range(lo, hi):
             scratch[indices[t]] = data[t]
-        for a in range(b):
-            zi = Z[a]
-            acc = 0.0
-            for j in range(r):
-                acc += zi[j] * scratch[hott[j]]
-            resid = scratch[rows[a]] - acc
-            if resid != 0.0:
-                s = step if resid > 0.0 else -step
-                for j in range(r):
-                    zi[j] = max(zi[j] + s * scratch[hott[j]], 0.0)
+        _clean_column(Z, rows, scratch, hott, step)
         for t in range(lo, hi):
             scratch[indices[t]] = 0.0
 
