@@ -213,19 +213,67 @@ def cmd_resume(args):
     return 0
 
 
-def cmd_info(args):
+def run_info(store):
+    """What ``dnomad info`` reports: the run record, the last checkpoint, the result, and
+    the history table (the result's if finished, else the last checkpoint's)."""
     from dnomad.blocks import store as run_store
 
-    meta = run_store.read_json(args.store, run_store.RUN_MARKER)
+    meta = run_store.read_json(store, run_store.RUN_MARKER)
     if meta is None:
+        return None
+    ck = run_store.Checkpoints(store, f"{meta['method']}_checkpoint").latest()
+    res = run_store.read_json(store, "result")
+    history = run_store.read_table(store, "result/history") if res else None
+    if history is None:
+        history = ck["history"] if ck else []
+    checkpoint = None if ck is None else {k: v for k, v in ck.items() if k not in ("history", "params")}
+    return {"store": str(store), "run": meta, "checkpoint": checkpoint, "result": res,
+            "status": "finished" if res else ("interrupted or running" if ck else "started"),
+            "history": history}
+
+
+def _format_table(rows, columns=None):
+    columns = columns or list(dict.fromkeys(k for r in rows for k in r))
+
+    def cell(v):
+        if isinstance(v, float):
+            return f"{v:.6g}"
+        return str(v)
+
+    cells = [[cell(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def cmd_info(args):
+    info = run_info(args.store)
+    if info is None:
         print(f"{args.store}: no dnomad run here", file=sys.stderr)
         return 1
-    ck = run_store.read_json(args.store, f"{meta['method']}_checkpoint") or {}
-    res = run_store.read_json(args.store, "result") or {}
-    print(json.dumps({"run": meta, "checkpoint_iteration": ck.get("t", ck.get("iteration")),
-                      "result": {k: v for k, v in res.items() if k != "history"},
-                      "last_history_row": (res.get("history") or ck.get("history") or [None])[-1]},
-                     indent=2))
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+        return 0
+    run, res, ck, history = info["run"], info["result"], info["checkpoint"], info["history"]
+    params = {k: v for k, v in run["estimator_params"].items() if v is not None and k != "callback"}
+    print(f"store       {info['store']}")
+    print(f"run         {run['method']} (run id {run['run_id']}), started {run['started']} on "
+          f"{run.get('host')}")
+    print(f"status      {info['status']}" + (f", {res['finished']} after {res.get('fit_seconds', 0):.1f} s"
+                                           if res else ""))
+    print(f"input       {json.dumps(run['input'])}")
+    print(f"params      {' '.join(f'{k}={v}' for k, v in params.items())}")
+    print(f"versions    {' '.join(f'{k} {v}' for k, v in run['versions'].items())}")
+    if ck is not None:
+        print(f"checkpoint  iteration {ck['iteration']} in {ck['prefix']}")
+    if res:
+        print("result      " + " ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
+                                      for k, v in res.items() if k not in ("finished", "passes")))
+    shown = history if args.history == "all" else history[-int(args.history):]
+    print(f"history     {len(history)} rows" + (f", the last {len(shown)}:" if shown else ""))
+    if shown:
+        print(_format_table(shown))
     return 0
 
 
@@ -266,8 +314,10 @@ def build_parser():
     p.add_argument("store")
     p.set_defaults(func=cmd_resume)
 
-    p = sub.add_parser("info", help="print the metadata and progress of the run in STORE")
+    p = sub.add_parser("info", help="print the record, progress and history of the run in STORE")
     p.add_argument("store")
+    p.add_argument("--json", action="store_true", help="everything, as JSON (the whole history)")
+    p.add_argument("--history", default="10", help="history rows to print: a number, or all")
     p.set_defaults(func=cmd_info)
     return parser
 

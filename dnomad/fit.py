@@ -310,7 +310,7 @@ class NOMAD(_Estimator):
             try:
                 res = nomad_cgm(group, params, data=data, store=self.store, resume=resume,
                                 callback=self.callback)
-                self._finish(res, group)
+                self._finish(res, group, start)
             finally:
                 if backend == "local":
                     # Q_ lives on in this group; free the solver's state.
@@ -327,7 +327,7 @@ class NOMAD(_Estimator):
         return _choose_backend(self.backend, source.n, dtype, n_matrices=3, store=self.store,
                                what="NOMAD's state (P, Gamma, G)")
 
-    def _finish(self, res, group):
+    def _finish(self, res, group, start):
         n = group.n
         self.history_ = res.history
         self.penalty_ = res.penalty
@@ -350,14 +350,12 @@ class NOMAD(_Estimator):
         else:
             self.labels_ = _kmeans(scaled[:, : self.n_groups], self.n_groups, self.random_state)
         if self.store is not None:
-            group.save(["Q"], self.store, "result", mirror=True)
-            run_store.write_vector(self.store, "result/embedding", self.embedding_)
-            run_store.write_vector(self.store, "result/labels", self.labels_)
-            run_store.write_json(self.store, "result", {
-                "history": res.history, "n_iter": res.n_iter, "stop_reason": res.stop_reason,
-                "objective": self.objective_, "penalty": res.penalty, "tau": res.tau,
-                "passes": self.passes_,
-                "finished": datetime.datetime.now(datetime.timezone.utc).isoformat()})
+            with run_store.writing(self.store, "the result Q", keep="the last checkpoint is intact"):
+                group.save(["Q"], self.store, "result", mirror=True)
+            _write_result(self.store, {"embedding": self.embedding_, "labels": self.labels_}, {
+                "n_iter": res.n_iter, "stop_reason": res.stop_reason, "objective": self.objective_,
+                "penalty": res.penalty, "tau": res.tau, "passes": self.passes_},
+                res.history, time.perf_counter() - start)
             self.Q_ = blocks.from_zarr(self.store, "result/Q", dtype=group.dtype,
                                        block_size=group.layout.block_size, backend="zarr",
                                        store=self.store)
@@ -695,7 +693,7 @@ class SymNMF(_Estimator):
             finally:
                 if source.matrix is None:
                     P.group.close()
-        self._finish(res, backend, dtype)
+        self._finish(res, backend, dtype, start)
         self.fit_seconds_ = time.perf_counter() - start
         return self
 
@@ -714,7 +712,7 @@ class SymNMF(_Estimator):
                                   f"got shape {W0.shape}")
         return W0.copy()
 
-    def _finish(self, res, backend, dtype):
+    def _finish(self, res, backend, dtype, start):
         self.components_ = res.W
         self.labels_ = np.argmax(res.W, axis=1)
         self.objective_ = res.objective
@@ -727,13 +725,11 @@ class SymNMF(_Estimator):
         self.spectral_norm_ = res.extra.get("spectral_norm")
         self.backend_used_ = backend
         if self.store is not None:
-            run_store.write_vector(self.store, "result/W", res.W)
-            run_store.write_vector(self.store, "result/labels", self.labels_)
-            run_store.write_json(self.store, "result", {
-                "history": res.history, "n_iter": res.n_iter, "stop_reason": res.stop_reason,
-                "objective": res.objective, "gap": res.gap, "passes": res.passes,
-                "solver": res.method, "step_rule": res.step_rule, "dtype": np.dtype(dtype).name,
-                "finished": datetime.datetime.now(datetime.timezone.utc).isoformat()})
+            _write_result(self.store, {"W": res.W, "labels": self.labels_}, {
+                "n_iter": res.n_iter, "stop_reason": res.stop_reason, "objective": res.objective,
+                "gap": res.gap, "passes": res.passes, "solver": res.method,
+                "step_rule": res.step_rule, "dtype": np.dtype(dtype).name},
+                res.history, time.perf_counter() - start)
 
 
 class Hottopixx(_Estimator):
@@ -878,13 +874,10 @@ class Hottopixx(_Estimator):
         self.n_epochs_ = len(res.history)
         self.fit_seconds_ = time.perf_counter() - start
         if self.store is not None:
-            run_store.write_vector(self.store, "result/hott_rows", self.hott_rows_)
-            run_store.write_vector(self.store, "result/F", self.components_)
-            run_store.write_vector(self.store, "result/diag", self.diag_)
-            run_store.write_json(self.store, "result", {
-                "history": res.history, "error": res.error, "hott_rows": res.hott_rows.tolist(),
-                "n_epochs": self.n_epochs_, "seconds": self.fit_seconds_,
-                "finished": datetime.datetime.now(datetime.timezone.utc).isoformat()})
+            _write_result(self.store, {"hott_rows": self.hott_rows_, "F": self.components_,
+                                       "diag": self.diag_},
+                          {"error": res.error, "hott_rows": res.hott_rows.tolist(),
+                           "n_epochs": self.n_epochs_}, res.history, self.fit_seconds_)
         return self
 
     def fit_transform(self, X, y=None):
@@ -912,21 +905,34 @@ def _write_run_marker(store, method, run_id, est, source):
 
 
 def _symnmf_checkpointer(store):
+    checkpoints = run_store.Checkpoints(store, "symnmf_checkpoint")
+
     def save(state):
-        run_store.write_vector(store, "checkpoint/W", state["W"])
-        run_store.write_vector(store, "checkpoint/M", state["M"])
-        # Written last: a checkpoint counts only once its arrays are complete.
-        run_store.write_json(store, "symnmf_checkpoint",
-                             {k: v for k, v in state.items() if k not in ("W", "M")})
+        record = {k: v for k, v in state.items() if k not in ("W", "M", "history")}
+        with checkpoints.write(record, state["history"]) as prefix:
+            run_store.write_vector(store, f"{prefix}/W", state["W"])
+            run_store.write_vector(store, f"{prefix}/M", state["M"])
     return save
 
 
 def _load_symnmf_checkpoint(store):
-    meta = run_store.read_json(store, "symnmf_checkpoint")
-    if meta is None:
+    ck = run_store.Checkpoints(store, "symnmf_checkpoint").latest()
+    if ck is None:
         raise InputValueError(f"store {store!r} has no SymNMF checkpoint to resume from")
-    return dict(meta, W=run_store.read_vector(store, "checkpoint/W"),
-                M=run_store.read_vector(store, "checkpoint/M"))
+    return dict(ck, W=run_store.read_vector(store, f"{ck['prefix']}/W"),
+                M=run_store.read_vector(store, f"{ck['prefix']}/M"))
+
+
+def _write_result(store, arrays, summary, history, seconds):
+    """A finished run's arrays, history table and summary (written last: ``dnomad info``
+    reports a run finished only once everything else is in place)."""
+    with run_store.writing(store, "the result", keep="the last checkpoint is intact"):
+        for path, value in arrays.items():
+            run_store.write_vector(store, f"result/{path}", value)
+        run_store.write_table(store, "result/history", history)
+        run_store.write_json(store, "result", dict(
+            summary, fit_seconds=seconds,
+            finished=datetime.datetime.now(datetime.timezone.utc).isoformat()))
 
 
 ESTIMATORS = {"nomad": NOMAD, "symnmf": SymNMF, "hottopixx": Hottopixx}

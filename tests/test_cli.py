@@ -26,7 +26,7 @@ def test_demo_on_embedded_local_cluster_writes_store_and_png(tmp_path):
     assert (tmp_path / "nomad_demo.png").stat().st_size > 10_000
     Q = dnomad.blocks.from_zarr(str(tmp_path / "nomad.zarr"), "result/Q")
     np.testing.assert_allclose(np.asarray(Q).sum(axis=1), 1, atol=1e-4)
-    info = json.loads(run("info", str(tmp_path / "nomad.zarr")).stdout)
+    info = json.loads(run("info", "--json", str(tmp_path / "nomad.zarr")).stdout)
     assert info["run"]["method"] == "nomad" and info["result"]["stop_reason"] == "tolerance"
     assert info["run"]["estimator_params"]["backend"] == "distributed"
 
@@ -39,9 +39,17 @@ def test_fit_then_resume(tmp_path):
         "--params", json.dumps({"max_iter": 500}))
     out = run("resume", store)
     assert "resumed" in out.stdout
-    info = json.loads(run("info", store).stdout)
+    info = json.loads(run("info", "--json", store).stdout)
     assert info["run"]["estimator_params"]["dtype"] == "float32"
-    assert info["result"]["stop_reason"] == "tolerance"
+    assert info["result"]["stop_reason"] == "tolerance" and info["status"] == "finished"
+    history = dnomad.blocks.store.read_table(store, "result/history")
+    assert history == info["history"] and len(history) == info["result"]["n_iter"]
+    assert [r["iteration"] for r in history] == list(range(1, len(history) + 1))
+    text = run("info", store, "--history", "3").stdout
+    assert f"{len(history)} rows, the last 3:" in text
+    header, *rows = text.splitlines()[-4:]
+    assert header.split()[:2] == ["iteration", "objective"]
+    assert [int(r.split()[0]) for r in rows] == [r["iteration"] for r in history[-3:]]
 
 
 def test_fit_symnmf_from_the_command_line(tmp_path):
@@ -51,7 +59,7 @@ def test_fit_symnmf_from_the_command_line(tmp_path):
     out = run("fit", "--method", "symnmf", "--input", str(tmp_path / "X.npy"), "--n-clusters", "3",
               "--store", store, "--params", json.dumps({"bandwidth": 4.0, "tol": 1e-3}))
     assert "symnmf:" in out.stdout
-    info = json.loads(run("info", store).stdout)
+    info = json.loads(run("info", "--json", store).stdout)
     assert info["run"]["method"] == "symnmf" and info["result"]["stop_reason"] == "tolerance"
     W = dnomad.blocks.store.read_vector(store, "result/W")
     np.testing.assert_allclose(W.sum(axis=1), 1, atol=1e-12)
@@ -66,7 +74,7 @@ def test_fit_hottopixx_from_the_command_line(tmp_path):
     out = run("fit", "--method", "hottopixx", "--input", str(tmp_path / "X.npy"), "--rank", "3",
               "--store", store, "--params", json.dumps({"random_state": 0}))
     assert "hottopixx: 50 epochs" in out.stdout, out.stderr
-    info = json.loads(run("info", store).stdout)
+    info = json.loads(run("info", "--json", store).stdout)
     assert info["run"]["method"] == "hottopixx" and info["result"]["n_epochs"] == 50
     hott = dnomad.blocks.store.read_vector(store, "result/hott_rows")
     assert sorted(inst["copies"][hott]) == [0, 1, 2]
@@ -88,7 +96,7 @@ def test_fit_from_a_config_file_with_flags_overriding_it(tmp_path):
                    f'store = "{tmp_path / "other.zarr"}"\n[params]\nbandwidth = 4.0\ntol = 1e-3\n')
     out = run("fit", "--config", str(cfg), "--store", str(store))
     assert "symnmf:" in out.stdout, out.stderr
-    info = json.loads(run("info", str(store)).stdout)
+    info = json.loads(run("info", "--json", str(store)).stdout)
     assert info["run"]["method"] == "symnmf"
     assert info["run"]["estimator_params"]["bandwidth"] == 4.0
     assert not (tmp_path / "other.zarr").exists()       # the flag won over the file

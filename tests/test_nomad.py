@@ -121,8 +121,8 @@ def test_resume_after_kill_matches_uninterrupted(tmp_path):
     store = str(tmp_path / "run.zarr")
     with pytest.raises(Interrupt):
         dnomad.NOMAD(store=store, callback=kill_at_12, **kw).fit(X)
-    info = dnomad.blocks.store.read_json(store, "nomad_checkpoint")
-    assert info["t"] == 10
+    info = dnomad.blocks.store.Checkpoints(store, "nomad_checkpoint").latest()
+    assert info["iteration"] == 10 and len(info["history"]) == 10
     with pytest.warns(dnomad.ConvergenceWarning):
         resumed = dnomad.resume(store)
     assert resumed.n_iter_ == full.n_iter_ == 25

@@ -208,6 +208,9 @@ def _stats_row(stats, n, K):
             "neg_fro_ratio": ratio}
 
 
+CHECKPOINT_KEY = "nomad_checkpoint"
+
+
 def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False, callback=None):
     """Solve NOMAD by Alg. 2 (conditional gradient in the method of multipliers).
 
@@ -265,13 +268,13 @@ def _nomad_cgm(group, params, data, store, resume, callback):
 
     start_t, k_total, v, history = 0, 0, None, []
     if resume:
-        ck = run_store.read_json(store, "nomad_checkpoint")
+        ck = run_store.Checkpoints(store, CHECKPOINT_KEY).latest()
         if ck is None:
             raise InputValueError(f"store {store!r} has no NOMAD checkpoint to resume from")
-        group.load(["P", "Gamma"], store, "checkpoint")
-        start_t, k_total, history = ck["t"], ck["k_total"], ck["history"]
+        group.load(["P", "Gamma"], store, ck["prefix"])
+        start_t, k_total, history = ck["iteration"], ck["k_total"], ck["history"]
         penalty, tau = ck["penalty_value"], ck["tau_value"]
-        v = run_store.read_vector(store, "checkpoint/v") if ck["has_v"] else None
+        v = run_store.read_vector(store, f"{ck['prefix']}/v") if ck["has_v"] else None
         logger.info("resuming NOMAD from outer iteration %d", start_t)
     else:
         penalty, tau = resolve_penalty(params, group, data)
@@ -349,11 +352,9 @@ def _check_stop(row, prev_obj, params):
 
 
 def _checkpoint(group, store, t, k_total, v, history, params, penalty, tau):
-    group.save(["P", "Gamma"], store, "checkpoint")
-    if v is not None:
-        run_store.write_vector(store, "checkpoint/v", v)
-    # Written last: a checkpoint counts only once its arrays are complete.
-    run_store.write_json(store, "nomad_checkpoint", {"t": int(t), "k_total": int(k_total),
-                                                    "has_v": v is not None, "history": history,
-                                                    "params": asdict(params),
-                                                    "penalty_value": penalty, "tau_value": tau})
+    record = {"iteration": int(t), "k_total": int(k_total), "has_v": v is not None,
+              "params": asdict(params), "penalty_value": penalty, "tau_value": tau}
+    with run_store.Checkpoints(store, CHECKPOINT_KEY).write(record, history) as prefix:
+        group.save(["P", "Gamma"], store, prefix)
+        if v is not None:
+            run_store.write_vector(store, f"{prefix}/v", v)
