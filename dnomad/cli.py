@@ -67,7 +67,7 @@ def _read_input(path):
 # Keys of a run configuration file (TOML or YAML) and of the [cluster] / [security] tables.
 CONFIG_KEYS = {"input", "method", "n_clusters", "rank", "store", "overwrite", "precomputed", "backend",
                "dtype", "params", "cluster", "security"}
-CLUSTER_KEYS = {"address", "scheduler_file", "local", "n_workers"}
+CLUSTER_KEYS = {"address", "scheduler_file", "local", "n_workers", "slurm_jobs", "wait_for_workers"}
 SECURITY_KEYS = {"tls_ca_file", "tls_client_cert", "tls_client_key", "tls_scheduler_cert",
                  "tls_scheduler_key", "tls_worker_cert", "tls_worker_key", "require_encryption"}
 
@@ -75,8 +75,9 @@ SECURITY_KEYS = {"tls_ca_file", "tls_client_cert", "tls_client_key", "tls_schedu
 def load_config(path):
     """A run configuration: TOML (.toml) or YAML (.yaml/.yml), keys as the flags of
     ``dnomad fit`` (``n_clusters`` or ``rank``, ``params`` a table of estimator
-    parameters), plus ``[cluster]`` (``address``, ``scheduler_file``, or ``local = true``
-    with ``n_workers``) and ``[security]`` (TLS files for distributed's Security).
+    parameters), plus ``[cluster]`` (``address``, ``scheduler_file``, ``local = true``
+    with ``n_workers``, or ``slurm_jobs``; ``wait_for_workers``) and ``[security]`` (TLS
+    files for distributed's Security).
     Unknown keys are refused, so that a typo does not silently fall back to a default."""
     if not os.path.exists(path):
         raise SystemExit(f"dnomad: config file {path!r} does not exist")
@@ -120,24 +121,44 @@ def _security(cfg):
                     **{k: v for k, v in files.items() if v is not None})
 
 
-def _connect(address=None, scheduler_file=None, *, local=False, n_workers=None, security=None):
-    """(client, cluster): a client for the given scheduler, else for
-    $DASK_SCHEDULER_ADDRESS (what the Dask Kubernetes operator sets in a DaskJob's pod),
-    else a LocalCluster when ``local``, else (None, None): run in process."""
+def _connect(address=None, scheduler_file=None, *, local=False, n_workers=None, slurm_jobs=None,
+             wait_for_workers=None, security=None):
+    """(client, cluster) for a run, the first that applies of: a scheduler ``address``;
+    $DASK_SCHEDULER_ADDRESS (what the Dask Kubernetes operator sets in a DaskJob's pod);
+    a ``scheduler_file`` (a SLURM job's scheduler, see deploy/slurm); ``slurm_jobs``
+    batch jobs of workers submitted by dask-jobqueue's SLURMCluster (its settings from
+    dask config ``jobqueue.slurm``); a LocalCluster of ``n_workers`` when ``local``;
+    else (None, None): run in this process.  ``wait_for_workers``: block until that
+    many workers have joined (default: all that ``slurm_jobs`` asked for)."""
     from distributed import Client
 
     address = address or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    cluster = None
     if address:
-        return Client(address, security=security), None
-    if scheduler_file:
-        return Client(scheduler_file=scheduler_file, security=security), None
-    if local:
+        client = Client(address, security=security)
+    elif scheduler_file:
+        client = Client(scheduler_file=scheduler_file, security=security)
+    elif slurm_jobs:
+        try:
+            from dask_jobqueue import SLURMCluster
+        except ImportError as exc:
+            raise SystemExit("dnomad: slurm_jobs needs dask-jobqueue (pip install dask-jobqueue)") from exc
+        cluster = SLURMCluster(security=security, protocol="tls://" if security else None)
+        cluster.scale(jobs=int(slurm_jobs))
+        client = Client(cluster, security=security)
+        wait_for_workers = wait_for_workers or len(cluster.plan)   # workers the jobs will start
+    elif local:
         from distributed import LocalCluster
 
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=None,
                                security=security, protocol="tls://" if security else None)
-        return Client(cluster, security=security), cluster
-    return None, None
+        client = Client(cluster, security=security)
+    else:
+        return None, None
+    if wait_for_workers:
+        logger.info("waiting for %d workers", wait_for_workers)
+        client.wait_for_workers(int(wait_for_workers))
+    return client, cluster
 
 
 def _fit_settings(args):
@@ -161,6 +182,12 @@ def _fit_settings(args):
         cluster = {"address": args.scheduler_address}
     elif args.scheduler_file:
         cluster = {"scheduler_file": args.scheduler_file}
+    elif args.slurm_jobs:
+        cluster = {"slurm_jobs": args.slurm_jobs}
+    elif args.local_workers:
+        cluster = {"local": True, "n_workers": args.local_workers}
+    if args.wait_for_workers:
+        cluster["wait_for_workers"] = args.wait_for_workers
     out["cluster"] = cluster
     out["security"] = cfg.get("security")
     return out
@@ -171,9 +198,7 @@ def cmd_fit(args):
 
     run = _fit_settings(args)
     security = _security(run["security"])
-    client, cluster = _connect(run["cluster"].get("address"), run["cluster"].get("scheduler_file"),
-                               local=bool(run["cluster"].get("local")),
-                               n_workers=run["cluster"].get("n_workers"), security=security)
+    client, cluster = _connect(**run["cluster"], security=security)
     try:
         params = run["params"]
         X = _read_input(run["input"])
@@ -307,7 +332,12 @@ def build_parser():
     p.add_argument("--params", help="other estimator parameters as JSON, e.g. '{\"max_iter\": 500}'")
     p.add_argument("--scheduler-address", help="connect to this scheduler (default: "
                    "$DASK_SCHEDULER_ADDRESS when set, else run in process)")
-    p.add_argument("--scheduler-file")
+    p.add_argument("--scheduler-file", help="connect to the scheduler that wrote this file "
+                   "(deploy/slurm/dnomad.sbatch)")
+    p.add_argument("--slurm-jobs", type=int, help="submit this many SLURM jobs of workers "
+                   "(dask-jobqueue's SLURMCluster, settings from dask config jobqueue.slurm)")
+    p.add_argument("--local-workers", type=int, help="start a LocalCluster of this many workers")
+    p.add_argument("--wait-for-workers", type=int, help="wait until this many workers have joined")
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser("resume", help="continue the run in STORE from its last checkpoint")
