@@ -17,6 +17,11 @@ class StoreError(DnomadError, OSError):
     """A store cannot be used: not writable, or holds another run."""
 
 
+class WorkerLostError(DnomadError, RuntimeError):
+    """A worker holding blocks in memory died (killed, preempted, out of memory): the
+    blocks it held are gone.  Estimators restart from the run's last checkpoint."""
+
+
 class ConvergenceWarning(UserWarning):
     """A solver stopped at max_iter before meeting its tolerance."""
 

@@ -15,10 +15,11 @@ import numpy as np
 
 from . import blocks
 from .blocks import store as run_store
-from .errors import InputTypeError, InputValueError, StoreError
+from .errors import InputTypeError, InputValueError, StoreError, WorkerLostError
 from .linalg import top_eigenvectors
 from .solvers import hottopixx as hott_solver
 from .solvers import symnmf
+from .solvers.nomad import CHECKPOINT_KEY as nomad_checkpoint_key
 from .solvers.nomad import NomadParams, nomad_cgm
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,33 @@ def _client_context(backend, n):
     if backend == "distributed" or (backend == "zarr" and (n >= LOCAL_MAX_N or _get_client() is not None)):
         return _cluster_client()
     return contextlib.nullcontext(None)
+
+
+# Restarts from the last checkpoint after workers holding blocks died, per fit.
+MAX_RESTARTS = 3
+
+
+def _with_restarts(attempt, *, store, resume, checkpoint_key, rebuildable=True):
+    """Run ``attempt(resume)``; when a worker holding blocks in memory dies
+    (:class:`WorkerLostError`), run it again from the last checkpoint in ``store`` (from
+    the start if none was written yet), up to MAX_RESTARTS times.  Checkpoint and resume
+    are exact, so a restarted run ends where an uninterrupted one would.  Returns the
+    number of restarts."""
+    restarts = 0
+    while True:
+        try:
+            attempt(resume)
+            return restarts
+        except WorkerLostError as exc:
+            why = ("no store= to checkpoint to" if store is None else
+                   "the input matrix was held by the lost worker" if not rebuildable else
+                   f"{MAX_RESTARTS} restarts already" if restarts >= MAX_RESTARTS else None)
+            if why is not None:
+                raise WorkerLostError(f"{exc}; not restarted: {why}") from exc
+            restarts += 1
+            resume = run_store.Checkpoints(store, checkpoint_key).latest() is not None
+            logger.warning("%s; restart %d from %s", exc, restarts,
+                           "the last checkpoint" if resume else "the start")
 
 
 class _Estimator:
@@ -304,19 +332,25 @@ class NOMAD(_Estimator):
                 _write_run_marker(self.store, "nomad", run_id, self, source)
 
         backend = self._resolve_backend(source, dtype)
-        with _client_context(backend, n) as client:
-            group, data = source.build(backend=backend, client=client, store=self.store, dtype=dtype,
-                                       block_size=self.block_size)
-            try:
-                res = nomad_cgm(group, params, data=data, store=self.store, resume=resume,
-                                callback=self.callback)
-                self._finish(res, group, start)
-            finally:
-                if backend == "local":
-                    # Q_ lives on in this group; free the solver's state.
-                    group.drop([m for m in group.names if m != "Q"])
-                elif backend == "distributed":
-                    group.close()
+
+        def attempt(resume):
+            with _client_context(backend, n) as client:
+                group, data = source.build(backend=backend, client=client, store=self.store,
+                                           dtype=dtype, block_size=self.block_size)
+                try:
+                    res = nomad_cgm(group, params, data=data, store=self.store, resume=resume,
+                                    callback=self.callback)
+                    self._finish(res, group, start)
+                finally:
+                    if backend == "local":
+                        # Q_ lives on in this group; free the solver's state.
+                        group.drop([m for m in group.names if m != "Q"])
+                    elif backend == "distributed":
+                        group.close()
+
+        self.restarts_ = _with_restarts(attempt, store=self.store, resume=resume,
+                                        checkpoint_key=nomad_checkpoint_key,
+                                        rebuildable=source.matrix is None)
         self.backend_used_ = backend
         self.fit_seconds_ = time.perf_counter() - start
         return self
@@ -658,7 +692,7 @@ class SymNMF(_Estimator):
         backend = source.matrix.backend if source.matrix is not None else \
             _choose_backend(self.backend, n, dtype, n_matrices=1, store=self.store,
                             what="the affinity P")
-        state, save = None, None
+        save = None
         if self.store is not None:
             # The start (init, random_state) is not part of the run's identity: a resumed
             # run continues from its checkpoint, whatever start it was given.
@@ -666,11 +700,23 @@ class SymNMF(_Estimator):
                              affinity=self.affinity, bandwidth=self.bandwidth)
             run_store.check_store(self.store, run_id, overwrite=self.overwrite and not resume,
                                   resume=resume)
-            if resume:
-                state = _load_symnmf_checkpoint(self.store)
-            else:
+            if not resume:
                 _write_run_marker(self.store, "symnmf", run_id, self, source)
             save = _symnmf_checkpointer(self.store)
+
+        def attempt(resume):
+            state = _load_symnmf_checkpoint(self.store) if resume else None
+            res = self._solve(source, backend, dtype, params, W0, state, save)
+            self._finish(res, backend, dtype, start)
+
+        self.restarts_ = _with_restarts(attempt, store=self.store, resume=resume,
+                                        checkpoint_key=SYMNMF_CHECKPOINT_KEY,
+                                        rebuildable=source.matrix is None)
+        self.fit_seconds_ = time.perf_counter() - start
+        return self
+
+    def _solve(self, source, backend, dtype, params, W0, state, save):
+        n = source.n
         with _client_context(backend, n) as client:
             kw = dict(block_size=self.block_size, dtype=dtype, backend=backend,
                       client=client if backend != "local" else None, store=self.store)
@@ -693,9 +739,7 @@ class SymNMF(_Estimator):
             finally:
                 if source.matrix is None:
                     P.group.close()
-        self._finish(res, backend, dtype, start)
-        self.fit_seconds_ = time.perf_counter() - start
-        return self
+        return res
 
     def _start(self, n):
         k = self.n_clusters
@@ -904,8 +948,11 @@ def _write_run_marker(store, method, run_id, est, source):
         run_store.write_vector(store, "input/X", source.data)
 
 
+SYMNMF_CHECKPOINT_KEY = "symnmf_checkpoint"
+
+
 def _symnmf_checkpointer(store):
-    checkpoints = run_store.Checkpoints(store, "symnmf_checkpoint")
+    checkpoints = run_store.Checkpoints(store, SYMNMF_CHECKPOINT_KEY)
 
     def save(state):
         record = {k: v for k, v in state.items() if k not in ("W", "M", "history")}
@@ -916,7 +963,7 @@ def _symnmf_checkpointer(store):
 
 
 def _load_symnmf_checkpoint(store):
-    ck = run_store.Checkpoints(store, "symnmf_checkpoint").latest()
+    ck = run_store.Checkpoints(store, SYMNMF_CHECKPOINT_KEY).latest()
     if ck is None:
         raise InputValueError(f"store {store!r} has no SymNMF checkpoint to resume from")
     return dict(ck, W=run_store.read_vector(store, f"{ck['prefix']}/W"),

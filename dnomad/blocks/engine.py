@@ -38,7 +38,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..errors import InputValueError, StoreError
+from ..errors import InputValueError, StoreError, WorkerLostError
 from .layout import BlockLayout
 
 BACKENDS = ("local", "distributed", "zarr")
@@ -176,12 +176,21 @@ class _Shard:
             self.pool.shutdown(wait=False)
 
 
-def _zarr_task(locs, layout, reads, writes, key, func, args):
-    bundle = {name: _zarr_read(*locs[name], key, layout) for name in reads}
+def _zarr_task(src, dst, layout, key, func, args):
+    """Read blocks from ``src`` (name -> location), run ``func``, write to ``dst``.  A
+    matrix that the pass both reads and writes has distinct locations in src and dst
+    when tasks may run twice (see :meth:`BlockGroup.map_blocks`)."""
+    bundle = {name: _zarr_read(*loc, key, layout) for name, loc in src.items()}
     result = func(bundle, key, *args)
-    for name in writes:
-        _zarr_write(*locs[name], key, layout, bundle[name])
+    for name, loc in dst.items():
+        _zarr_write(*loc, key, layout, bundle[name])
     return result
+
+
+def _panel(block):
+    """A small array made a task result, so that the scheduler can recompute it on
+    another worker if the one holding it dies (scattered data would be lost)."""
+    return block
 
 
 def _zarr_build_task(locs, layout, key, builder, args):
@@ -264,6 +273,7 @@ class BlockGroup:
         self._shards = {}           # distributed: worker address -> _Shard actor
         self._shard_futures = []
         self._locs = {}             # zarr: name -> (url, path, generation token)
+        self._spare = {}            # zarr: name -> the second array of a matrix (see _zarr_pass)
         self._pool = None
         self._lock = threading.Lock()
         self._token = uuid.uuid4().hex[:8]
@@ -301,8 +311,11 @@ class BlockGroup:
             self._pool = ThreadPoolExecutor(_n_threads(), thread_name_prefix="dnomad-block")
         return self._pool
 
-    def _task_key(self, name, key):
-        return f"dnomad-{name}-{self._token}-{next(self._counter)}-{key[0]}-{key[1]}"
+    def _task_key(self, name, key, pass_no=None):
+        """``dnomad-<pass name>-<group>-<pass number>-<i>-<j>``: unique, and the tasks of
+        one pass share everything but the block index."""
+        pass_no = next(self._counter) if pass_no is None else pass_no
+        return f"dnomad-{name}-{self._token}-{pass_no}-{key[0]}-{key[1]}"
 
     def _placement(self):
         """Workers for each key, balancing stored bytes (largest blocks first)."""
@@ -327,6 +340,31 @@ class BlockGroup:
             self._shard_futures.append(fut)
             self._shards[w] = fut.result()
 
+    def _wait(self, make_calls):
+        """Make the actor calls (``make_calls()`` returns them) and their results, in
+        order; a call that failed because the worker holding a shard died raises
+        :class:`WorkerLostError` (its blocks are gone)."""
+        out = []
+        try:
+            calls = make_calls()
+            for call in calls:
+                out.append(call.result())
+        except Exception as exc:
+            lost = self._lost_workers()
+            if lost or _is_lost_worker_error(exc):
+                raise WorkerLostError(
+                    f"worker(s) {lost or '?'} holding blocks of this run died ({exc!r}); "
+                    f"their blocks are gone") from exc
+            raise
+        return out
+
+    def _lost_workers(self):
+        try:
+            alive = set(self.client.scheduler_info(n_workers=-1)["workers"])
+        except Exception:  # noqa: BLE001 - the scheduler itself is unreachable
+            return sorted(self._shards)
+        return sorted(w for w in self._shards if w not in alive)
+
     def _shard_keys(self):
         """(shard, its keys in layout order) for every worker holding blocks."""
         keys = {}
@@ -349,10 +387,8 @@ class BlockGroup:
             list(self._executor().map(run, self.layout.keys))
         elif self.backend == "distributed":
             self._start_shards()
-            calls = [shard.build(keys, builder, [args_for(k) for k in keys])
-                     for shard, keys in self._shard_keys()]
-            for call in calls:
-                call.result()  # re-raises a builder's error here
+            self._wait(lambda: [shard.build(keys, builder, [args_for(k) for k in keys])
+                                for shard, keys in self._shard_keys()])  # re-raises a builder's error
         else:
             for name in new:
                 self._new_zarr(name)
@@ -362,11 +398,13 @@ class BlockGroup:
         self.passes.add(PassRecord(f"build:{','.join(names)}", len(self.layout.keys), 0, nbytes,
                                    time.perf_counter() - t0))
 
-    def _run_tasks(self, fn, args_for_key):
-        """Run ``fn(*args_for_key(key))`` for every key, on the cluster or the thread pool."""
+    def _run_tasks(self, fn, args_for_key, name=None):
+        """Run ``fn(*args_for_key(key))`` for every key, on the cluster or the thread pool;
+        task keys name the pass (``dnomad-<name>-...``, as the dashboard shows them)."""
         keys = self.layout.keys
         if self.client is not None:
-            futs = [self.client.submit(fn, *args_for_key(k), key=self._task_key(fn.__name__, k),
+            pass_no = next(self._counter)
+            futs = [self.client.submit(fn, *args_for_key(k), key=self._task_key(name or fn.__name__, k, pass_no),
                                        pure=False) for k in keys]
             return self.client.gather(futs)
         return list(self._executor().map(lambda k: fn(*args_for_key(k)), keys))
@@ -392,19 +430,42 @@ class BlockGroup:
             results = list(self._executor().map(
                 lambda k: func(self._bundles[k], k, *args_for(k)), keys))
         elif self.backend == "distributed":
-            parts = [(keys_w, shard.run(func, keys_w, [args_for(k) for k in keys_w]))
-                     for shard, keys_w in self._shard_keys()]
+            shard_keys = self._shard_keys()
+            parts = self._wait(lambda: [shard.run(func, keys_w, [args_for(k) for k in keys_w])
+                                        for shard, keys_w in shard_keys])
             by_key = {}
-            for keys_w, call in parts:
-                by_key.update(zip(keys_w, call.result()))
+            for (_, keys_w), part in zip(shard_keys, parts):
+                by_key.update(zip(keys_w, part))
             results = [by_key[k] for k in keys]
         else:
-            locs = dict(self._locs)
-            results = self._run_tasks(_zarr_task, lambda k: (locs, self.layout, list(reads),
-                                                            list(writes), k, func, args_for(k)))
+            results = self._zarr_pass(func, args_for, reads, writes, name)
         self.passes.add(PassRecord(name, len(keys), self.matrix_nbytes * len(reads),
                                    self.matrix_nbytes * len(writes), time.perf_counter() - t0))
         return results
+
+    def _zarr_pass(self, func, args_for, reads, writes, name):
+        src = {name: self._locs[name] for name in reads}
+        dst = {name: self._locs[name] for name in writes}
+        # On a cluster a task runs again when its worker dies (even after it finished,
+        # if its result was not yet gathered).  A task that updates a block in place
+        # would then apply its update twice; so matrices that the pass reads and writes
+        # are written to a second array (created once, 2x their disk) and the two swap
+        # roles after the pass: every task reads inputs no task of the pass writes.
+        swap = [m for m in writes if m in reads] if self.client is not None else []
+        for m in swap:
+            dst[m] = self._spare_zarr(m)
+        results = self._run_tasks(_zarr_task, lambda k: (src, dst, self.layout, k, func, args_for(k)),
+                                  name=name)
+        for m in swap:
+            self._spare[m], self._locs[m] = self._locs[m], dst[m]
+        return results
+
+    def _spare_zarr(self, name):
+        if name not in self._spare:
+            path = f"{self.prefix}/{name}.spare"
+            create_zarr_array(self.store, path, self.n, self.layout.block_size, self.dtype)
+            self._spare[name] = (self.store, path, uuid.uuid4().hex)
+        return self._spare[name]
 
     def _add_name(self, name):
         self.names.append(name)
@@ -417,13 +478,13 @@ class BlockGroup:
             if name in self.names:
                 self.names.remove(name)
                 self._locs.pop(name, None)
+                self._spare.pop(name, None)
         if self.backend == "local":
             for bundle in self._bundles.values():
                 for name in names:
                     bundle.pop(name, None)
         elif self.backend == "distributed":
-            for call in [shard.drop(list(names)) for shard in self._shards.values()]:
-                call.result()
+            self._wait(lambda: [shard.drop(list(names)) for shard in self._shards.values()])
 
     # ------------------------------------------------------------ in/out
     def block(self, name, key):
@@ -431,7 +492,7 @@ class BlockGroup:
         if self.backend == "local":
             return self._bundles[key][name]
         if self.backend == "distributed":
-            return self._shards[self._owner[key]].get(key, name).result()
+            return self._wait(lambda: [self._shards[self._owner[key]].get(key, name)])[0]
         return _zarr_read(*self._locs[name], key, self.layout)
 
     def save(self, names, url, prefix, *, mirror=False):
@@ -464,8 +525,10 @@ class BlockGroup:
     def close(self):
         """Release the blocks (worker memory, thread pool)."""
         if self.backend == "distributed" and self._shards:
-            for call in [shard.close() for shard in self._shards.values()]:
-                call.result()
+            try:
+                self._wait(lambda: [shard.close() for shard in self._shards.values()])
+            except WorkerLostError:
+                pass                    # the dead worker's blocks are gone already
             self.client.cancel(list(self._shard_futures))
             self._shards, self._shard_futures, self._owner = {}, [], {}
         self._bundles = {}
@@ -478,6 +541,13 @@ class BlockGroup:
         if self.client is not None:
             return self.client.run(_worker_peak_rss)
         return {"local": _worker_peak_rss()}
+
+
+def _is_lost_worker_error(exc):
+    from distributed.client import FutureCancelledError
+    from distributed.comm.core import CommClosedError
+
+    return isinstance(exc, (CommClosedError, FutureCancelledError)) or "Actor was lost" in str(exc)
 
 
 def _save_blocks(bundle, key, dest, layout, mirror):

@@ -32,10 +32,13 @@ class DataPanels:
         self.layout = group.layout
         panels = [X[slice(*self.layout.bounds(i))] for i in range(self.layout.nblocks)]
         if group.client is not None and group.backend != "distributed":
-            # Scheduled tasks (Zarr backend) take the panels as futures, sent once.  The
-            # in-memory backend's shards are called directly and get them by value (b x d
-            # numbers per block).  hash=False: equal scatters must not share keys.
-            self.panels = group.client.scatter(panels, broadcast=True, hash=False)
+            # Scheduled tasks (Zarr backend) take the panels as futures, sent once: task
+            # results, not scattered data, so that a panel whose worker dies is made
+            # again elsewhere.  The in-memory backend's shards are called directly and
+            # get them by value (b x d numbers per block).
+            from .engine import _panel
+
+            self.panels = [group.client.submit(_panel, p, pure=False) for p in panels]
         else:
             self.panels = panels
 

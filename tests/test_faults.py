@@ -1,0 +1,214 @@
+"""Faults, for real: a worker process killed during a run, the client process killed
+after a checkpoint, a store that fills up or turns read-only mid-run."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import dnomad
+from dnomad.blocks import store as run_store
+from dnomad.data import two_rings
+from dnomad.errors import StoreError
+
+# Runs every iteration (no tolerance stop), so that runs compare iteration for iteration.
+EXACT = dict(n_clusters=6, dtype=np.float64, rmse_tol=0, min_tol=0, objective_tol=0)
+
+
+def reference_Q(X, **kw):
+    with pytest.warns(dnomad.ConvergenceWarning):
+        est = dnomad.NOMAD(**EXACT, **kw).fit(X)
+    return np.asarray(est.Q_), est
+
+
+@pytest.fixture
+def fresh_cluster():
+    """A LocalCluster of 2 nanny-managed worker processes of its own (a killed worker is
+    restarted by its nanny), and a map worker address -> pid."""
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+class KillWhenAnUpdateTaskFinishes:
+    """A scheduler plugin: the first time a block task of a NOMAD pass that updates P in
+    place finishes while other tasks of its pass are still to finish, SIGKILL the worker
+    holding its result.  Dask then runs that finished task again elsewhere: an update in
+    place would be applied twice.  (The first NOMAD pass of an outer iteration has no
+    pending step and leaves P as it is, so the first pass seen is skipped.)"""
+
+    name = "kill-when-an-update-task-finishes"
+
+    def __init__(self, pids):
+        self.pids = pids
+        self.killed = None
+        self.passes_seen = set()
+
+    async def start(self, scheduler):
+        self.scheduler = scheduler
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        key = str(key)
+        if self.killed or finish != "memory" or not key.startswith("dnomad-nomad-"):
+            return
+        pass_prefix = key.rsplit("-", 2)[0] + "-"
+        self.passes_seen.add(pass_prefix)
+        if len(self.passes_seen) < 2:
+            return
+        tasks = self.scheduler.tasks
+        if any(str(k).startswith(pass_prefix) and ts.state != "memory" for k, ts in tasks.items()):
+            worker = next(iter(tasks[key].who_has)).address
+            os.kill(self.pids[worker], signal.SIGKILL)
+            self.killed = (key, worker)
+
+
+def _kill_during_a_pass(client, backend, armed, killed):
+    """Once the run is past its first checkpoint (``armed``), SIGKILL a worker process
+    during a pass: for the zarr backend by the plugin above; for the in-memory backend a
+    worker holding blocks, while the solver calls it."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    pids = client.run(os.getpid)
+    armed.wait(120)
+    if backend == "zarr":
+        plugin = type("Killer", (KillWhenAnUpdateTaskFinishes, SchedulerPlugin), {})(pids)
+        client.register_plugin(plugin)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            done = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.plugins[
+                KillWhenAnUpdateTaskFinishes.name].killed)
+            if done:
+                killed.append(done)
+                return
+            time.sleep(0.01)
+    else:
+        os.kill(pids[sorted(pids)[0]], signal.SIGKILL)
+        killed.append(sorted(pids)[0])
+
+
+@pytest.mark.parametrize("backend", ["distributed", "zarr"])
+def test_worker_killed_mid_pass_does_not_change_the_result(backend, fresh_cluster, tmp_path):
+    """In memory (blocks held by the killed worker are lost): the fit restarts from its
+    last checkpoint.  Zarr: dask runs the lost tasks again; writes go to a second array,
+    so a task run twice applies its update once."""
+    X = two_rings(200)[0]
+    kw = dict(max_iter=10, checkpoint_every=3, block_size=50)
+    Q_ref, _ = reference_Q(X, **kw)
+
+    armed, killed = threading.Event(), []
+
+    def arm(row):
+        if row["iteration"] == 4:
+            armed.set()
+
+    killer = threading.Thread(target=_kill_during_a_pass, args=(fresh_cluster, backend, armed, killed))
+    killer.start()
+    with pytest.warns(dnomad.ConvergenceWarning):
+        est = dnomad.NOMAD(**EXACT, **kw, backend=backend, store=str(tmp_path / "run.zarr"),
+                           callback=arm).fit(X)
+    killer.join()
+    assert killed, "no worker was killed"
+    assert est.n_iter_ == 10 and est.backend_used_ == backend
+    assert est.restarts_ == (1 if backend == "distributed" else 0)
+    np.testing.assert_allclose(np.asarray(est.Q_), Q_ref, rtol=0, atol=1e-10)
+
+
+def test_client_killed_after_a_checkpoint_then_dnomad_resume(tmp_path):
+    """`dnomad fit` SIGKILLed once a checkpoint is on disk; `dnomad resume` ends where an
+    uninterrupted run ends."""
+    X = two_rings(200)[0]
+    np.save(tmp_path / "X.npy", X)
+    store = str(tmp_path / "run.zarr")
+    kw = dict(max_iter=400, checkpoint_every=20)
+    params = {k: v for k, v in {**EXACT, **kw}.items() if k not in ("n_clusters", "dtype")}
+    cmd = [sys.executable, "-m", "dnomad.cli", "fit", "--input", str(tmp_path / "X.npy"),
+           "--n-clusters", "6", "--dtype", "float64", "--backend", "local", "--store", store,
+           "--params", __import__("json").dumps(params)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    checkpoints = run_store.Checkpoints(store, "nomad_checkpoint")
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            ck = run_store.read_json(store, "nomad_checkpoint") if os.path.exists(store) else None
+            if ck is not None and ck["iteration"] >= 100:
+                break
+            time.sleep(0.01)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+    finally:
+        proc.kill()
+    killed_at = checkpoints.latest()["iteration"]
+    assert 100 <= killed_at < 400
+    assert run_store.read_json(store, "result") is None          # it did not finish
+    res = subprocess.run([sys.executable, "-m", "dnomad.cli", "resume", store], capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "resumed: 400 outer iterations" in res.stdout
+    Q_ref, ref = reference_Q(X, **kw)
+    Q = np.asarray(dnomad.blocks.from_zarr(store, "result/Q"))
+    np.testing.assert_allclose(Q, Q_ref, rtol=0, atol=1e-12)
+    history = run_store.read_table(store, "result/history")
+    assert [r["objective"] for r in history] == pytest.approx([r["objective"] for r in ref.history_],
+                                                              rel=1e-12)
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 4 MiB tmpfs of this test's own (mounting needs root and CAP_SYS_ADMIN)."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a small file system here: {res.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.parametrize("fault", ["full", "read-only"])
+def test_full_or_read_only_store_fails_clearly_and_keeps_the_last_checkpoint(fault, small_filesystem):
+    X = two_rings(100)[0]
+    kw = dict(max_iter=12, checkpoint_every=4)
+    store = str(small_filesystem / "run.zarr")
+    filler = small_filesystem / "filler"
+
+    def break_the_store(row):
+        if row["iteration"] != 6:          # after the checkpoint at 4, before the one at 8
+            return
+        if fault == "full":
+            with open(filler, "wb") as f:
+                try:
+                    while True:
+                        f.write(b"\0" * 65536)
+                        f.flush()
+                except OSError:
+                    pass
+        else:
+            subprocess.run(["mount", "-o", "remount,ro", str(small_filesystem)], check=True)
+
+    with pytest.raises(StoreError) as err:
+        dnomad.NOMAD(**EXACT, **kw, store=store, callback=break_the_store).fit(X)
+    message = str(err.value)
+    assert "the checkpoint at iteration 8" in message
+    assert ("no space left" if fault == "full" else "read-only file system") in message
+    assert "the last complete checkpoint (4 iterations, checkpoint/a) is intact" in message
+
+    if fault == "full":
+        filler.unlink()
+    else:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_filesystem)], check=True)
+    ck = run_store.Checkpoints(store, "nomad_checkpoint").latest()
+    assert ck["iteration"] == 4 and len(ck["history"]) == 4
+    with pytest.warns(dnomad.ConvergenceWarning):
+        resumed = dnomad.resume(store)
+    Q_ref, _ = reference_Q(X, **kw)
+    np.testing.assert_allclose(np.asarray(resumed.Q_), Q_ref, rtol=0, atol=1e-12)
