@@ -57,11 +57,16 @@ def cmd_demo(args):
 
 
 def _read_input(path):
-    if path.endswith(".npy"):
-        return np.load(path, allow_pickle=False)
-    if path.endswith((".csv", ".txt")):
-        return np.loadtxt(path, delimiter="," if path.endswith(".csv") else None)
-    return path  # a Zarr path or URL
+    """.npy, .csv or .txt (a local path or any fsspec URL: s3://, gs://, ...), else a Zarr
+    array's path or URL, read where it is."""
+    if not path.endswith((".npy", ".csv", ".txt")):
+        return path
+    import fsspec
+
+    with fsspec.open(path, "rb") as f:
+        if path.endswith(".npy"):
+            return np.load(f, allow_pickle=False)
+        return np.loadtxt(f, delimiter="," if path.endswith(".csv") else None)
 
 
 # Keys of a run configuration file (TOML or YAML) and of the [cluster] / [security] tables.

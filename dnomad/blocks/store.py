@@ -20,6 +20,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 
 import numpy as np
 
@@ -41,35 +42,56 @@ def check_store(url, run_id, *, overwrite=False, resume=False):
     run is refused unless ``overwrite``.
     """
     url = str(url)
+    shown = redact(url)
     if "://" not in url:
         parent = os.path.dirname(os.path.abspath(url)) or "."
         target = url if os.path.exists(url) else parent
         if not os.path.isdir(target) and not os.path.exists(url):
-            raise StoreError(f"store {url!r}: parent directory {parent!r} does not exist")
+            raise StoreError(f"store {shown!r}: parent directory {parent!r} does not exist")
         if not os.access(target, os.W_OK):
-            raise StoreError(f"store {url!r} is not writable (no write permission on {target!r}); "
+            raise StoreError(f"store {shown!r} is not writable (no write permission on {target!r}); "
                              f"choose another path")
     try:
         g = _group(url, mode="a")
     except Exception as exc:  # noqa: BLE001 - any backend error means unusable
-        raise StoreError(f"store {url!r} cannot be opened for writing: {exc}") from exc
+        raise StoreError(f"store {shown!r} cannot be opened for writing: {redact(str(exc))}") from exc
     attrs = dict(g.attrs)
     existing = attrs.get(RUN_MARKER)
     if existing is not None and not overwrite:
         if existing.get("run_id") != run_id or not resume:
-            raise StoreError(f"store {url!r} already holds a dnomad run ({existing.get('method')}, "
+            raise StoreError(f"store {shown!r} already holds a dnomad run ({existing.get('method')}, "
                              f"started {existing.get('started')}); pass overwrite=True "
                              f"(--overwrite) to replace it, or resume it with `dnomad resume {url}`")
     elif existing is None and len(list(g.keys())) > 0 and not overwrite:
-        raise StoreError(f"store {url!r} is not empty and holds no dnomad run; use an empty path "
+        raise StoreError(f"store {shown!r} is not empty and holds no dnomad run; use an empty path "
                          f"or overwrite=True")
     if overwrite and (existing is not None or len(list(g.keys())) > 0):
         g = _group(url, mode="w")
     return g
 
 
+# user:password@ in a URL (fsspec accepts credentials there): never written to a store.
+_URL_USERINFO = re.compile(r"([a-zA-Z][\w+.-]*://)[^/@\s]+@")
+
+
+def redact(text):
+    """``text`` with the credentials of any URL in it removed."""
+    return _URL_USERINFO.sub(r"\1", text)
+
+
+def _redacted(obj):
+    if isinstance(obj, str):
+        return redact(obj)
+    if isinstance(obj, dict):
+        return {k: _redacted(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_redacted(v) for v in obj]
+    return obj
+
+
 def write_json(url, key, obj):
-    _group(url).attrs[key] = json.loads(json.dumps(obj, default=_jsonable))
+    """Store ``obj`` as JSON under ``key`` of the store's attributes (URLs redacted)."""
+    _group(url).attrs[key] = _redacted(json.loads(json.dumps(obj, default=_jsonable)))
 
 
 def read_json(url, key, default=None):
@@ -148,7 +170,7 @@ def writing(url, what, *, keep=None):
     except OSError as exc:
         reason = _STORE_ERRNOS.get(exc.errno, exc.strerror or str(exc))
         tail = f"; {keep}" if keep else ""
-        raise StoreError(f"store {url!r}: writing {what} failed ({reason}: {exc}){tail}") from exc
+        raise StoreError(f"store {redact(str(url))!r}: writing {what} failed ({reason}: {exc}){tail}") from exc
 
 
 class Checkpoints:
@@ -178,7 +200,7 @@ class Checkpoints:
         prefix = f"checkpoint/{slot}"
         keep = (f"the last complete checkpoint ({last.get('iteration')} iterations, "
                 f"checkpoint/{last['slot']}) is intact: make room or restore write access, then "
-                f"`dnomad resume {self.url}`" if last is not None else "no checkpoint had been written")
+                f"`dnomad resume {redact(self.url)}`" if last is not None else "no checkpoint had been written")
         with writing(self.url, f"the checkpoint at iteration {record.get('iteration')}", keep=keep):
             yield prefix
             write_table(self.url, f"{prefix}/history", history)
