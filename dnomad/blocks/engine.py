@@ -403,8 +403,8 @@ class BlockGroup:
         task keys name the pass (``dnomad-<name>-...``, as the dashboard shows them)."""
         keys = self.layout.keys
         if self.client is not None:
-            pass_no = next(self._counter)
-            futs = [self.client.submit(fn, *args_for_key(k), key=self._task_key(name or fn.__name__, k, pass_no),
+            pass_no, label = next(self._counter), name or fn.__name__
+            futs = [self.client.submit(fn, *args_for_key(k), key=self._task_key(label, k, pass_no),
                                        pure=False) for k in keys]
             return self.client.gather(futs)
         return list(self._executor().map(lambda k: fn(*args_for_key(k)), keys))
@@ -444,8 +444,8 @@ class BlockGroup:
         return results
 
     def _zarr_pass(self, func, args_for, reads, writes, name):
-        src = {name: self._locs[name] for name in reads}
-        dst = {name: self._locs[name] for name in writes}
+        src = {m: self._locs[m] for m in reads}
+        dst = {m: self._locs[m] for m in writes}
         # On a cluster a task runs again when its worker dies (even after it finished,
         # if its result was not yet gathered).  A task that updates a block in place
         # would then apply its update twice; so matrices that the pass reads and writes
