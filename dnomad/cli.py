@@ -166,6 +166,22 @@ def _connect(address=None, scheduler_file=None, *, local=False, n_workers=None, 
     return client, cluster
 
 
+def _cluster_settings(args, cluster=None):
+    """The [cluster] table, with the cluster flags (which win) applied."""
+    cluster = dict(cluster or {})
+    if args.scheduler_address:
+        cluster = {"address": args.scheduler_address}
+    elif args.scheduler_file:
+        cluster = {"scheduler_file": args.scheduler_file}
+    elif args.slurm_jobs:
+        cluster = {"slurm_jobs": args.slurm_jobs}
+    elif args.local_workers:
+        cluster = {"local": True, "n_workers": args.local_workers}
+    if args.wait_for_workers:
+        cluster["wait_for_workers"] = args.wait_for_workers
+    return cluster
+
+
 def _fit_settings(args):
     """Flags over the config file over the defaults; missing required settings refused."""
     cfg = load_config(args.config) if args.config else {}
@@ -182,18 +198,7 @@ def _fit_settings(args):
     if missing:
         raise SystemExit(f"dnomad fit: missing {', '.join('--' + m.replace('_', '-') for m in missing)} "
                          f"(give them as flags or in --config)")
-    cluster = dict(cfg.get("cluster", {}))
-    if args.scheduler_address:
-        cluster = {"address": args.scheduler_address}
-    elif args.scheduler_file:
-        cluster = {"scheduler_file": args.scheduler_file}
-    elif args.slurm_jobs:
-        cluster = {"slurm_jobs": args.slurm_jobs}
-    elif args.local_workers:
-        cluster = {"local": True, "n_workers": args.local_workers}
-    if args.wait_for_workers:
-        cluster["wait_for_workers"] = args.wait_for_workers
-    out["cluster"] = cluster
+    out["cluster"] = _cluster_settings(args, cfg.get("cluster", {}))
     out["security"] = cfg.get("security")
     return out
 
@@ -233,12 +238,14 @@ def cmd_fit(args):
 def cmd_resume(args):
     import dnomad
 
-    client, _ = _connect()
+    client, cluster = _connect(**_cluster_settings(args))
     try:
         est = dnomad.resume(args.store)
     finally:
         if client is not None:
             client.close()
+        if cluster is not None:
+            cluster.close()
     print(f"resumed: {est.n_iter_} outer iterations ({est.stop_reason_}), objective {est.objective_:.6g}")
     return 0
 
@@ -307,6 +314,18 @@ def cmd_info(args):
     return 0
 
 
+def _add_cluster_flags(p):
+    g = p.add_argument_group("cluster (one of; default: $DASK_SCHEDULER_ADDRESS when set, else "
+                             "in process)")
+    g.add_argument("--scheduler-address", help="connect to this scheduler")
+    g.add_argument("--scheduler-file", help="connect to the scheduler that wrote this file "
+                   "(deploy/slurm/dnomad.sbatch)")
+    g.add_argument("--slurm-jobs", type=int, help="submit this many SLURM jobs of workers "
+                   "(dask-jobqueue's SLURMCluster, settings from dask config jobqueue.slurm)")
+    g.add_argument("--local-workers", type=int, help="start a LocalCluster of this many workers")
+    g.add_argument("--wait-for-workers", type=int, help="wait until this many workers have joined")
+
+
 def build_parser():
     """The ``dnomad`` argument parser (also used by the tests to check deploy/ commands)."""
     parser = argparse.ArgumentParser(prog="dnomad", description=__doc__)
@@ -335,18 +354,12 @@ def build_parser():
     p.add_argument("--backend", choices=["auto", "local", "distributed", "zarr"], help="default auto")
     p.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
     p.add_argument("--params", help="other estimator parameters as JSON, e.g. '{\"max_iter\": 500}'")
-    p.add_argument("--scheduler-address", help="connect to this scheduler (default: "
-                   "$DASK_SCHEDULER_ADDRESS when set, else run in process)")
-    p.add_argument("--scheduler-file", help="connect to the scheduler that wrote this file "
-                   "(deploy/slurm/dnomad.sbatch)")
-    p.add_argument("--slurm-jobs", type=int, help="submit this many SLURM jobs of workers "
-                   "(dask-jobqueue's SLURMCluster, settings from dask config jobqueue.slurm)")
-    p.add_argument("--local-workers", type=int, help="start a LocalCluster of this many workers")
-    p.add_argument("--wait-for-workers", type=int, help="wait until this many workers have joined")
+    _add_cluster_flags(p)
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser("resume", help="continue the run in STORE from its last checkpoint")
     p.add_argument("store")
+    _add_cluster_flags(p)
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("info", help="print the record, progress and history of the run in STORE")

@@ -75,3 +75,54 @@ def test_readme_example_runs_on_slurm_and_matches_a_local_cluster(slurm, tmp_pat
     for name in ("rings", "rings-jobqueue", "rings-local"):
         meta = dnomad.blocks.store.read_json(str(stores[name]), "result")
         assert meta["n_iter"] == 20 and meta["passes"]["passes"] > 0
+
+
+def test_cancelled_batch_job_resumes_in_a_new_allocation(slurm, tmp_path):
+    """A job cancelled mid-run (scancel, as a preemption) keeps its last checkpoint;
+    `sbatch dnomad.sbatch resume STORE` (README step 6) ends where an uninterrupted run
+    ends."""
+    import time
+
+    import dnomad
+    from dnomad.blocks import store as run_store
+    from dnomad.data import two_rings
+
+    (tmp_path / "deploy").symlink_to(ROOT / "deploy")
+    X = two_rings(300)[0]
+    np.save(tmp_path / "rings.npy", X)
+    env = dict(slurm.env, PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+               DNOMAD_PYTHON=sys.executable)
+    size = ["--ntasks=2", "--cpus-per-task=1", "--mem-per-cpu=2G"]
+
+    def sbatch(*args):
+        return subprocess.run(["sbatch", *size, *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600)
+
+    sub = sbatch("--parsable", "deploy/slurm/dnomad.sbatch", "fit", "--config", "deploy/slurm/run.toml",
+                 "--store", "pre.zarr", "--params", '{"checkpoint_every": 2}')
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip().split(";")[0]
+    store = str(tmp_path / "pre.zarr")
+    checkpoints = run_store.Checkpoints(store, "nomad_checkpoint")
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        ck = run_store.read_json(store, "nomad_checkpoint") if os.path.exists(store) else None
+        if ck is not None and ck["iteration"] >= 4:
+            break
+        time.sleep(0.05)
+    subprocess.run(["scancel", job], env=env, check=True, timeout=60)
+    while subprocess.run(["squeue", "-h", "-j", job], env=env, capture_output=True, text=True,
+                         timeout=60).stdout.strip():
+        time.sleep(0.2)
+    cancelled_at = checkpoints.latest()["iteration"]
+    assert 4 <= cancelled_at < 20, "the job finished before it could be cancelled"
+    assert run_store.read_json(store, "result") is None
+
+    res = sbatch("--wait", "deploy/slurm/dnomad.sbatch", "resume", "pre.zarr")
+    job_out = "".join(p.read_text()[-3000:] for p in tmp_path.glob("dnomad-*.out"))
+    assert res.returncode == 0, (res.stderr, job_out, slurm.log_tail())
+    assert "resumed: 20 outer iterations" in job_out
+    with pytest.warns(dnomad.ConvergenceWarning):
+        ref = dnomad.NOMAD(n_clusters=8, dtype=np.float64, max_iter=20, block_size=100).fit(X)
+    Q = np.asarray(dnomad.blocks.from_zarr(store, "result/Q"))
+    np.testing.assert_allclose(Q, np.asarray(ref.Q_), rtol=0, atol=1e-10)
