@@ -1,0 +1,126 @@
+"""Matrix-free n x n operators built from tall data: D = F F^T applied as F (F^T Y).
+
+The low-rank solvers need only products D Y with a thin Y (n x r).  When D is the
+Gram matrix of data X (n x d, d small), two passes over row chunks of X give it in
+O(n d r) work and O(chunk d + n r) memory; no n x n matrix, nor block of one, is
+formed.  X may be a NumPy array or a Zarr array (read chunk by chunk, out of core).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InputValueError
+
+# Rows of X per chunk when X is read from Zarr (its own chunking is used when larger).
+DEFAULT_CHUNK_ROWS = 65536
+
+
+class DataGram:
+    """D = F F^T / scale with F = X - mean(X) (``center``), as a linear operator.
+
+    ``scale`` is ``"frobenius"`` (D divided by its Frobenius norm ||F^T F||_F, the
+    normalization of the Burer-Monteiro solver), ``"max_row_norm"`` (F divided by
+    its largest row norm, as :func:`prepare_gram_data`), or a number.
+
+    Attributes: ``shape``, ``dtype`` (float64), ``fro_norm`` (||D||_F after scaling),
+    ``matmats`` (products so far), ``rows_read`` (rows of X read so far, all passes).
+    """
+
+    def __init__(self, X, *, center=True, scale="frobenius", chunk_rows=None):
+        if isinstance(X, str) or hasattr(X, "__fspath__"):
+            import zarr
+
+            X = zarr.open_array(store=str(X), mode="r")
+        if getattr(X, "ndim", None) != 2:
+            raise InputValueError(f"X must be a 2-D array (n_samples, n_features); got "
+                                  f"{type(X).__name__} of shape {getattr(X, 'shape', None)}")
+        self.X = X
+        self.in_memory = isinstance(X, np.ndarray)
+        n, d = X.shape
+        self.shape = (n, n)
+        self.n, self.d = n, d
+        self.dtype = np.dtype(np.float64)
+        own = getattr(X, "chunks", None)
+        self.chunk_rows = int(chunk_rows or max(DEFAULT_CHUNK_ROWS, own[0] if own else 0))
+        self.matmats = 0
+        self.rows_read = 0
+        # One pass: column sums and X^T X; a second (max_row_norm only) for the row norms.
+        total, xtx = np.zeros(d), np.zeros((d, d))
+        for _, Xc in self._chunks():
+            if not np.isfinite(Xc).all():
+                raise InputValueError("X contains NaN or Inf")
+            total += Xc.sum(axis=0)
+            xtx += Xc.T @ Xc
+        self.mean = total / n if center else np.zeros(d)
+        ftf = xtx - n * np.outer(self.mean, self.mean)          # F^T F
+        if scale == "frobenius":
+            fro = np.linalg.norm(ftf)
+            if fro == 0:
+                raise InputValueError("X is constant after centering: its Gram matrix is zero")
+            self.scale = float(fro)
+        elif scale == "max_row_norm":
+            top = max(float(np.max(np.einsum("ij,ij->i", Xc - self.mean, Xc - self.mean)))
+                      for _, Xc in self._chunks())
+            if top == 0:
+                raise InputValueError("X is constant after centering: its Gram matrix is zero")
+            self.scale = top
+        else:
+            self.scale = float(scale)
+            if not self.scale > 0:
+                raise InputValueError(f"scale must be 'frobenius', 'max_row_norm' or a number > 0; "
+                                      f"got {scale!r}")
+        self.fro_norm = float(np.linalg.norm(ftf)) / self.scale
+
+    def _chunks(self):
+        for r0 in range(0, self.n, self.chunk_rows):
+            r1 = min(self.n, r0 + self.chunk_rows)
+            self.rows_read += r1 - r0
+            yield slice(r0, r1), np.asarray(self.X[r0:r1], dtype=np.float64)
+
+    def rmatmat_data(self, Y):
+        """F^T Y (d x r), one pass over X."""
+        G = np.zeros((self.d, Y.shape[1]))
+        colsum = Y.sum(axis=0)
+        for rows, Xc in self._chunks():
+            G += Xc.T @ Y[rows]
+        return G - np.outer(self.mean, colsum)
+
+    def matmat(self, Y):
+        """D Y for Y (n x r): F (F^T Y) / scale, two passes over X (one when X is in
+        memory and read once per pass anyway)."""
+        Y = np.asarray(Y, dtype=np.float64)
+        squeeze = Y.ndim == 1
+        if squeeze:
+            Y = Y[:, None]
+        if Y.shape[0] != self.n:
+            raise InputValueError(f"Y must have {self.n} rows; got shape {Y.shape}")
+        G = self.rmatmat_data(Y) / self.scale
+        out = np.empty((self.n, Y.shape[1]))
+        shift = self.mean @ G
+        for rows, Xc in self._chunks():
+            out[rows] = Xc @ G - shift
+        self.matmats += 1
+        return out[:, 0] if squeeze else out
+
+    def dense(self):
+        """D as a dense array (tests and small n only)."""
+        F = np.asarray(self.X[...], dtype=np.float64) - self.mean
+        return F @ F.T / self.scale
+
+
+class ScaledMatrix:
+    """A square operator (anything with ``matmat``, e.g. a BlockMatrix) divided by a
+    number: D / scale, with ``fro_norm`` its Frobenius norm after scaling."""
+
+    def __init__(self, D, scale, fro_norm):
+        self.D = D
+        self.shape = tuple(D.shape)
+        self.n = self.shape[0]
+        self.dtype = np.dtype(np.float64)
+        self.scale = float(scale)
+        self.fro_norm = float(fro_norm) / self.scale
+        self.matmats = 0
+
+    def matmat(self, Y):
+        self.matmats += 1
+        return np.asarray(self.D.matmat(np.asarray(Y, dtype=self.D.dtype)), dtype=np.float64) / self.scale

@@ -1,0 +1,142 @@
+"""NOMAD's low-rank (Burer-Monteiro) solver and symmetric NMF by ADMM, against finite
+differences, planted factorizations and the exact SDP solution."""
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from dnomad.blocks.operators import DataGram
+from dnomad.data import gaussian_blobs, two_rings
+from dnomad.errors import InputValueError
+from dnomad.metrics import adjusted_rand_score
+from dnomad.solvers.burer_monteiro import (BurerMonteiroParams, burer_monteiro, lagrangian,
+                                           symnmf_admm)
+
+
+class Dense:
+    """A dense symmetric matrix as an operator (tests only)."""
+
+    def __init__(self, A):
+        self.A = A
+        self.shape = A.shape
+
+    def matmat(self, Y):
+        return self.A @ Y
+
+
+@pytest.fixture(scope="module")
+def rings_and_exact_sdp():
+    from test_nomad import exact_nomad
+
+    X = two_rings(200)[0]
+    D = DataGram(X)
+    return X, D, exact_nomad(D.dense(), 8)
+
+
+def test_lagrangian_gradient_has_taylor_slope_two(rng):
+    n, r, K = 30, 5, 3
+    A = rng.standard_normal((n, n))
+    A = (A + A.T) / 2
+    Y = rng.random((n, r))
+    mu, lam = rng.standard_normal(n), 0.7
+    f0, g = lagrangian(Y, A @ Y, mu, lam, K, sigma=1.3, phi=0.8)
+    E = rng.standard_normal((n, r))
+    errors = []
+    for h in (1e-2, 5e-3, 2.5e-3, 1.25e-3):
+        f1, _ = lagrangian(Y + h * E, A @ (Y + h * E), mu, lam, K, sigma=1.3, phi=0.8)
+        errors.append(abs(f1 - f0 - h * np.sum(g * E)))
+    slopes = np.diff(np.log(errors)) / np.diff(np.log([1e-2, 5e-3, 2.5e-3, 1.25e-3]))
+    np.testing.assert_allclose(slopes, 2.0, atol=0.05)
+
+
+@pytest.mark.parametrize("where", ["numpy", "zarr"])
+def test_data_gram_products_match_the_dense_gram(where, rng, tmp_path):
+    X = rng.standard_normal((500, 7)) + 3.0
+    if where == "zarr":
+        import zarr
+
+        z = zarr.create_array(store=str(tmp_path / "X.zarr"), shape=X.shape, dtype=X.dtype, chunks=(64, 7))
+        z[...] = X
+        source = str(tmp_path / "X.zarr")
+    else:
+        source = X
+    D = DataGram(source, chunk_rows=64)
+    F = X - X.mean(axis=0)
+    dense = F @ F.T
+    dense /= np.linalg.norm(dense)
+    Y = rng.random((500, 4))
+    np.testing.assert_allclose(D.matmat(Y), dense @ Y, rtol=1e-10, atol=1e-13)
+    assert D.fro_norm == pytest.approx(1.0)
+    # Matrix-free: a product reads X twice by row chunks and nothing else.
+    before = D.rows_read
+    D.matmat(Y)
+    assert D.rows_read - before == 2 * 500
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_symnmf_admm_factors_a_planted_completely_positive_matrix(seed):
+    rng = np.random.default_rng(seed)
+    B = rng.random((120, 6)) * (rng.random((120, 6)) < 0.6)
+    A = B @ B.T
+    res = symnmf_admm(lambda W: A @ W, 120, 6, random_state=seed, max_iter=5000, tol=1e-7)
+    assert res.converged and res.W.min() >= 0
+    assert np.linalg.norm(A - res.W @ res.W.T) / np.linalg.norm(A) <= 1e-3
+    # Matrix-free: the same factorization of the Gram of B, never formed.
+    G = DataGram(B, center=False, scale=1.0)
+    res = symnmf_admm(G.matmat, 120, 6, random_state=seed, max_iter=5000, tol=1e-7)
+    assert np.linalg.norm(A - res.W @ res.W.T) / np.linalg.norm(A) <= 1e-3
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rank_k_on_separated_blobs_is_the_hard_clustering(seed):
+    X, y = gaussian_blobs(150, n_centers=3, separation=8.0, random_state=seed)
+    res = burer_monteiro(DataGram(X), BurerMonteiroParams(n_clusters=3, rank=3, random_state=seed))
+    assert res.stop_reason == "tolerance"
+    assert adjusted_rand_score(y, res.Y.argmax(axis=1)) == 1.0
+
+
+def test_rank_8k_on_two_rings_is_near_the_exact_sdp_and_rank_k_is_not(rings_and_exact_sdp):
+    """The paper's Fig. 12 trend: r = K gives a hard clustering far from Q*; r = 8K (the
+    default) lands within 0.1 (relative Frobenius) of it."""
+    X, D, Qs = rings_and_exact_sdp
+    distances = {}
+    for rank in (8, 64):
+        for seed in (0, 1, 2):
+            res = burer_monteiro(D, BurerMonteiroParams(n_clusters=8, rank=rank, random_state=seed))
+            Y = res.Y
+            assert res.stop_reason == "tolerance" and Y.min() >= 0
+            Q = Y @ Y.T
+            # The constraints at convergence: Tr(Y^T Y) = K, Y Y^T 1 = 1.
+            assert np.trace(Q) == pytest.approx(8, abs=1e-3)
+            np.testing.assert_allclose(Q.sum(axis=1), 1, atol=1e-3)
+            distances[rank, seed] = np.linalg.norm(Q - Qs) / np.linalg.norm(Qs)
+    assert all(distances[64, s] <= 0.1 for s in range(3)), distances
+    assert all(distances[8, s] >= 0.5 for s in range(3)), distances
+    assert BurerMonteiroParams(n_clusters=8).resolved_rank() == 64
+
+
+def test_matrix_free_memory_grows_as_n_not_n_squared():
+    """Peak memory of a Burer-Monteiro step (L-BFGS-B over Y, products D Y from X) at
+    n = 4,000 and 16,000: 4x the points, about 4x the memory (16x if anything n x n were
+    formed; D itself would take 2 GB at 16,000)."""
+    peaks = {}
+    for n in (4000, 16000):
+        D = DataGram(two_rings(n)[0])
+        tracemalloc.start()
+        res = burer_monteiro(D, BurerMonteiroParams(n_clusters=4, rank=8, max_iter=1, inner_max_iter=100,
+                                                    start="random", random_state=0))
+        peaks[n] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert D.matmats == res.matmats and D.rows_read >= 2 * n * res.matmats
+    assert peaks[16000] <= 5 * peaks[4000], peaks
+    assert peaks[16000] <= 16000 ** 2 * 8 / 20, peaks
+
+
+@pytest.mark.parametrize("kw,match", [({"rank": 2}, "rank"), ({"rank": 300}, "rank"),
+                                      ({"n_clusters": 0}, "n_clusters"), ({"sigma": 0}, "sigma"),
+                                      ({"start": "kmeans"}, "start")])
+def test_bad_parameters_are_refused_before_work(kw, match):
+    params = dict(n_clusters=3)
+    params.update(kw)
+    with pytest.raises(InputValueError, match=match):
+        burer_monteiro(DataGram(gaussian_blobs(60, n_centers=3)[0]), BurerMonteiroParams(**params))
