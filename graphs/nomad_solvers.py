@@ -78,7 +78,7 @@ def part_accuracy():
     return rows
 
 
-def part_time(sizes=(500, 1000, 2000, 4000, 8000, 16000), cgm_max=4000):
+def part_time(sizes=(500, 1000, 2000, 4000, 8000), cgm_max=2000):
     rows = []
     for n in sizes:
         X = two_rings(n)[0]
@@ -157,6 +157,8 @@ def plot(result, path):
             axes[1].plot(*zip(*pts), "o-", label=col)
         axes[1].set_xscale("log")
         axes[1].set_yscale("log")
+        axes[1].set_xticks([r["n"] for r in rows], [str(r["n"]) for r in rows])
+        axes[1].minorticks_off()
         axes[1].set_xlabel("n")
         axes[1].set_ylabel("seconds to the stopping rule")
         title = "two rings, time vs n (Fig. 15)"

@@ -140,3 +140,24 @@ def test_bad_parameters_are_refused_before_work(kw, match):
     params.update(kw)
     with pytest.raises(InputValueError, match=match):
         burer_monteiro(DataGram(gaussian_blobs(60, n_centers=3)[0]), BurerMonteiroParams(**params))
+
+
+def test_a_block_matrix_gram_gives_the_same_solution_as_the_data():
+    """D as n x n blocks (ScaledMatrix over a BlockMatrix) or as X (DataGram): same Y."""
+    from dnomad import blocks
+    from dnomad.blocks.operators import ScaledMatrix
+
+    X, y = gaussian_blobs(120, n_centers=3, separation=8.0, random_state=4)
+    G = DataGram(X)
+    F = X - X.mean(axis=0)
+    B = blocks.from_array(F @ F.T, dtype=np.float64, block_size=50)
+    fro = B.summary()["fro"]
+    S = ScaledMatrix(B, fro, fro)
+    assert S.fro_norm == pytest.approx(1.0) and G.fro_norm == pytest.approx(1.0)
+    Y = np.random.default_rng(0).random((120, 3))
+    np.testing.assert_allclose(S.matmat(Y), G.matmat(Y), rtol=1e-10, atol=1e-14)
+    params = dict(n_clusters=3, rank=3, random_state=4)
+    a = burer_monteiro(S, BurerMonteiroParams(**params))
+    b = burer_monteiro(G, BurerMonteiroParams(**params))
+    np.testing.assert_allclose(a.Y, b.Y, atol=1e-6)
+    assert adjusted_rand_score(y, a.Y.argmax(axis=1)) == 1.0
