@@ -187,12 +187,6 @@ def _zarr_task(src, dst, layout, key, func, args):
     return result
 
 
-def _panel(block):
-    """A small array made a task result, so that the scheduler can recompute it on
-    another worker if the one holding it dies (scattered data would be lost)."""
-    return block
-
-
 def _zarr_build_task(locs, layout, key, builder, args):
     bundle = builder(key, *args)
     for name, block in bundle.items():

@@ -22,6 +22,12 @@ def row_slices(layout, V, key):
     return V[r0:r1], V[c0:c1]
 
 
+def _panel(block):
+    """A small array made a task result, so that the scheduler can recompute it on
+    another worker if the one holding it dies (scattered data would be lost)."""
+    return block
+
+
 class DataPanels:
     """Row panels of a small-d data matrix (n x d), one per block row, where the tasks can
     reach them: slices in this process and for the workers' shards (sent with each call),
@@ -36,8 +42,6 @@ class DataPanels:
             # results, not scattered data, so that a panel whose worker dies is made
             # again elsewhere.  The in-memory backend's shards are called directly and
             # get them by value (b x d numbers per block).
-            from .engine import _panel
-
             self.panels = [group.client.submit(_panel, p, pure=False) for p in panels]
         else:
             self.panels = panels

@@ -61,7 +61,7 @@ def check_store(url, run_id, *, overwrite=False, resume=False):
         if existing.get("run_id") != run_id or not resume:
             raise StoreError(f"store {shown!r} already holds a dnomad run ({existing.get('method')}, "
                              f"started {existing.get('started')}); pass overwrite=True "
-                             f"(--overwrite) to replace it, or resume it with `dnomad resume {url}`")
+                             f"(--overwrite) to replace it, or resume it with `dnomad resume {shown}`")
     elif existing is None and len(list(g.keys())) > 0 and not overwrite:
         raise StoreError(f"store {shown!r} is not empty and holds no dnomad run; use an empty path "
                          f"or overwrite=True")

@@ -198,9 +198,12 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None):
     mu, lam = np.zeros(n), 0.0
     sigma, phi = params.sigma, params.phi
 
+    last = {}        # the last point L-BFGS-B evaluated and D Y there
+
     def fun(x, mu, lam):
         Yx = x.reshape(n, r)
-        value, grad = lagrangian(Yx, DY_of(Yx), mu, lam, K, sigma, phi)
+        last["x"], last["DY"] = x.copy(), DY_of(Yx)
+        value, grad = lagrangian(Yx, last["DY"], mu, lam, K, sigma, phi)
         return value, grad.ravel()
 
     history, stop_reason = [], "max_iter"
@@ -218,7 +221,8 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None):
         lam = lam - params.eta * phi * (trace - K)
         change = np.linalg.norm(Y - Y_prev) / max(np.linalg.norm(Y_prev), 1e-300)
         row_violation, trace_violation = constraint_residuals(Y, K)
-        DY = DY_of(Y)
+        # L-BFGS-B returns the point it evaluated last (almost always): its D Y is known.
+        DY = last["DY"] if np.array_equal(last.get("x"), res.x) else DY_of(Y)
         history.append({"iteration": it, "objective": float(np.vdot(Y, DY)), "lagrangian": float(res.fun),
                         "row_sum_violation": row_violation, "trace_violation": trace_violation,
                         "change": float(change), "inner_iterations": int(res.nit),
