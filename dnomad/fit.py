@@ -20,6 +20,8 @@ from .linalg import top_eigenvectors
 from .solvers import hottopixx as hott_solver
 from .solvers import symnmf
 from .solvers.nomad import CHECKPOINT_KEY as nomad_checkpoint_key
+from .blocks.operators import DataGram, LowRankGram, ScaledMatrix
+from .solvers.burer_monteiro import BurerMonteiroParams, burer_monteiro
 from .solvers.nomad import NomadParams, nomad_cgm
 
 logger = logging.getLogger(__name__)
@@ -165,19 +167,47 @@ class _Estimator:
 
 
 class NOMAD(_Estimator):
-    """NOnnegative MAnifold Disentangling: the K-means SDP solved by conditional gradient.
+    """NOnnegative MAnifold Disentangling: the K-means SDP, by conditional gradient or
+    in low rank (Burer-Monteiro), in one layer or several.
 
     Solves max Tr(D Q) s.t. Q 1 = 1, Tr Q = K, Q PSD, Q >= 0 with D the Gram matrix of
-    the (centered, scaled) data, on n x n block matrices that live in this process,
-    in a Dask cluster's memory or in a Zarr store.
+    the (centered, scaled) data.  ``solver="cgm"`` works on n x n block matrices that
+    live in this process, in a Dask cluster's memory or in a Zarr store;
+    ``solver="bm"`` keeps Q = Y Y^T with Y >= 0 of ``rank`` columns (O(n r) memory;
+    nonconvex) and needs only products D Y: two passes over the rows of X (NumPy or
+    Zarr, never an n x n matrix) or one pass over a precomputed D.
 
     Parameters
     ----------
     n_clusters : int
         K, the trace of Q; 1 < K < n.  Larger K than the number of groups lets
         NOMAD resolve manifolds (the paper uses K = 8 to 128).
-    max_iter : int, default 2000
-        Outer (multiplier) iterations.
+    solver : {"cgm", "bm"}, default "cgm"
+        Conditional gradient in the method of multipliers (Sec. 5, Alg. 2; converges
+        to the SDP's solution), or Burer-Monteiro (Sec. 4, App. E: the augmented
+        Lagrangian (32) minimized over Y in [0, 1]^{n x r} by L-BFGS-B, multipliers by
+        (33b, 33c), D divided by its Frobenius norm, symmetric-NMF start).
+    rank : int, optional
+        (bm) r, Y's columns, K <= r <= n; default 8 K, the authors' practice: r = K
+        returns hard clusterings (Kulis et al.), larger r comes closer to the SDP's
+        solution (graphs/nomad_solvers.py: relative distance 0.9 at r = K, 0.06-0.09
+        at 8 K on two rings).  In multi-layer runs the same r serves every layer
+        (default 8 K_l).
+    layers : list of int or "halving", optional
+        Multi-layer NOMAD (Sec. 3.1): Q_1 = NOMAD(D, K_1), Q_l = NOMAD(Q_{l-1}, K_l) for a
+        strictly decreasing schedule K_1 > ... > K_L, the last equal to the number of
+        groups (``n_groups`` when given); ``n_clusters`` is then not used.
+        "halving": n_clusters, n_clusters / 2, ... down to n_groups (e.g. 16, 8, 4, 2:
+        separates two rings and two half-moons, where one layer with K = 2 does not).
+        Q_l of the inner layers is kept in ``store`` (``layers/<l>/Q``, or ``/Y`` for
+        bm) and in ``layers_``.  A layer's D is the previous Q as it is (bm: divided by
+        its Frobenius norm).
+    solver_options : dict, optional
+        (bm) sigma, phi, eta (default 1), tol (1e-5: stop when Y changes by less,
+        relative, and the constraints hold to feasibility_tol, 1e-4), inner_max_iter
+        (15000) and inner_tol (1e-10) of L-BFGS-B, start ("symnmf" or "random").
+    max_iter : int, optional
+        Outer (multiplier) iterations; default 2000 (cgm), 1000 (bm).
     n_inner : int, default 10
         Frank-Wolfe steps per multiplier update.
     penalty : "scale" or float, default "scale"
@@ -233,7 +263,8 @@ class NOMAD(_Estimator):
         keeps Frank-Wolfe residue between groups of up to about a third of max(Q)
         (measured on blobs and rings), hence 0.5.
     n_groups : int, optional
-        Groups for spectral rounding (required with label_method="spectral").
+        Groups for spectral rounding (required with label_method="spectral"), and the
+        last layer's K of a multi-layer run.
     n_components : int, default 2
         Dimensions of ``embedding_``.
     random_state : int or Generator, optional
@@ -241,28 +272,43 @@ class NOMAD(_Estimator):
     callback : callable, optional
         Called with each history row; returning True stops the run.
 
+    Parameters n_inner to eigen_ncv, the stopping tolerances, dtype, block_size and
+    checkpoint_every's place in the engine are conditional gradient's; Burer-Monteiro
+    runs in this process (D Y over X's row chunks on threads, or over the blocks of a
+    precomputed D wherever they live) and checkpoints every ``checkpoint_every``
+    outer steps.
+
     Attributes
     ----------
-    Q_ : BlockMatrix
+    Q_ : BlockMatrix (cgm) or LowRankGram (bm)
+        Both have ``matmat``, ``diag`` and ``np.asarray(Q_)`` (dense; small n).
+    Y_ : ndarray (n, r)
+        (bm) The factor: Q = Y Y^T (in the store: ``result/Y``, row-chunked).
+    layers_ : list of dict
+        Per layer: n_clusters, n_iter, stop_reason, objective, seconds, and Q (the
+        inner layers' Q when kept, else None; the last layer's is ``Q_``).
     embedding_ : ndarray (n, n_components)
         Leading eigenvectors of Q (after the constant one) scaled by sqrt(eigenvalue).
     labels_ : ndarray (n,)
     history_ : list of dict
     penalty_, tau_ : float
-        The gamma and tau used (resolved from "scale").
+        (cgm) The gamma and tau used (resolved from "scale").
     n_iter_, stop_reason_, objective_, backend_used_ : as named.
 
     References
     ----------
     M. Tepper, A. M. Sengupta, D. Chklovskii. Clustering is semidefinitely not that
     hard: Nonnegative SDP for manifold disentangling. JMLR 19(82), 2018.
+    B. Kulis, A. C. Surendran, J. C. Platt. Fast low-rank semidefinite programming for
+    embedding and clustering. AISTATS 2007.
     """
 
     _solver_params = ("max_iter", "n_inner", "penalty", "penalty_schedule", "tau", "step_rule",
                       "eigen_tol", "eigen_ncv", "rmse_tol", "min_tol", "objective_tol",
                       "checkpoint_every")
 
-    def __init__(self, n_clusters=8, *, max_iter=2000, n_inner=10, penalty="scale",
+    def __init__(self, n_clusters=8, *, solver="cgm", rank=None, layers=None, solver_options=None,
+                 max_iter=None, n_inner=10, penalty="scale",
                  penalty_schedule="sqrt", tau="scale", step_rule="global", eigen_tol="inner",
                  eigen_ncv=4, rmse_tol=1e-4, min_tol=1e-2, objective_tol=1e-3, precomputed=False,
                  center=True, normalize=True, dtype=np.float32, block_size=None, backend="auto",
@@ -270,6 +316,10 @@ class NOMAD(_Estimator):
                  component_threshold=0.5, n_groups=None, n_components=2, random_state=None,
                  callback=None):
         self.n_clusters = n_clusters
+        self.solver = solver
+        self.rank = rank
+        self.layers = layers
+        self.solver_options = solver_options
         self.max_iter = max_iter
         self.n_inner = n_inner
         self.penalty = penalty
@@ -303,6 +353,36 @@ class NOMAD(_Estimator):
         ``precomputed``.  Returns self."""
         start = time.perf_counter()
         dtype = blocks.check_dtype(self.dtype)
+        self._check_options()
+        source = _InputSource(X, precomputed=self.precomputed, center=self.center,
+                              normalize=self.normalize, keep_zarr=self.solver == "bm")
+        n = source.n
+        schedule = self._schedule(n)
+        params_list = [self._solver_params_for(K) for K in schedule]
+        for params in params_list:
+            params.validate(n)
+        if self.store is None and resume:
+            raise InputValueError("resume=True needs the run's store")
+        if self.store is not None:
+            extra = {} if self.solver == "cgm" and len(schedule) == 1 else \
+                {"solver": self.solver, "layers": schedule}
+            run_id = _run_id("nomad", params_list[0], source, dtype, self.block_size, **extra)
+            run_store.check_store(self.store, run_id, overwrite=self.overwrite and not resume,
+                                  resume=resume)
+            if not resume:
+                _write_run_marker(self.store, "nomad", run_id, self, source)
+
+        self.layers_ = []
+        if self.solver == "bm":
+            self._fit_bm(source, params_list, dtype, resume, start)
+        else:
+            self._fit_cgm(source, params_list, dtype, resume, start)
+        self.fit_seconds_ = time.perf_counter() - start
+        return self
+
+    def _check_options(self):
+        if self.solver not in SOLVERS:
+            raise InputValueError(f"solver must be one of {SOLVERS}; got {self.solver!r}")
         if self.backend not in BACKEND_CHOICES:
             raise InputValueError(f"backend must be one of {BACKEND_CHOICES}; got {self.backend!r}")
         if self.label_method not in LABEL_METHODS:
@@ -315,45 +395,112 @@ class NOMAD(_Estimator):
             raise InputValueError(f"n_components must be a positive integer; got {self.n_components!r}")
         if not 0 <= self.component_threshold < 1:
             raise InputValueError(f"component_threshold must be in [0, 1); got {self.component_threshold!r}")
+        allowed = BM_OPTIONS if self.solver == "bm" else ()
+        bad = sorted(set(self.solver_options or {}) - set(allowed))
+        if bad:
+            raise InputValueError(f"solver_options {bad} are not options of solver={self.solver!r}; "
+                                  f"allowed: {list(allowed)}")
+        if self.solver == "cgm" and self.rank is not None:
+            raise InputValueError("rank is the Burer-Monteiro factor's width: it needs solver='bm'")
 
-        source = _InputSource(X, precomputed=self.precomputed, center=self.center,
-                              normalize=self.normalize)
-        n = source.n
-        params = NomadParams(n_clusters=self.n_clusters,
-                             **{k: getattr(self, k) for k in self._solver_params})
-        params.validate(n)
-        if self.store is None and resume:
-            raise InputValueError("resume=True needs the run's store")
-        if self.store is not None:
-            run_id = _run_id("nomad", params, source, dtype, self.block_size)
-            run_store.check_store(self.store, run_id, overwrite=self.overwrite and not resume,
-                                  resume=resume)
-            if not resume:
-                _write_run_marker(self.store, "nomad", run_id, self, source)
+    def _schedule(self, n):
+        """The K of each layer: [n_clusters] for one layer."""
+        layers = self.layers
+        if layers is None:
+            return [self.n_clusters]
+        if isinstance(layers, str):
+            if layers != "halving":
+                raise InputValueError(f'layers must be None, "halving" or a list of K; got {layers!r}')
+            K, last = self.n_clusters, self.n_groups
+            if not (isinstance(last, (int, np.integer)) and isinstance(K, (int, np.integer))
+                    and 1 < last < K):
+                raise InputValueError(f'layers="halving" needs integers 1 < n_groups < n_clusters; got '
+                                      f'n_groups={last!r}, n_clusters={K!r}')
+            schedule = []
+            while K > last:
+                schedule.append(int(K))
+                K //= 2
+            return schedule + [int(last)]
+        try:
+            schedule = [int(K) for K in layers]
+        except (TypeError, ValueError):
+            raise InputValueError(f"layers must be a list of integers; got {layers!r}") from None
+        if not schedule or any(K != k for K, k in zip(schedule, layers)) or \
+                any(a <= b for a, b in zip(schedule, schedule[1:])):
+            raise InputValueError(f"layers must be a non-empty, strictly decreasing list of integers; got "
+                                  f"{layers!r}")
+        if self.n_groups is not None and schedule[-1] != self.n_groups:
+            raise InputValueError(f"the last layer's K ({schedule[-1]}) must equal n_groups ({self.n_groups})")
+        return schedule
 
+    def _solver_params_for(self, K):
+        if self.solver == "bm":
+            max_iter = BM_MAX_ITER if self.max_iter is None else self.max_iter
+            return BurerMonteiroParams(n_clusters=K, rank=self.rank, max_iter=max_iter,
+                                       random_state=self.random_state, **(self.solver_options or {}))
+        max_iter = CGM_MAX_ITER if self.max_iter is None else self.max_iter
+        return NomadParams(n_clusters=K, max_iter=max_iter,
+                           **{k: getattr(self, k) for k in self._solver_params if k != "max_iter"})
+
+    # ------------------------------------------------ conditional gradient
+    def _fit_cgm(self, source, params_list, dtype, resume, start):
+        n, store, last = source.n, self.store, len(params_list) - 1
         backend = self._resolve_backend(source, dtype)
 
         def attempt(resume):
+            done = _finished_layers(store) if resume else 0
+            self.layers_ = _layer_records(store, done)
             with _client_context(backend, n) as client:
-                group, data = source.build(backend=backend, client=client, store=self.store,
-                                           dtype=dtype, block_size=self.block_size)
+                kw = dict(backend=backend, client=client if backend != "local" else None, store=store,
+                          dtype=dtype, block_size=self.block_size)
+                if done:
+                    # Layers 0..done-1 finished: the next one starts from the last one's Q.
+                    group = blocks.from_zarr(store, f"layers/{done - 1}/Q", **kw).group
+                    data = None
+                else:
+                    group, data = source.build(**kw)
                 try:
-                    res = nomad_cgm(group, params, data=data, store=self.store, resume=resume,
-                                    callback=self.callback)
+                    for layer in range(done, last + 1):
+                        key = _layer_checkpoint_key(layer)
+                        res = nomad_cgm(group, params_list[layer], data=data, store=store,
+                                        resume=resume and _has_checkpoint(store, key),
+                                        callback=self.callback, checkpoint_key=key)
+                        if layer < last:
+                            self._keep_layer(layer, res, group)
+                            group.drop(["D", "P", "Gamma", "G"])
+                            blocks.shifted_copy(group, "Q", "D", 0.0)       # D_{l+1} = Q_l
+                            group.drop(["Q"])
+                            data = None
                     self._finish(res, group, start)
                 finally:
                     if backend == "local":
-                        # Q_ lives on in this group; free the solver's state.
-                        group.drop([m for m in group.names if m != "Q"])
+                        # Q_ (and kept layers) live on in this group; free the solver's state.
+                        group.drop([m for m in group.names if m != "Q" and not m.startswith("layer")])
                     elif backend == "distributed":
                         group.close()
 
-        self.restarts_ = _with_restarts(attempt, store=self.store, resume=resume,
-                                        checkpoint_key=nomad_checkpoint_key,
+        self.restarts_ = _with_restarts(attempt, store=store, resume=resume,
+                                        checkpoint_key=_layer_checkpoint_key(0),
                                         rebuildable=source.matrix is None)
         self.backend_used_ = backend
-        self.fit_seconds_ = time.perf_counter() - start
-        return self
+
+    def _keep_layer(self, layer, res, group):
+        """Record a finished inner layer; its Q goes to the store (``layers/<l>/Q``), or
+        stays in the group as "layer<l>" when it lives in this process."""
+        record = _layer_record(res)
+        if self.store is not None:
+            with run_store.writing(self.store, f"layer {layer}'s Q", keep="the last checkpoint is intact"):
+                group.save(["Q"], self.store, f"layers/{layer}", mirror=True)
+                run_store.write_json(self.store, f"layers/{layer}", record)
+            record["Q"] = blocks.from_zarr(self.store, f"layers/{layer}/Q", dtype=group.dtype,
+                                           block_size=group.layout.block_size, backend="zarr",
+                                           store=self.store)
+        elif group.backend == "local":
+            blocks.shifted_copy(group, "Q", f"layer{layer}", 0.0)
+            record["Q"] = blocks.BlockMatrix(group, f"layer{layer}")
+        else:
+            record["Q"] = None
+        self.layers_.append(record)
 
     def _resolve_backend(self, source, dtype):
         if source.matrix is not None:
@@ -362,34 +509,18 @@ class NOMAD(_Estimator):
                                what="NOMAD's state (P, Gamma, G)")
 
     def _finish(self, res, group, start):
-        n = group.n
-        self.history_ = res.history
-        self.penalty_ = res.penalty
-        self.tau_ = res.tau
-        self.n_iter_ = res.n_iter
-        self.stop_reason_ = res.stop_reason
-        self.objective_ = res.history[-1]["objective"] if res.history else float("nan")
         self.passes_ = group.passes.since()
-        ones = np.ones(n) / np.sqrt(n)
-        k = max(self.n_components, self.n_groups or 0)
-        k = min(k, n - 2)
-        with blocks.single_threaded_blas():
-            w, V = top_eigenvectors(lambda Y: res.P.matmat(Y), n, k, deflate=ones, tol=1e-8)
-        scaled = V * np.sqrt(np.clip(w, 0, None))
-        self.embedding_ = scaled[:, : self.n_components]
-        self.eigenvalues_ = w
         if self.label_method == "components":
             qmax = res.Q.summary()["max"]
-            self.labels_ = blocks.passes.threshold_components(group, "Q", self.component_threshold * qmax)
+            labels = blocks.passes.threshold_components(group, "Q", self.component_threshold * qmax)
         else:
-            self.labels_ = _kmeans(scaled[:, : self.n_groups], self.n_groups, self.random_state)
+            labels = None
+        self._finish_common(res, lambda Y: res.P.matmat(Y), labels)
         if self.store is not None:
             with run_store.writing(self.store, "the result Q", keep="the last checkpoint is intact"):
                 group.save(["Q"], self.store, "result", mirror=True)
-            _write_result(self.store, {"embedding": self.embedding_, "labels": self.labels_}, {
-                "n_iter": res.n_iter, "stop_reason": res.stop_reason, "objective": self.objective_,
-                "penalty": res.penalty, "tau": res.tau, "passes": self.passes_},
-                res.history, time.perf_counter() - start)
+            self._write_result({"embedding": self.embedding_, "labels": self.labels_}, res,
+                               {"penalty": res.penalty, "tau": res.tau, "passes": self.passes_}, start)
             self.Q_ = blocks.from_zarr(self.store, "result/Q", dtype=group.dtype,
                                        block_size=group.layout.block_size, backend="zarr",
                                        store=self.store)
@@ -400,16 +531,172 @@ class NOMAD(_Estimator):
                 self.Q_ = blocks.from_array(np.asarray(res.Q), dtype=group.dtype,
                                             block_size=group.layout.block_size, check=False)
 
+    def _finish_common(self, res, centered_matmat, labels):
+        """History, embedding and labels: the same for every solver."""
+        n = res.Q.shape[0]
+        self.history_ = res.history
+        self.penalty_ = res.penalty
+        self.tau_ = res.tau
+        self.n_iter_ = res.n_iter
+        self.stop_reason_ = res.stop_reason
+        self.objective_ = res.history[-1]["objective"] if res.history else float("nan")
+        self.layers_.append(_layer_record(res))
+        ones = np.ones(n) / np.sqrt(n)
+        k = min(max(self.n_components, self.n_groups or 0), n - 2)
+        with blocks.single_threaded_blas():
+            w, V = top_eigenvectors(centered_matmat, n, k, deflate=ones, tol=1e-8)
+        scaled = V * np.sqrt(np.clip(w, 0, None))
+        self.embedding_ = scaled[:, : self.n_components]
+        self.eigenvalues_ = w
+        self.labels_ = labels if labels is not None else \
+            _kmeans(scaled[:, : self.n_groups], self.n_groups, self.random_state)
+
+    def _write_result(self, arrays, res, extra, start):
+        _write_result(self.store, arrays, dict({
+            "solver": self.solver, "n_iter": res.n_iter, "stop_reason": res.stop_reason,
+            "objective": self.objective_, "layers": [r["n_clusters"] for r in self.layers_]}, **extra),
+            res.history, time.perf_counter() - start)
+
+    # ------------------------------------------------ Burer-Monteiro
+    def _fit_bm(self, source, params_list, dtype, resume, start):
+        n, store, last = source.n, self.store, len(params_list) - 1
+        backend = "local" if source.matrix is None and source.url is None and source.array is None else \
+            (source.matrix.backend if source.matrix is not None else
+             _choose_backend(self.backend, n, dtype, n_matrices=1, store=store, what="the matrix D"))
+        client_ctx = _client_context(backend, n) if source.matrix is None else contextlib.nullcontext(None)
+        with client_ctx as client:
+            D, group = self._bm_operator(source, backend, client, dtype)
+            try:
+                done = _finished_layers(store) if resume else 0
+                self.layers_ = _layer_records(store, done)
+                if done:
+                    D = _normalized_low_rank(run_store.read_vector(store, f"layers/{done - 1}/Y"))
+                for layer in range(done, last + 1):
+                    key = _layer_checkpoint_key(layer)
+                    ck = run_store.Checkpoints(store, key).latest() if resume and store is not None else None
+                    state = None if ck is None else dict(
+                        ck, Y=run_store.read_vector(store, f"{ck['prefix']}/Y"),
+                        mu=run_store.read_vector(store, f"{ck['prefix']}/mu"))
+                    res = burer_monteiro(D, params_list[layer], callback=self.callback, state=state,
+                                         checkpoint=None if store is None else _bm_checkpointer(store, key),
+                                         checkpoint_every=self.checkpoint_every)
+                    if layer < last:
+                        record = _layer_record(res)
+                        if store is not None:
+                            with run_store.writing(store, f"layer {layer}'s Y", keep="the last checkpoint is intact"):
+                                _write_rows(store, f"layers/{layer}/Y", res.Y)
+                                run_store.write_json(store, f"layers/{layer}", record)
+                        record["Q"] = res.Q
+                        self.layers_.append(record)
+                        D = _normalized_low_rank(res.Y)                # D_{l+1} = Q_l / ||Q_l||_F
+            finally:
+                if group is not None and source.matrix is None:
+                    group.close()
+        self._finish_bm(res, start)
+        self.restarts_ = 0
+        self.backend_used_ = backend
+
+    def _bm_operator(self, source, backend, client, dtype):
+        """D / ||D||_F as an operator (Burer-Monteiro's normalization), and the block
+        group holding D if there is one."""
+        if source.matrix is None and source.url is None and source.array is None:
+            X = source.zarr_data if source.zarr_data is not None else source.data
+            return DataGram(X, center=self.center, scale="frobenius"), None
+        if source.matrix is not None:
+            D = source.matrix
+        else:
+            group, _ = source.build(backend=backend, client=client if backend != "local" else None,
+                                    store=self.store, dtype=dtype, block_size=self.block_size)
+            D = blocks.BlockMatrix(group, "D")
+        fro = D.summary()["fro"]
+        if fro == 0:
+            raise InputValueError("the input matrix is zero")
+        return ScaledMatrix(D, fro, fro), D.group
+
+    def _finish_bm(self, res, start):
+        Q = res.Q
+        self.passes_ = {"matmats": res.matmats}
+        labels = Q.threshold_components(self.component_threshold * Q.max()) \
+            if self.label_method == "components" else None
+        n = Q.n
+        ones = np.ones(n) / np.sqrt(n)
+        self._finish_common(res, lambda V: Q.matmat(V) - np.outer(ones, ones @ Q.matmat(V)), labels)
+        self.Y_ = res.Y
+        self.Q_ = Q
+        if self.store is not None:
+            with run_store.writing(self.store, "the result Y", keep="the last checkpoint is intact"):
+                _write_rows(self.store, "result/Y", res.Y)
+            self._write_result({"embedding": self.embedding_, "labels": self.labels_}, res,
+                               {"rank": int(res.Y.shape[1]), "lam": res.lam, "matmats": res.matmats}, start)
+
+
+SOLVERS = ("cgm", "bm")
+CGM_MAX_ITER = 2000
+BM_MAX_ITER = 1000
+# Burer-Monteiro settings passed through ``solver_options`` (see BurerMonteiroParams).
+BM_OPTIONS = ("sigma", "phi", "eta", "tol", "feasibility_tol", "inner_max_iter", "inner_tol", "start")
+# Rows per chunk of the n x r factor Y in a store.
+Y_CHUNK_ROWS = 65536
+
+
+def _layer_checkpoint_key(layer):
+    return nomad_checkpoint_key if layer == 0 else f"{nomad_checkpoint_key}_layer{layer}"
+
+
+def _has_checkpoint(store, key):
+    return store is not None and run_store.Checkpoints(store, key).latest() is not None
+
+
+def _finished_layers(store):
+    """How many inner layers of a multi-layer run in ``store`` have finished."""
+    done = 0
+    while store is not None and run_store.read_json(store, f"layers/{done}") is not None:
+        done += 1
+    return done
+
+
+def _layer_record(res):
+    return {"n_clusters": int(res.params.n_clusters), "n_iter": res.n_iter, "stop_reason": res.stop_reason,
+            "objective": res.history[-1]["objective"] if res.history else float("nan"),
+            "seconds": res.history[-1]["seconds"] if res.history else 0.0}
+
+
+def _layer_records(store, done):
+    return [dict(run_store.read_json(store, f"layers/{layer}"), Q=None) for layer in range(done)]
+
+
+def _normalized_low_rank(Y):
+    Q = LowRankGram(Y)
+    return ScaledMatrix(Q, Q.fro_norm, Q.fro_norm)
+
+
+def _write_rows(store, path, A):
+    run_store.write_vector(store, path, A, chunks=(min(len(A), Y_CHUNK_ROWS),) + A.shape[1:])
+
+
+def _bm_checkpointer(store, key):
+    checkpoints = run_store.Checkpoints(store, key)
+
+    def save(state):
+        record = {"iteration": len(state["history"]), "lam": float(state["lam"]),
+                  "matmats": int(state["matmats"])}
+        with checkpoints.write(record, state["history"]) as prefix:
+            _write_rows(store, f"{prefix}/Y", state["Y"])
+            run_store.write_vector(store, f"{prefix}/mu", state["mu"])
+    return save
+
 
 class _InputSource:
     """The input of a fit: data X (n x d) or a precomputed n x n matrix, validated
     before any heavy work."""
 
-    def __init__(self, X, *, precomputed, center, normalize):
+    def __init__(self, X, *, precomputed, center, normalize, keep_zarr=False):
         self.matrix = None
         self.data = None
         self.array = None
         self.url = None
+        self.zarr_data = None          # data X left in Zarr (``keep_zarr``), read chunk by chunk
+        self.url_data = None
         if _is_precomputed(X):
             self.matrix = X
             self.n = X.n
@@ -435,6 +722,17 @@ class _InputSource:
                 self.array = A
                 self.n = A.shape[0]
             return
+        if keep_zarr and (isinstance(X, str) or hasattr(X, "__fspath__")):
+            import zarr
+
+            self.url_data = str(X)
+            X = zarr.open_array(store=self.url_data, mode="r")
+        if keep_zarr and type(X).__module__.startswith("zarr"):
+            if X.ndim != 2 or X.shape[0] < 2:
+                raise InputValueError(f"X must be 2-D (n_samples, n_features) with n >= 2; got shape {X.shape}")
+            self.zarr_data = X
+            self.n = X.shape[0]
+            return
         X = blocks.as_data_matrix(X)
         self.data = X
         self._gram_scaling = (center, normalize)
@@ -453,6 +751,8 @@ class _InputSource:
             return {"kind": "gram_zarr", "url": self.url, "n": self.n}
         if self.array is not None:
             return {"kind": "gram_array", "n": self.n}
+        if self.zarr_data is not None:
+            return {"kind": "data_zarr", "url": self.url_data, "shape": list(self.zarr_data.shape)}
         return {"kind": "data", "shape": list(self.data.shape), "stored_as": "input/X"}
 
     def fingerprint(self):
@@ -1009,7 +1309,7 @@ def resume(store, **overrides):
     inp = meta["input"]
     if inp["kind"] == "data":
         X = run_store.read_vector(store, "input/X")
-    elif inp["kind"] == "gram_zarr":
+    elif inp["kind"] in ("gram_zarr", "data_zarr") and inp.get("url"):
         X = inp["url"]
     else:
         raise StoreError(f"the run in {store!r} was given an in-memory matrix; call "

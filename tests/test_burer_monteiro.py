@@ -112,7 +112,8 @@ def test_rank_8k_on_two_rings_is_near_the_exact_sdp_and_rank_k_is_not(rings_and_
             distances[rank, seed] = np.linalg.norm(Q - Qs) / np.linalg.norm(Qs)
     assert all(distances[64, s] <= 0.1 for s in range(3)), distances
     assert all(distances[8, s] >= 0.5 for s in range(3)), distances
-    assert BurerMonteiroParams(n_clusters=8).resolved_rank() == 64
+    assert BurerMonteiroParams(n_clusters=8).resolved_rank(1000) == 64
+    assert BurerMonteiroParams(n_clusters=8).resolved_rank(40) == 40
 
 
 def test_matrix_free_memory_grows_as_n_not_n_squared():

@@ -124,3 +124,71 @@ class ScaledMatrix:
     def matmat(self, Y):
         self.matmats += 1
         return np.asarray(self.D.matmat(np.asarray(Y, dtype=self.D.dtype)), dtype=np.float64) / self.scale
+
+
+# Rows of Y per tile when Y Y^T is scanned entry by entry (components): a tile of
+# Y Y^T is TILE_ROWS x TILE_ROWS float64, 32 MB.
+TILE_ROWS = 2048
+
+
+class LowRankGram:
+    """Q = Y Y^T for a thin Y >= 0 (n x r), as a linear operator: the Burer-Monteiro
+    solution of NOMAD without its n x n matrix.
+
+    ``matmat`` costs O(n r k); ``diag`` and ``max`` O(n r) (Q is PSD and nonnegative,
+    so its largest entry is on the diagonal); ``fro_norm`` = ||Y^T Y||_F, O(n r^2);
+    ``threshold_components`` scans Q by tiles, O(n^2 r) work in O(TILE_ROWS^2) memory.
+    """
+
+    def __init__(self, Y):
+        Y = np.asarray(Y, dtype=np.float64)
+        if Y.ndim != 2:
+            raise InputValueError(f"Y must be 2-D (n, r); got shape {Y.shape}")
+        self.Y = Y
+        self.n, self.rank = Y.shape
+        self.shape = (self.n, self.n)
+        self.dtype = np.dtype(np.float64)
+        self.matmats = 0
+
+    @property
+    def fro_norm(self):
+        return float(np.linalg.norm(self.Y.T @ self.Y))
+
+    def matmat(self, V):
+        V = np.asarray(V, dtype=np.float64)
+        if V.shape[0] != self.n or V.ndim > 2:
+            raise InputValueError(f"matmat needs V of shape ({self.n},) or ({self.n}, k); got {V.shape}")
+        self.matmats += 1
+        return self.Y @ (self.Y.T @ V)
+
+    matvec = matmat
+
+    def diag(self):
+        return np.einsum("ij,ij->i", self.Y, self.Y)
+
+    def max(self):
+        return float(self.diag().max())
+
+    def threshold_components(self, threshold, tile_rows=TILE_ROWS):
+        """Labels of the connected components of the graph Q_ij > ``threshold``
+        (numbered by first appearance), tile by tile of the upper triangle."""
+        from .passes import block_component_edges, join_component_edges
+
+        tiles = []
+        for r0 in range(0, self.n, tile_rows):
+            Yr = self.Y[r0:r0 + tile_rows]
+            for c0 in range(r0, self.n, tile_rows):
+                Yc = self.Y[c0:c0 + tile_rows]
+                idx, root = block_component_edges(Yr @ Yc.T > threshold)
+                tiles.append((r0, c0, len(Yr), idx, root))
+        return join_component_edges(self.n, tiles)
+
+    def to_numpy(self):
+        return self.Y @ self.Y.T
+
+    def __array__(self, dtype=None, copy=None):
+        Q = self.to_numpy()
+        return Q if dtype is None else Q.astype(dtype, copy=False)
+
+    def __repr__(self):
+        return f"LowRankGram(n={self.n}, rank={self.rank})"

@@ -258,14 +258,18 @@ def _full_assemble(group, name):
 
 # ------------------------------------------------------------------ graph components
 def _components_task(bundle, key, name, threshold):
-    """Edges that join each node of this block's graph (entries > threshold) to its
-    block-local component root: at most b_i + b_j edges, whatever the density."""
+    return block_component_edges(bundle[name] > threshold)
+
+
+def block_component_edges(mask):
+    """Edges that join each node of a bipartite block graph (rows x columns of the
+    boolean ``mask``) to its block-local component root: at most b_i + b_j edges,
+    whatever the density.  Node ids: rows 0..b_i-1, then columns b_i.."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    A = bundle[name]
-    r, c = np.nonzero(A > threshold)
-    bi, bj = A.shape
+    r, c = np.nonzero(mask)
+    bi, bj = mask.shape
     nodes = bi + bj
     g = coo_matrix((np.ones(len(r), np.int8), (r, bi + c)), shape=(nodes, nodes))
     _, lab = connected_components(g, directed=False)
@@ -279,23 +283,14 @@ def _components_task(bundle, key, name, threshold):
     return idx, root_of[lab[idx]]
 
 
-def threshold_components(group: BlockGroup, name: str, threshold: float):
-    """Connected components of the graph with edges where matrix ``name`` > threshold.
-
-    One pass; each task sends O(b) edges, the client joins them.  Returns labels
-    0..c-1 (numbered by first appearance).
-    """
+def join_component_edges(n, tiles):
+    """Component labels 0..c-1 (numbered by first appearance) of n nodes from the
+    edges of :func:`block_component_edges` for tiles ``(r0, c0, b_i, idx, root)``."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    layout = group.layout
-    results = group.map_blocks(_components_task, lambda k: (name, float(threshold)), reads=[name],
-                               writes=[], name="components")
     rows, cols = [], []
-    for key, (idx, root) in zip(layout.keys, results):
-        r0, c0 = layout.bounds(key[0])[0], layout.bounds(key[1])[0]
-        bi = layout.size(key[0])
-
+    for r0, c0, bi, idx, root in tiles:
         def glob(local):
             return np.where(local < bi, r0 + local, c0 + local - bi)
 
@@ -303,10 +298,24 @@ def threshold_components(group: BlockGroup, name: str, threshold: float):
         cols.append(glob(root))
     r = np.concatenate(rows) if rows else np.zeros(0, np.int64)
     c = np.concatenate(cols) if cols else np.zeros(0, np.int64)
-    g = coo_matrix((np.ones(len(r), np.int8), (r, c)), shape=(layout.n, layout.n))
+    g = coo_matrix((np.ones(len(r), np.int8), (r, c)), shape=(n, n))
     _, labels = connected_components(g, directed=False)
     _, first = np.unique(labels, return_index=True)
     order = np.argsort(first)
     relabel = np.empty_like(order)
     relabel[order] = np.arange(len(order))
     return relabel[labels]
+
+
+def threshold_components(group: BlockGroup, name: str, threshold: float):
+    """Connected components of the graph with edges where matrix ``name`` > threshold.
+
+    One pass; each task sends O(b) edges, the client joins them.  Returns labels
+    0..c-1 (numbered by first appearance).
+    """
+    layout = group.layout
+    results = group.map_blocks(_components_task, lambda k: (name, float(threshold)), reads=[name],
+                               writes=[], name="components")
+    return join_component_edges(layout.n, [
+        (layout.bounds(key[0])[0], layout.bounds(key[1])[0], layout.size(key[0]), idx, root)
+        for key, (idx, root) in zip(layout.keys, results)])

@@ -101,12 +101,14 @@ def read_json(url, key, default=None):
         return default
 
 
-def write_vector(url, path, v):
+def write_vector(url, path, v, chunks=None):
+    """An array at ``path`` (one chunk unless ``chunks`` is given)."""
     import zarr
 
     v = np.asarray(v)
     arr = zarr.create_array(store=str(url), name=path, shape=v.shape, dtype=v.dtype,
-                            chunks=v.shape if v.ndim else None, overwrite=True, compressors=None)
+                            chunks=chunks or (v.shape if v.ndim else None), overwrite=True,
+                            compressors=None)
     arr[...] = v
 
 

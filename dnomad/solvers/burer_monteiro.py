@@ -99,7 +99,7 @@ class BurerMonteiroParams:
     """Parameters of :func:`burer_monteiro` (the paper's defaults)."""
 
     n_clusters: int
-    rank: int | None = None          # r; None: 8 K
+    rank: int | None = None          # r; None: min(8 K, n)
     sigma: float = 1.0
     phi: float = 1.0
     eta: float = 1.0
@@ -111,30 +111,19 @@ class BurerMonteiroParams:
     start: str = "symnmf"            # "symnmf" (App. E) or "random"
     random_state: object = None
 
-    def resolved_rank(self):
-        return 8 * self.n_clusters if self.rank is None else self.rank
+    def resolved_rank(self, n):
+        return min(8 * self.n_clusters, n) if self.rank is None else self.rank
 
     def validate(self, n):
         check_ints(self, ("n_clusters", "max_iter", "inner_max_iter"))
         if not 1 <= self.n_clusters < n:
             raise InputValueError(f"n_clusters must be in [1, {n - 1}] for n = {n}; got {self.n_clusters}")
-        r = self.resolved_rank()
+        r = self.resolved_rank(n)
         if not isinstance(r, (int, np.integer)) or not self.n_clusters <= r <= n:
             raise InputValueError(f"rank must be an integer in [n_clusters, n] = [{self.n_clusters}, {n}]; "
                                   f"got {self.rank!r}")
         check_numbers(self, ("sigma", "phi", "eta", "tol", "feasibility_tol", "inner_tol"), positive=True)
         check_choices(self, {"start": ("symnmf", "random")})
-
-
-@dataclass
-class BurerMonteiroResult:
-    Y: np.ndarray
-    mu: np.ndarray
-    lam: float
-    history: list
-    n_iter: int
-    stop_reason: str
-    matmats: int
 
 
 def lagrangian(Y, DY, mu, lam, K, sigma, phi):
@@ -154,17 +143,20 @@ def constraint_residuals(Y, K):
     return float(np.abs(Y @ Y.sum(axis=0) - 1).max()), abs(float(np.vdot(Y, Y)) - K) / K
 
 
-def burer_monteiro(D, params: BurerMonteiroParams, *, Y0=None, callback=None):
+def burer_monteiro(D, params: BurerMonteiroParams, *, Y0=None, callback=None, state=None,
+                   checkpoint=None, checkpoint_every=1):
     """See :func:`_burer_monteiro`; runs with BLAS on one thread (L-BFGS-B and the
     O(n r) vector work make many small BLAS calls, on which OpenBLAS's threads spin:
     measured 29x slower per evaluation at n r = 12,800 on 2 cores)."""
     from ..blocks import single_threaded_blas
 
     with single_threaded_blas():
-        return _burer_monteiro(D, params, Y0=Y0, callback=callback)
+        return _burer_monteiro(D, params, Y0=Y0, callback=callback, state=state,
+                               checkpoint=checkpoint, checkpoint_every=checkpoint_every)
 
 
-def _burer_monteiro(D, params, *, Y0=None, callback=None):
+def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint=None,
+                    checkpoint_every=1):
     """Solve (11) for the operator D (``D.matmat(Y)``, ``D.shape``; normalize it first,
     e.g. :class:`dnomad.blocks.operators.DataGram` with scale "frobenius").
 
@@ -174,19 +166,29 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None):
     ``max_iter`` ("max_iter"), or when ``callback`` returns True ("callback").
     History rows: iteration, objective Tr(D Y Y^T), lagrangian, row_sum_violation,
     trace_violation, change, inner_iterations, matmats, seconds.
+
+    ``state`` (a dict Y, mu, lam, history, matmats, as passed to ``checkpoint``)
+    resumes a run exactly where it was saved; ``checkpoint(state)`` is called every
+    ``checkpoint_every`` outer steps and at the end.  Returns a
+    :class:`dnomad.solvers.nomad.NomadResult` with Q = Y Y^T as a LowRankGram.
     """
     from scipy.optimize import Bounds, minimize
 
+    from ..blocks.operators import LowRankGram
+    from .nomad import NomadResult
+
     n = D.shape[0]
     params.validate(n)
-    K, r = params.n_clusters, params.resolved_rank()
-    matmats = [0]
+    K, r = params.n_clusters, params.resolved_rank(n)
+    matmats = [0 if state is None else int(state["matmats"])]
 
     def DY_of(Y):
         matmats[0] += 1
         return D.matmat(Y)
 
-    if Y0 is None:
+    if state is not None:
+        Y0 = state["Y"]
+    elif Y0 is None:
         if params.start == "symnmf":
             Y0 = symnmf_admm(DY_of, n, r, random_state=params.random_state).W
         else:
@@ -195,7 +197,8 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None):
     Y = np.clip(np.array(Y0, dtype=np.float64), 0.0, 1.0)
     if Y.shape != (n, r):
         raise InputValueError(f"Y0 must have shape ({n}, {r}); got {Y.shape}")
-    mu, lam = np.zeros(n), 0.0
+    mu, lam = (np.zeros(n), 0.0) if state is None else (np.array(state["mu"], dtype=np.float64),
+                                                        float(state["lam"]))
     sigma, phi = params.sigma, params.phi
 
     last = {}        # the last point L-BFGS-B evaluated and D Y there
@@ -206,9 +209,15 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None):
         value, grad = lagrangian(Yx, last["DY"], mu, lam, K, sigma, phi)
         return value, grad.ravel()
 
-    history, stop_reason = [], "max_iter"
-    t0 = time.perf_counter()
-    for it in range(1, params.max_iter + 1):
+    history = [] if state is None else list(state["history"])
+    stop_reason = "max_iter"
+    t0 = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+
+    def save():
+        if checkpoint is not None:
+            checkpoint({"Y": Y, "mu": mu, "lam": lam, "history": history, "matmats": matmats[0]})
+
+    for it in range(len(history) + 1, params.max_iter + 1):
         Y_prev = Y
         res = minimize(fun, Y.ravel(), args=(mu, lam), jac=True, method="L-BFGS-B",
                        bounds=Bounds(0.0, 1.0),
@@ -229,11 +238,14 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None):
                         "matmats": matmats[0], "seconds": time.perf_counter() - t0})
         logger.info("BM it %d  obj %.6g  row viol %.2e  trace viol %.2e  change %.2e  inner %d",
                     it, history[-1]["objective"], row_violation, trace_violation, change, res.nit)
-        if callback is not None and callback(dict(history[-1])) is True:
-            stop_reason = "callback"
-            break
         if change <= params.tol and max(row_violation, trace_violation) <= params.feasibility_tol:
             stop_reason = "tolerance"
+        elif callback is not None and callback(dict(history[-1])) is True:
+            stop_reason = "callback"
+        if stop_reason != "max_iter" or it == params.max_iter or it % checkpoint_every == 0:
+            save()
+        if stop_reason != "max_iter":
             break
-    return BurerMonteiroResult(Y=Y, mu=mu, lam=lam, history=history, n_iter=len(history),
-                               stop_reason=stop_reason, matmats=matmats[0])
+    return NomadResult(Q=LowRankGram(Y), history=history, n_iter=len(history), stop_reason=stop_reason,
+                       params=params, converged=stop_reason == "tolerance", solver="bm", Y=Y, mu=mu,
+                       lam=lam, matmats=matmats[0])

@@ -28,7 +28,7 @@ import logging
 import math
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -93,37 +93,54 @@ class NomadParams:
 
 @dataclass
 class NomadResult:
-    """What :func:`nomad_cgm` returns.
+    """What every NOMAD solver returns (:func:`nomad_cgm`,
+    :func:`dnomad.solvers.burer_monteiro.burer_monteiro`).
 
     Attributes
     ----------
-    Q : BlockMatrix
-        The solution Q = P + E_n.
-    P : BlockMatrix
-        Its centered part (Q restricted to the complement of 1), for embeddings.
+    Q : operator
+        The solution: a BlockMatrix (conditional gradient) or a
+        :class:`dnomad.blocks.operators.LowRankGram` Y Y^T (Burer-Monteiro).  Both have
+        ``matmat``, ``shape``, ``diag`` and ``np.asarray(Q)`` (dense; small n).
     history : list of dict
-        One row per outer iteration: ``iteration``, ``objective`` (Tr(D Q) with the
-        solver's D), ``rmse_neg`` (RMSE of [Q]_- over its negative entries),
-        ``max_violation`` (|min Q| n / K), ``neg_fro_ratio`` (||[Q]_-||_F / ||Q||_F),
-        ``fw_gap`` (the last inner Frank-Wolfe gap), ``eig_matvecs``, ``passes``,
-        ``seconds``, ``bytes_read``, ``bytes_written``.
+        One row per outer iteration; both solvers write ``iteration``, ``objective``
+        (Tr(D Q) with the solver's D) and ``seconds``.  Conditional gradient adds
+        ``rmse_neg`` (RMSE of [Q]_- over its negative entries), ``max_violation``
+        (|min Q| n / K), ``neg_fro_ratio`` (||[Q]_-||_F / ||Q||_F), ``fw_gap`` (the last
+        inner Frank-Wolfe gap), ``eig_matvecs``, ``passes``, ``bytes_read``,
+        ``bytes_written``; Burer-Monteiro ``lagrangian``, ``row_sum_violation``,
+        ``trace_violation``, ``change``, ``inner_iterations``, ``matmats``.
     n_iter : int
         Outer iterations done.
     stop_reason : str
-    params : NomadParams
+        "tolerance", "max_iter" or "callback".
+    params : NomadParams or BurerMonteiroParams
+    converged : bool
+    solver : str
+        "cgm" or "bm".
+    P : BlockMatrix
+        (cgm) Q's centered part Q - 1 1^T / n, for embeddings.
     penalty, tau : float
-        The values used (``params`` may say "scale").
+        (cgm) The values used (``params`` may say "scale").
+    Y, mu, lam, matmats
+        (bm) The factor Q = Y Y^T (n x r), the multipliers of Y Y^T 1 = 1 and of
+        Tr(Y^T Y) = K, and the products D Y made.
     """
 
     Q: object
-    P: object
     history: list
     n_iter: int
     stop_reason: str
-    params: NomadParams
-    penalty: float
-    tau: float
-    converged: bool = field(default=False)
+    params: object
+    converged: bool = False
+    solver: str = "cgm"
+    P: object = None
+    penalty: float | None = None
+    tau: float | None = None
+    Y: np.ndarray | None = None
+    mu: np.ndarray | None = None
+    lam: float | None = None
+    matmats: int = 0
 
 
 def _penalty(penalty, params, t):
@@ -211,7 +228,8 @@ def _stats_row(stats, n, K):
 CHECKPOINT_KEY = "nomad_checkpoint"
 
 
-def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False, callback=None):
+def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False, callback=None,
+              checkpoint_key=CHECKPOINT_KEY):
     """Solve NOMAD by Alg. 2 (conditional gradient in the method of multipliers).
 
     Parameters
@@ -241,6 +259,8 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
         Run store URL for checkpoints.
     resume : bool
         Start from the checkpoint in ``store``.
+    checkpoint_key : str
+        The checkpoint record's name in ``store`` (one per layer of multi-layer NOMAD).
     callback : callable, optional
         Called with each history row (a dict); returning True stops the run.
 
@@ -257,10 +277,10 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
     hold by construction (to round-off); Q >= 0 is met to the stopping tolerances.
     """
     with blocks.single_threaded_blas():
-        return _nomad_cgm(group, params, data, store, resume, callback)
+        return _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key)
 
 
-def _nomad_cgm(group, params, data, store, resume, callback):
+def _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key):
     layout = group.layout
     n, K = layout.n, params.n_clusters
     ones = np.ones(n) / math.sqrt(n)
@@ -268,7 +288,7 @@ def _nomad_cgm(group, params, data, store, resume, callback):
 
     start_t, k_total, v, history = 0, 0, None, []
     if resume:
-        ck = run_store.Checkpoints(store, CHECKPOINT_KEY).latest()
+        ck = run_store.Checkpoints(store, checkpoint_key).latest()
         if ck is None:
             raise InputValueError(f"store {store!r} has no NOMAD checkpoint to resume from")
         group.load(["P", "Gamma"], store, ck["prefix"])
@@ -317,7 +337,7 @@ def _nomad_cgm(group, params, data, store, resume, callback):
         if callback is not None and callback(dict(history[-1])) is True and not converged:
             stop_reason = "callback"
         if store is not None and ((t + 1) % params.checkpoint_every == 0 or stop_reason != "max_iter"):
-            _checkpoint(group, store, t + 1, k_total, v, history, params, penalty, tau)
+            _checkpoint(group, store, checkpoint_key, t + 1, k_total, v, history, params, penalty, tau)
         if stop_reason != "max_iter":
             break
     if not converged and stop_reason == "max_iter":
@@ -327,7 +347,7 @@ def _nomad_cgm(group, params, data, store, resume, callback):
     blocks.shifted_copy(group, "P", "Q", 1.0 / n)
     return NomadResult(Q=blocks.BlockMatrix(group, "Q"), P=blocks.BlockMatrix(group, "P"),
                        history=history, n_iter=len(history), stop_reason=stop_reason,
-                       params=params, penalty=penalty, tau=tau, converged=converged)
+                       params=params, penalty=penalty, tau=tau, converged=converged, solver="cgm")
 
 
 def _append_history(history, row, t, fw_gap, eig_matvecs, group, rec0, t0):
@@ -351,10 +371,10 @@ def _check_stop(row, prev_obj, params):
     return "max_iter", False
 
 
-def _checkpoint(group, store, t, k_total, v, history, params, penalty, tau):
+def _checkpoint(group, store, key, t, k_total, v, history, params, penalty, tau):
     record = {"iteration": int(t), "k_total": int(k_total), "has_v": v is not None,
               "params": asdict(params), "penalty_value": penalty, "tau_value": tau}
-    with run_store.Checkpoints(store, CHECKPOINT_KEY).write(record, history) as prefix:
+    with run_store.Checkpoints(store, key).write(record, history) as prefix:
         group.save(["P", "Gamma"], store, prefix)
         if v is not None:
             run_store.write_vector(store, f"{prefix}/v", v)

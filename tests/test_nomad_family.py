@@ -1,0 +1,172 @@
+"""The NOMAD family behind one estimator: solver="cgm" | "bm", multi-layer NOMAD, the
+shared result attributes, Burer-Monteiro checkpoints and Zarr input, and bad options."""
+import warnings
+
+import numpy as np
+import pytest
+import zarr
+
+import dnomad
+from dnomad.blocks import store as run_store
+from dnomad.blocks.operators import LowRankGram
+from dnomad.data import gaussian_blobs, noisy_semicircles, two_rings
+from dnomad.errors import ConvergenceWarning, InputValueError
+from dnomad.metrics import adjusted_rand_score
+
+# Inner layers need not converge: 300 outer steps each keep the test at ~10 s a data set.
+LAYER_ITERS = 300
+
+
+@pytest.mark.parametrize("make", [lambda: two_rings(200), lambda: noisy_semicircles(200)],
+                         ids=["rings", "half-moons"])
+def test_multilayer_separates_manifolds_that_one_layer_and_kmeans_do_not(make, tmp_path):
+    """Sec. 3.1, Fig. 9: layers K = 16, 8, 4, 2 put each manifold in one connected
+    component of Q; one layer with K = 2 and K-means (scikit-learn) mix them."""
+    from sklearn.cluster import KMeans
+
+    X, y = make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        deep = dnomad.NOMAD(layers="halving", n_clusters=16, n_groups=2, max_iter=LAYER_ITERS,
+                            store=str(tmp_path / "ml.zarr")).fit(X)
+        single = dnomad.NOMAD(n_clusters=2, max_iter=LAYER_ITERS).fit(X)
+    assert [r["n_clusters"] for r in deep.layers_] == [16, 8, 4, 2]
+    assert adjusted_rand_score(y, deep.labels_) == 1.0
+    assert adjusted_rand_score(y, single.labels_) < 0.3
+    assert adjusted_rand_score(y, KMeans(2, n_init=10, random_state=0).fit_predict(X)) < 0.3
+    # Every layer's Q is kept: the inner ones under layers/<l>/Q, the last as result/Q;
+    # each has trace K_l and unit row sums (to the solver's feasibility).
+    for layer, record in enumerate(deep.layers_[:-1]):
+        Q = np.asarray(zarr.open_array(store=str(tmp_path / "ml.zarr"), path=f"layers/{layer}/Q", mode="r"))
+        np.testing.assert_allclose(Q, np.asarray(record["Q"]))
+        assert np.trace(Q) == pytest.approx(record["n_clusters"], rel=1e-3)
+        np.testing.assert_allclose(Q.sum(axis=1), 1, atol=1e-3)
+    assert run_store.read_json(str(tmp_path / "ml.zarr"), "result")["layers"] == [16, 8, 4, 2]
+
+
+def test_multilayer_resumes_in_the_layer_it_stopped(tmp_path):
+    """A run stopped in layer 2 of 3 resumes there (layer 1's Q from the store, layer 2
+    from its checkpoint) and ends with the uninterrupted run's Q."""
+    X, _ = two_rings(120)
+    kw = dict(layers=[8, 4, 2], max_iter=40, checkpoint_every=5, dtype=np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        whole = dnomad.NOMAD(**kw).fit(X)
+        calls = []
+
+        def stop_in_layer_two(row):
+            calls.append(row["iteration"])
+            return len(calls) == 40 + 12          # layer 1 ran 40 steps; stop at step 12 of layer 2
+
+        store = str(tmp_path / "r.zarr")
+        with pytest.raises(RuntimeError, match="stopped"):
+            dnomad.NOMAD(**kw, store=store, callback=_raising(stop_in_layer_two)).fit(X)
+        assert run_store.read_json(store, "layers/0") is not None
+        assert run_store.read_json(store, "layers/1") is None
+        resumed = dnomad.resume(store)
+    np.testing.assert_allclose(np.asarray(resumed.Q_), np.asarray(whole.Q_), atol=1e-10)
+    assert [r["n_clusters"] for r in resumed.layers_] == [8, 4, 2]
+
+
+def _raising(predicate):
+    """A callback that kills the run (as a crash would) when ``predicate`` says so."""
+    def callback(row):
+        if predicate(row):
+            raise RuntimeError("stopped")
+    return callback
+
+
+def test_burer_monteiro_estimator_gives_the_shared_result(tmp_path):
+    """solver="bm" through dnomad.fit: the attributes of solver="cgm" (labels, embedding
+    from the leading eigenvectors of Q, history, Q_ with matmat/diag/asarray), Y_ in the
+    store as a row-chunked n x r array, Q = Y Y^T feasible."""
+    X, y = gaussian_blobs(300, n_centers=4, separation=12.0)
+    store = str(tmp_path / "bm.zarr")
+    bm = dnomad.fit(X, method="nomad", solver="bm", n_clusters=4, rank=4, random_state=0, store=store)
+    cgm = dnomad.fit(X, method="nomad", n_clusters=4)
+    for est in (bm, cgm):
+        assert adjusted_rand_score(y, est.labels_) == 1.0
+        assert est.embedding_.shape == (300, 2) and np.isfinite(est.embedding_).all()
+        assert {"iteration", "objective", "seconds"} <= set(est.history_[-1])
+        assert est.Q_.shape == (300, 300) and est.Q_.diag().shape == (300,)
+        assert [r["n_clusters"] for r in est.layers_] == [4]
+    assert isinstance(bm.Q_, LowRankGram) and bm.Y_.shape == (300, 4) and bm.stop_reason_ == "tolerance"
+    Q = np.asarray(bm.Q_)
+    np.testing.assert_allclose(Q, bm.Y_ @ bm.Y_.T)
+    assert np.trace(Q) == pytest.approx(4, abs=1e-3)
+    np.testing.assert_allclose(Q.sum(axis=1), 1, atol=1e-3)
+    # The embedding: Q's leading eigenvectors after the constant one, scaled by sqrt(eigenvalue).
+    n = len(Q)
+    J = np.eye(n) - 1.0 / n
+    w, V = np.linalg.eigh(J @ Q @ J)
+    np.testing.assert_allclose(bm.eigenvalues_[:2], w[::-1][:2], rtol=1e-6)
+    for k in range(2):
+        np.testing.assert_allclose(np.abs(bm.embedding_[:, k]), np.abs(V[:, -1 - k]) * np.sqrt(w[-1 - k]),
+                                   atol=1e-6)
+    Y_stored = zarr.open_array(store=store, path="result/Y", mode="r")
+    assert Y_stored.shape == (300, 4)
+    np.testing.assert_array_equal(Y_stored[...], bm.Y_)
+    assert run_store.read_json(store, "result")["solver"] == "bm"
+
+
+def test_burer_monteiro_resumes_exactly_from_its_checkpoint(tmp_path):
+    """Checkpoints hold (Y, mu, lambda, history): a run killed after outer step 3 and
+    resumed ends with the uninterrupted run's Y, bit for bit."""
+    X, _ = two_rings(200)
+    kw = dict(solver="bm", n_clusters=4, rank=16, random_state=1, checkpoint_every=1)
+    whole = dnomad.NOMAD(**kw).fit(X)
+    assert whole.n_iter_ > 3
+    store = str(tmp_path / "bm.zarr")
+    with pytest.raises(RuntimeError, match="stopped"):
+        dnomad.NOMAD(**kw, store=store, callback=_raising(lambda row: row["iteration"] == 3)).fit(X)
+    ck = run_store.Checkpoints(store, "nomad_checkpoint").latest()
+    assert ck["iteration"] == 2
+    resumed = dnomad.resume(store)
+    np.testing.assert_array_equal(resumed.Y_, whole.Y_)
+    assert [r["iteration"] for r in resumed.history_] == list(range(1, whole.n_iter_ + 1))
+
+
+def test_burer_monteiro_reads_data_from_zarr_chunk_by_chunk(tmp_path):
+    """X as a Zarr path stays in Zarr: D Y is made from row chunks (no n x n matrix), and
+    the result equals the in-memory run's."""
+    X, y = gaussian_blobs(400, n_centers=3, separation=12.0)
+    url = str(tmp_path / "X.zarr")
+    arr = zarr.create_array(store=url, shape=X.shape, dtype="f8", chunks=(64, 2))
+    arr[...] = X
+    kw = dict(solver="bm", n_clusters=3, rank=6, random_state=0)
+    from_zarr = dnomad.NOMAD(**kw, store=str(tmp_path / "s.zarr")).fit(url)
+    in_memory = dnomad.NOMAD(**kw).fit(X)
+    np.testing.assert_allclose(from_zarr.Y_, in_memory.Y_, atol=1e-8)
+    assert adjusted_rand_score(y, from_zarr.labels_) == 1.0
+    assert run_store.read_json(str(tmp_path / "s.zarr"), run_store.RUN_MARKER)["input"]["kind"] == "data_zarr"
+
+
+def test_low_rank_components_match_dense_components(rng):
+    from scipy.sparse.csgraph import connected_components
+
+    Y = rng.random((700, 5)) ** 6
+    Q = LowRankGram(Y)
+    dense = Y @ Y.T
+    assert Q.max() == pytest.approx(dense.max())
+    for frac in (0.05, 0.2, 0.5):
+        ours = Q.threshold_components(frac * Q.max(), tile_rows=128)
+        ref = connected_components(dense > frac * dense.max())[1]
+        assert ours.max() == ref.max() and adjusted_rand_score(ref, ours) == 1.0
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"solver": "sdp"}, "solver must be one of"),
+    ({"rank": 16}, "rank is the Burer-Monteiro"),
+    ({"solver": "bm", "solver_options": {"n_inner": 3}}, r"solver_options \['n_inner'\]"),
+    ({"solver_options": {"sigma": 2.0}}, "not options of solver='cgm'"),
+    ({"solver": "bm", "rank": 2, "n_clusters": 4}, r"rank must be an integer in \[n_clusters, n\]"),
+    ({"layers": [4, 8, 2]}, "strictly decreasing"),
+    ({"layers": [8, 4, 2], "n_groups": 3}, r"last layer's K \(2\) must equal n_groups \(3\)"),
+    ({"layers": "halving", "n_clusters": 8}, 'needs integers 1 < n_groups < n_clusters'),
+    ({"layers": "thirds"}, 'layers must be None, "halving"'),
+    ({"layers": [8, "x"]}, "list of integers"),
+])
+def test_bad_family_options_are_refused_before_work(params, match):
+    X, _ = two_rings(40)
+    with pytest.raises(InputValueError, match=match):
+        dnomad.NOMAD(**params).fit(X)
