@@ -72,3 +72,69 @@ def robust_simplicial_constant(W):
     convex hull of the other rows (0 when one lies in the hull of the others)."""
     W = np.asarray(W, dtype=np.float64)
     return min(l1_distance_to_hull(W[i], np.delete(W, i, axis=0)) for i in range(len(W)))
+
+
+# ------------------------------------------------------------------ geodesic distances
+def knn_graph(X, n_neighbors):
+    """The symmetric k-nearest-neighbour graph of the rows of X (i ~ j when either is
+    among the other's ``n_neighbors`` nearest), weighted by Euclidean distance; a
+    scipy.sparse CSR matrix."""
+    from scipy.sparse import coo_matrix
+    from scipy.spatial import cKDTree
+
+    X = np.asarray(X, dtype=np.float64)
+    n = len(X)
+    if not isinstance(n_neighbors, (int, np.integer)) or not 1 <= n_neighbors < n:
+        raise ValueError(f"n_neighbors must be an integer in [1, {n - 1}]; got {n_neighbors!r}")
+    dist, idx = cKDTree(X).query(X, k=n_neighbors + 1)
+    rows = np.repeat(np.arange(n), n_neighbors)
+    cols, w = idx[:, 1:].ravel(), dist[:, 1:].ravel()
+    G = coo_matrix((w, (rows, cols)), shape=(n, n)).tocsr()
+    return G.maximum(G.T)
+
+
+def nomad_graph(Q, support_threshold=0.01):
+    """NOMAD's neighbourhood graph (Sec. 3.2): i ~ j where Q_ij > ``support_threshold``
+    max(Q) (the support of Q), weighted by the distance Q_ii + Q_jj - 2 Q_ij.  Q dense."""
+    from scipy.sparse import csr_matrix
+
+    Q = np.asarray(Q, dtype=np.float64)
+    d = np.diag(Q)
+    W = d[:, None] + d[None, :] - 2 * Q
+    mask = Q > support_threshold * Q.max()
+    np.fill_diagonal(mask, False)
+    # A zero-length edge would vanish from a sparse graph: keep it as the smallest float.
+    W = np.where(mask, np.maximum(W, np.finfo(np.float64).tiny), 0.0)
+    return csr_matrix(W)
+
+
+def geodesic_distances(graph):
+    """All shortest-path lengths of a weighted undirected graph (Dijkstra); inf between
+    components."""
+    from scipy.sparse.csgraph import shortest_path
+
+    return shortest_path(graph, method="D", directed=False)
+
+
+def bullseye_score(distances_true, distances, percentile=10.0):
+    """The bullseye score of Tepper et al. (Sec. 3.2, Fig. 10): the fraction of the point
+    pairs among the nearest ``percentile`` percent by the true (geodesic) distances that
+    are also among the nearest ``percentile`` percent by ``distances``.
+
+    Both are n x n symmetric matrices over the same points; the pairs i < j are ranked
+    (inf, i.e. disconnected, last; ties broken by pair order) and the first
+    ceil(percentile / 100 * n (n - 1) / 2) of each ranking compared.  1 is a perfect
+    preservation of the nearest pairs; a random ordering scores about percentile / 100.
+    """
+    A = np.asarray(distances_true, dtype=np.float64)
+    B = np.asarray(distances, dtype=np.float64)
+    if A.ndim != 2 or A.shape[0] != A.shape[1] or A.shape != B.shape:
+        raise ValueError(f"distances must be two n x n matrices of the same shape; got {A.shape} and {B.shape}")
+    if not 0 < percentile <= 100:
+        raise ValueError(f"percentile must be in (0, 100]; got {percentile!r}")
+    iu = np.triu_indices(len(A), 1)
+    a, b = A[iu], B[iu]
+    m = int(np.ceil(percentile / 100.0 * len(a)))
+    top_a = np.argsort(a, kind="stable")[:m]
+    top_b = np.argsort(b, kind="stable")[:m]
+    return float(len(np.intersect1d(top_a, top_b, assume_unique=True)) / m)

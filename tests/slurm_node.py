@@ -16,11 +16,9 @@ import socket
 import subprocess
 import time
 
+from debian_packages import Unavailable, apt_install  # noqa: F401  (Unavailable: raised to the tests)
+
 PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
-
-
-class Unavailable(Exception):
-    """SLURM cannot run here (the reason is the message)."""
 
 
 def _run(cmd, **kw):
@@ -30,18 +28,7 @@ def _run(cmd, **kw):
 def install():
     if all(shutil.which(p) for p in ("slurmctld", "slurmd", "sbatch", "munged")):
         return
-    if os.geteuid() != 0:
-        raise Unavailable("installing SLURM needs root (apt-get)")
-    if shutil.which("apt-get") is None:
-        raise Unavailable("no apt-get to install SLURM with")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    cmd = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
-    res = _run(cmd, env=env, timeout=900)
-    if res.returncode != 0:
-        _run(["apt-get", "update", "-q"], env=env, timeout=600)
-        res = _run(cmd, env=env, timeout=900)
-    if res.returncode != 0:
-        raise Unavailable(f"apt-get install {' '.join(PACKAGES)} failed: {res.stderr[-500:]}")
+    apt_install(PACKAGES, "SLURM")
 
 
 def _free_ports(k):

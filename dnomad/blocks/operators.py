@@ -44,6 +44,7 @@ class DataGram:
         self.chunk_rows = int(chunk_rows or max(DEFAULT_CHUNK_ROWS, own[0] if own else 0))
         self.matmats = 0
         self.rows_read = 0
+        self._pool = None
         # One pass: column sums and X^T X; a second (max_row_norm only) for the row norms.
         total, xtx = np.zeros(d), np.zeros((d, d))
         for _, Xc in self._chunks():
@@ -71,23 +72,45 @@ class DataGram:
                                       f"got {scale!r}")
         self.fro_norm = float(np.linalg.norm(ftf)) / self.scale
 
+    def _spans(self, rows_per_chunk=None):
+        step = rows_per_chunk or self.chunk_rows
+        return [(r0, min(self.n, r0 + step)) for r0 in range(0, self.n, step)]
+
     def _chunks(self):
-        for r0 in range(0, self.n, self.chunk_rows):
-            r1 = min(self.n, r0 + self.chunk_rows)
+        for r0, r1 in self._spans():
             self.rows_read += r1 - r0
             yield slice(r0, r1), np.asarray(self.X[r0:r1], dtype=np.float64)
 
+    def _map_chunks(self, fn):
+        """[fn(rows, X[rows]) for each row chunk], on a thread per core: each chunk's GEMM
+        runs on one BLAS thread (the solvers run with single-threaded BLAS), so the
+        chunks are what spreads the work.  In memory X is cut into one chunk per
+        thread (at most ``chunk_rows``); Zarr X in its own chunks, read concurrently."""
+        import concurrent.futures
+        import os
+
+        threads = len(os.sched_getaffinity(0))
+        step = min(self.chunk_rows, -(-self.n // threads)) if self.in_memory else None
+        spans = self._spans(step)
+        if self._pool is None and threads > 1 and len(spans) > 1:
+            self._pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="dnomad-gram")
+
+        def run(span):
+            rows = slice(*span)
+            return fn(rows, np.asarray(self.X[rows], dtype=np.float64))
+
+        results = list(self._pool.map(run, spans)) if self._pool is not None and len(spans) > 1 else \
+            [run(span) for span in spans]
+        self.rows_read += self.n
+        return results
+
     def rmatmat_data(self, Y):
         """F^T Y (d x r), one pass over X."""
-        G = np.zeros((self.d, Y.shape[1]))
-        colsum = Y.sum(axis=0)
-        for rows, Xc in self._chunks():
-            G += Xc.T @ Y[rows]
-        return G - np.outer(self.mean, colsum)
+        parts = self._map_chunks(lambda rows, Xc: Xc.T @ Y[rows])
+        return sum(parts[1:], parts[0]) - np.outer(self.mean, Y.sum(axis=0))
 
     def matmat(self, Y):
-        """D Y for Y (n x r): F (F^T Y) / scale, two passes over X (one when X is in
-        memory and read once per pass anyway)."""
+        """D Y for Y (n x r): F (F^T Y) / scale, two passes over X's row chunks."""
         Y = np.asarray(Y, dtype=np.float64)
         squeeze = Y.ndim == 1
         if squeeze:
@@ -97,8 +120,11 @@ class DataGram:
         G = self.rmatmat_data(Y) / self.scale
         out = np.empty((self.n, Y.shape[1]))
         shift = self.mean @ G
-        for rows, Xc in self._chunks():
+
+        def fill(rows, Xc):
             out[rows] = Xc @ G - shift
+
+        self._map_chunks(fill)
         self.matmats += 1
         return out[:, 0] if squeeze else out
 

