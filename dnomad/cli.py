@@ -258,13 +258,26 @@ def run_info(store):
     meta = run_store.read_json(store, run_store.RUN_MARKER)
     if meta is None:
         return None
-    ck = run_store.Checkpoints(store, f"{meta['method']}_checkpoint").latest()
+    layers = []
+    ck = None
+    if meta["method"] == "nomad":
+        from dnomad.fit import finished_layers, layer_checkpoint_key
+
+        layers = [run_store.read_json(store, f"layers/{layer}") for layer in range(finished_layers(store))]
+        # The checkpoint of the layer running (or last run) in a multi-layer run.
+        for layer in range(len(layers), -1, -1):
+            ck = run_store.Checkpoints(store, layer_checkpoint_key(layer)).latest()
+            if ck is not None:
+                ck["layer"] = layer
+                break
+    else:
+        ck = run_store.Checkpoints(store, f"{meta['method']}_checkpoint").latest()
     res = run_store.read_json(store, "result")
     history = run_store.read_table(store, "result/history") if res else None
     if history is None:
         history = ck["history"] if ck else []
     checkpoint = None if ck is None else {k: v for k, v in ck.items() if k not in ("history", "params")}
-    return {"store": str(store), "run": meta, "checkpoint": checkpoint, "result": res,
+    return {"store": str(store), "run": meta, "checkpoint": checkpoint, "result": res, "layers": layers,
             "status": "finished" if res else ("interrupted or running" if ck else "started"),
             "history": history}
 
@@ -302,8 +315,12 @@ def cmd_info(args):
     print(f"input       {json.dumps(run['input'])}")
     print(f"params      {' '.join(f'{k}={v}' for k, v in params.items())}")
     print(f"versions    {' '.join(f'{k} {v}' for k, v in run['versions'].items())}")
+    for i, layer in enumerate(info["layers"]):
+        print(f"layer {i}     K={layer['n_clusters']} {layer['n_iter']} iterations ({layer['stop_reason']}), "
+              f"objective {layer['objective']:.6g}")
     if ck is not None:
-        print(f"checkpoint  iteration {ck['iteration']} in {ck['prefix']}")
+        where = f" of layer {ck['layer']}" if info["layers"] or ck.get("layer") else ""
+        print(f"checkpoint  iteration {ck['iteration']}{where} in {ck['prefix']}")
     if res:
         print("result      " + " ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
                                       for k, v in res.items() if k not in ("finished", "passes")))

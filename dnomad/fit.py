@@ -448,7 +448,7 @@ class NOMAD(_Estimator):
         backend = self._resolve_backend(source, dtype)
 
         def attempt(resume):
-            done = _finished_layers(store) if resume else 0
+            done = finished_layers(store) if resume else 0
             self.layers_ = _layer_records(store, done)
             with _client_context(backend, n) as client:
                 kw = dict(backend=backend, client=client if backend != "local" else None, store=store,
@@ -461,7 +461,7 @@ class NOMAD(_Estimator):
                     group, data = source.build(**kw)
                 try:
                     for layer in range(done, last + 1):
-                        key = _layer_checkpoint_key(layer)
+                        key = layer_checkpoint_key(layer)
                         res = nomad_cgm(group, params_list[layer], data=data, store=store,
                                         resume=resume and _has_checkpoint(store, key),
                                         callback=self.callback, checkpoint_key=key)
@@ -480,7 +480,7 @@ class NOMAD(_Estimator):
                         group.close()
 
         self.restarts_ = _with_restarts(attempt, store=store, resume=resume,
-                                        checkpoint_key=_layer_checkpoint_key(0),
+                                        checkpoint_key=layer_checkpoint_key(0),
                                         rebuildable=source.matrix is None)
         self.backend_used_ = backend
 
@@ -567,12 +567,12 @@ class NOMAD(_Estimator):
         with client_ctx as client:
             D, group = self._bm_operator(source, backend, client, dtype)
             try:
-                done = _finished_layers(store) if resume else 0
+                done = finished_layers(store) if resume else 0
                 self.layers_ = _layer_records(store, done)
                 if done:
                     D = _normalized_low_rank(run_store.read_vector(store, f"layers/{done - 1}/Y"))
                 for layer in range(done, last + 1):
-                    key = _layer_checkpoint_key(layer)
+                    key = layer_checkpoint_key(layer)
                     ck = run_store.Checkpoints(store, key).latest() if resume and store is not None else None
                     state = None if ck is None else dict(
                         ck, Y=run_store.read_vector(store, f"{ck['prefix']}/Y"),
@@ -639,7 +639,7 @@ BM_OPTIONS = ("sigma", "phi", "eta", "tol", "feasibility_tol", "inner_max_iter",
 Y_CHUNK_ROWS = 65536
 
 
-def _layer_checkpoint_key(layer):
+def layer_checkpoint_key(layer):
     return nomad_checkpoint_key if layer == 0 else f"{nomad_checkpoint_key}_layer{layer}"
 
 
@@ -647,7 +647,7 @@ def _has_checkpoint(store, key):
     return store is not None and run_store.Checkpoints(store, key).latest() is not None
 
 
-def _finished_layers(store):
+def finished_layers(store):
     """How many inner layers of a multi-layer run in ``store`` have finished."""
     done = 0
     while store is not None and run_store.read_json(store, f"layers/{done}") is not None:
