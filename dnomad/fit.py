@@ -252,8 +252,9 @@ class NOMAD(_Estimator):
         Zarr store (path or fsspec URL) for Q, the history and checkpoints.
     overwrite : bool, default False
         Replace a store holding another run.
-    checkpoint_every : int, default 20
-        Outer iterations between checkpoints to ``store``.
+    checkpoint_every : int, optional
+        Outer iterations between checkpoints to ``store``; default 20 (cgm), 1 (bm: an
+        outer step is a whole L-BFGS-B solve, and a checkpoint only writes Y and mu).
     label_method : {"components", "spectral"}, default "components"
         Hard labels: connected components of the graph Q > component_threshold max(Q)
         (Sec. 3), or k-means on the spectral embedding into ``n_groups`` groups.
@@ -268,15 +269,14 @@ class NOMAD(_Estimator):
     n_components : int, default 2
         Dimensions of ``embedding_``.
     random_state : int or Generator, optional
-        Seeds the k-means of spectral rounding.
+        Seeds the k-means of spectral rounding (and bm's start).
     callback : callable, optional
         Called with each history row; returning True stops the run.
 
-    Parameters n_inner to eigen_ncv, the stopping tolerances, dtype, block_size and
-    checkpoint_every's place in the engine are conditional gradient's; Burer-Monteiro
-    runs in this process (D Y over X's row chunks on threads, or over the blocks of a
-    precomputed D wherever they live) and checkpoints every ``checkpoint_every``
-    outer steps.
+    Parameters n_inner to eigen_ncv, the stopping tolerances, dtype and block_size are
+    conditional gradient's; Burer-Monteiro runs in this process in float64 (D Y over
+    X's row chunks on a thread per core, or over the blocks of a precomputed D
+    wherever they live).
 
     Attributes
     ----------
@@ -312,7 +312,7 @@ class NOMAD(_Estimator):
                  penalty_schedule="sqrt", tau="scale", step_rule="global", eigen_tol="inner",
                  eigen_ncv=4, rmse_tol=1e-4, min_tol=1e-2, objective_tol=1e-3, precomputed=False,
                  center=True, normalize=True, dtype=np.float32, block_size=None, backend="auto",
-                 store=None, overwrite=False, checkpoint_every=20, label_method="components",
+                 store=None, overwrite=False, checkpoint_every=None, label_method="components",
                  component_threshold=0.5, n_groups=None, n_components=2, random_state=None,
                  callback=None):
         self.n_clusters = n_clusters
@@ -395,6 +395,10 @@ class NOMAD(_Estimator):
             raise InputValueError(f"n_components must be a positive integer; got {self.n_components!r}")
         if not 0 <= self.component_threshold < 1:
             raise InputValueError(f"component_threshold must be in [0, 1); got {self.component_threshold!r}")
+        if self.checkpoint_every is not None and (isinstance(self.checkpoint_every, bool) or not isinstance(
+                self.checkpoint_every, (int, np.integer)) or self.checkpoint_every < 1):
+            raise InputValueError(f"checkpoint_every must be None or a positive integer; got "
+                                  f"{self.checkpoint_every!r}")
         allowed = BM_OPTIONS if self.solver == "bm" else ()
         bad = sorted(set(self.solver_options or {}) - set(allowed))
         if bad:
@@ -440,7 +444,10 @@ class NOMAD(_Estimator):
                                        random_state=self.random_state, **(self.solver_options or {}))
         max_iter = CGM_MAX_ITER if self.max_iter is None else self.max_iter
         return NomadParams(n_clusters=K, max_iter=max_iter,
-                           **{k: getattr(self, k) for k in self._solver_params if k != "max_iter"})
+                           checkpoint_every=CGM_CHECKPOINT_EVERY if self.checkpoint_every is None
+                           else self.checkpoint_every,
+                           **{k: getattr(self, k) for k in self._solver_params
+                              if k not in ("max_iter", "checkpoint_every")})
 
     # ------------------------------------------------ conditional gradient
     def _fit_cgm(self, source, params_list, dtype, resume, start):
@@ -530,6 +537,7 @@ class NOMAD(_Estimator):
                 # Keep a usable Q after the cluster call ends: bring it into this process.
                 self.Q_ = blocks.from_array(np.asarray(res.Q), dtype=group.dtype,
                                             block_size=group.layout.block_size, check=False)
+        self.layers_[-1]["Q"] = self.Q_
 
     def _finish_common(self, res, centered_matmat, labels):
         """History, embedding and labels: the same for every solver."""
@@ -579,7 +587,7 @@ class NOMAD(_Estimator):
                         mu=run_store.read_vector(store, f"{ck['prefix']}/mu"))
                     res = burer_monteiro(D, params_list[layer], callback=self.callback, state=state,
                                          checkpoint=None if store is None else _bm_checkpointer(store, key),
-                                         checkpoint_every=self.checkpoint_every)
+                                         checkpoint_every=self.checkpoint_every or 1)  # default 1
                     if layer < last:
                         record = _layer_record(res)
                         if store is not None:
@@ -618,11 +626,11 @@ class NOMAD(_Estimator):
         self.passes_ = {"matmats": res.matmats}
         labels = Q.threshold_components(self.component_threshold * Q.max()) \
             if self.label_method == "components" else None
-        n = Q.n
-        ones = np.ones(n) / np.sqrt(n)
-        self._finish_common(res, lambda V: Q.matmat(V) - np.outer(ones, ones @ Q.matmat(V)), labels)
+        # top_eigenvectors works on the complement of 1 (deflate=): Q itself will do.
+        self._finish_common(res, Q.matmat, labels)
         self.Y_ = res.Y
         self.Q_ = Q
+        self.layers_[-1]["Q"] = Q
         if self.store is not None:
             with run_store.writing(self.store, "the result Y", keep="the last checkpoint is intact"):
                 _write_rows(self.store, "result/Y", res.Y)
@@ -632,6 +640,7 @@ class NOMAD(_Estimator):
 
 SOLVERS = ("cgm", "bm")
 CGM_MAX_ITER = 2000
+CGM_CHECKPOINT_EVERY = 20
 BM_MAX_ITER = 1000
 # Burer-Monteiro settings passed through ``solver_options`` (see BurerMonteiroParams).
 BM_OPTIONS = ("sigma", "phi", "eta", "tol", "feasibility_tol", "inner_max_iter", "inner_tol", "start")

@@ -165,6 +165,7 @@ def test_low_rank_components_match_dense_components(rng):
     ({"layers": "halving", "n_clusters": 8}, 'needs integers 1 < n_groups < n_clusters'),
     ({"layers": "thirds"}, 'layers must be None, "halving"'),
     ({"layers": [8, "x"]}, "list of integers"),
+    ({"solver": "bm", "checkpoint_every": 0}, "checkpoint_every must be None or a positive integer"),
 ])
 def test_bad_family_options_are_refused_before_work(params, match):
     X, _ = two_rings(40)

@@ -210,6 +210,12 @@ class LowRankGram:
         return join_component_edges(self.n, tiles)
 
     def to_numpy(self):
+        from .matrix import _available_memory
+
+        nbytes = self.n * self.n * 8
+        if nbytes > 0.5 * _available_memory():
+            raise MemoryError(f"a dense {self.n} x {self.n} Q needs {nbytes / 2**30:.1f} GiB, more than half "
+                              f"the available memory; use matmat, diag or the factor Y instead")
         return self.Y @ self.Y.T
 
     def __array__(self, dtype=None, copy=None):
