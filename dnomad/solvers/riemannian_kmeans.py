@@ -1,0 +1,196 @@
+"""K-means as smooth optimization on a product manifold (Xu, Hou, Chen, Zhang, Sec. 3,
+App. C): the manifold / problem split (as pymanopt); the cubic-regularized Newton
+optimizer comes on top of it.
+
+The nonnegative low-rank K-means SDP  max <X X^T, U U^T> + mu sum log U  over
+U U^T 1 = 1, Tr(U U^T) = K  is written through the submersion (Theorem 2)
+
+    U = phi(V, Q) = [1/sqrt(n) 1, V] Q,   V in {1^T V = 0, ||V||_F^2 = K - 1} (n x (r-1)),
+                                          Q in Orth(r)   (Q Q^T = I),
+
+so that the row-sum and trace constraints hold for every (V, Q) and only U > 0 (the
+log barrier) remains: the cost (13) is f(V, Q) = -||X^T V||_F^2 - mu sum_ij log U_ij
+with X centred.  Symbols -> code: C = -X X^T is never formed (C V = -X (X^T V)).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import InputValueError
+
+
+class KMeansManifold:
+    """V x Orth(r) with the Euclidean metric of R^{n x (r-1)} x R^{r x r}.
+
+    Points and tangent vectors are pairs (V, Q).  The tangent space at (V, Q) is
+    {1^T dV = 0, <V, dV> = 0} x {dQ Q^T skew}; the retraction is the metric projection
+    (second order: App. C / Boumal Sec. 5.12), O(n r + r^3).
+    """
+
+    def __init__(self, n, r, K):
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (n, r, K)):
+            raise InputValueError(f"n, r and K must be integers; got n={n!r}, r={r!r}, K={K!r}")
+        if K < 2:
+            raise InputValueError(f"n_clusters (K) must be >= 2; got {K}")
+        if r <= K:
+            raise InputValueError(f"rank r must exceed K = {K} (no strictly positive U exists for r = K, "
+                                  f"Lemma 3); got r = {r}")
+        if n < r:
+            raise InputValueError(f"need at least r = {r} points; got n = {n}")
+        self.n, self.r, self.K = int(n), int(r), int(K)
+        self.radius2 = float(K - 1)                 # ||V||_F^2
+
+    # -- the submersion ----------------------------------------------------
+    def phi(self, point):
+        """U = [1/sqrt(n) 1, V] Q (n x r)."""
+        V, Q = point
+        return np.outer(np.full(self.n, 1.0 / math.sqrt(self.n)), Q[0]) + V @ Q[1:]
+
+    def phi_differential(self, point, tangent):
+        """dU for a tangent (dV, dQ)."""
+        V, Q = point
+        dV, dQ = tangent
+        return np.outer(np.full(self.n, 1.0 / math.sqrt(self.n)), dQ[0]) + dV @ Q[1:] + V @ dQ[1:]
+
+    def point_from_u(self, U):
+        """(V, Q) with phi(V, Q) = U for U on M_r (App. C.4: U = P S W^T, V the columns
+        2..r of P S and Q = W^T, signs fixed so that the first column is +1/sqrt(n))."""
+        U = np.asarray(U, dtype=np.float64)
+        P, s, Wt = np.linalg.svd(U, full_matrices=False)
+        sign = 1.0 if P[0, 0] >= 0 else -1.0
+        PS = P * s
+        return sign * PS[:, 1:], sign * Wt
+
+    def interior_point(self):
+        """A strictly positive U = phi(V, Q) (Lemma 5, n divisible by r): U is q = n / r
+        stacked copies of U0 / sqrt(q), U0 = (x - y) I + y 1 1^T with x + (r - 1) y = 1
+        and x^2 + (r - 1) y^2 = K / r: x = (1 + sqrt((r-1)(K-1))) / r and
+        y = (1 - sqrt((K-1)/(r-1))) / r (the paper prints y without the division by
+        sqrt(r - 1), which breaks both equations)."""
+        n, r, K = self.n, self.r, self.K
+        if n % r:
+            raise InputValueError(f"interior_point needs n divisible by r (Lemma 5, case 1); got n = {n}, "
+                                  f"r = {r}")
+        x = (1 + math.sqrt((r - 1) * (K - 1))) / r
+        y = (1 - math.sqrt((K - 1) / (r - 1))) / r
+        U0 = (x - y) * np.eye(r) + y
+        U = np.tile(U0, (n // r, 1)) / math.sqrt(n // r)
+        return self.point_from_u(U)
+
+    # -- geometry --------------------------------------------------------------
+    def proj(self, point, Z):
+        """The orthogonal projection of an ambient pair Z onto the tangent space."""
+        V, Q = point
+        ZV, ZQ = Z
+        PV = ZV - ZV.mean(axis=0)
+        PV = PV - (np.vdot(PV, V) / self.radius2) * V
+        return PV, _skew(ZQ @ Q.T) @ Q
+
+    def retract(self, point, tangent):
+        """Projection of (V + dV, Q + dQ) onto the manifold: centred and scaled V, the
+        polar factor of Q (App. C, below (13))."""
+        V, Q = point
+        dV, dQ = tangent
+        W = V + dV
+        W = W - W.mean(axis=0)
+        W *= math.sqrt(self.radius2) / np.linalg.norm(W)
+        A, _, Bt = np.linalg.svd(Q + dQ)
+        return W, A @ Bt
+
+    @staticmethod
+    def inner(point, a, b):
+        return float(np.vdot(a[0], b[0]) + np.vdot(a[1], b[1]))
+
+    def norm(self, point, a):
+        return math.sqrt(self.inner(point, a, a))
+
+    def feasibility(self, point):
+        """(max |1^T V|, | ||V||^2 - (K - 1) |, max |Q Q^T - I|, min U)."""
+        V, Q = point
+        return (float(np.abs(V.sum(axis=0)).max()), abs(float(np.vdot(V, V)) - self.radius2),
+                float(np.abs(Q @ Q.T - np.eye(self.r)).max()), float(self.phi(point).min()))
+
+    def random_tangent(self, point, rng, scale=1.0):
+        V, Q = point
+        Z = (rng.standard_normal(V.shape), rng.standard_normal(Q.shape))
+        T = self.proj(point, Z)
+        s = scale / self.norm(point, T)
+        return T[0] * s, T[1] * s
+
+
+def _skew(A):
+    return 0.5 * (A - A.T)
+
+
+def _sym(A):
+    return 0.5 * (A + A.T)
+
+
+class KMeansProblem:
+    """The cost (13) on :class:`KMeansManifold`, its Euclidean and Riemannian gradient
+    and Hessian-vector product (App. C.3).
+
+    X (n x d) is centred here; C V = -X (X^T V) costs O(n d r) and nothing n x n is
+    formed.  ``mu`` > 0 weighs the log barrier.
+    """
+
+    def __init__(self, manifold, X, mu):
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[0] != manifold.n:
+            raise InputValueError(f"X must be ({manifold.n}, d); got shape {X.shape}")
+        if not np.isfinite(X).all():
+            raise InputValueError("X contains NaN or Inf")
+        if not (isinstance(mu, (int, float, np.floating)) and mu > 0 and math.isfinite(mu)):
+            raise InputValueError(f"mu must be a finite number > 0; got {mu!r}")
+        self.manifold = manifold
+        self.X = X - X.mean(axis=0)
+        self.mu = float(mu)
+
+    def _CV(self, V):
+        return -(self.X @ (self.X.T @ V))
+
+    def cost(self, point):
+        V, _ = point
+        U = self.manifold.phi(point)
+        if U.min() <= 0:
+            return math.inf
+        return -float(np.sum((self.X.T @ V) ** 2)) - self.mu * float(np.log(U).sum())
+
+    def egrad(self, point):
+        """(G_V, G_Q): the Euclidean gradient of f = f1 + mu f2 at (V, Q)."""
+        V, Q = point
+        Uinv = 1.0 / self.manifold.phi(point)
+        GV = 2.0 * self._CV(V) - self.mu * Uinv @ Q[1:].T
+        GQ = -self.mu * np.vstack([Uinv.sum(axis=0)[None] / math.sqrt(self.manifold.n), V.T @ Uinv])
+        return GV, GQ
+
+    def ehess(self, point, tangent):
+        """The Euclidean Hessian of f applied to (dV, dQ)."""
+        V, Q = point
+        dV, dQ = tangent
+        U = self.manifold.phi(point)
+        Uinv = 1.0 / U
+        dUinv2 = self.manifold.phi_differential(point, tangent) * Uinv * Uinv   # -d(U^-1)
+        HV = 2.0 * self._CV(dV) + self.mu * (dUinv2 @ Q[1:].T - Uinv @ dQ[1:].T)
+        rn = math.sqrt(self.manifold.n)
+        HQ = self.mu * (np.vstack([dUinv2.sum(axis=0)[None] / rn, V.T @ dUinv2])
+                        - np.vstack([np.zeros((1, self.manifold.r)), dV.T @ Uinv]))
+        return HV, HQ
+
+    def grad(self, point):
+        """The Riemannian gradient (App. C.3, with the multipliers (26))."""
+        return self.manifold.proj(point, self.egrad(point))
+
+    def hess(self, point, tangent):
+        """The Riemannian Hessian applied to a tangent vector (App. C.3): the projected
+        Euclidean Hessian plus the curvature terms <G_V, V>/(K - 1) dV and
+        sym(G_Q Q^T) dQ."""
+        V, Q = point
+        dV, dQ = tangent
+        GV, GQ = self.egrad(point)
+        HV, HQ = self.ehess(point, tangent)
+        HV = HV - (np.vdot(GV, V) / self.manifold.radius2) * dV
+        HQ = HQ - _sym(GQ @ Q.T) @ dQ
+        return self.manifold.proj(point, (HV, HQ))

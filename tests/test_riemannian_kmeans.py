@@ -1,0 +1,111 @@
+"""The K-means manifold V x Orth(r) and the cost (13): interior start, retraction,
+and Taylor-slope checks of the Riemannian gradient and Hessian."""
+import numpy as np
+import pytest
+
+from dnomad.errors import InputValueError
+from dnomad.solvers.riemannian_kmeans import KMeansManifold, KMeansProblem
+
+
+def near_interior_point(M, rng, step=0.05):
+    """A strictly feasible point off the symmetric start: a short retracted step."""
+    x = M.interior_point()
+    return M.retract(x, M.random_tangent(x, rng, scale=step))
+
+
+def taylor_slope(f, ts):
+    errs = np.array([f(t) for t in ts])
+    return np.polyfit(np.log(ts), np.log(errs), 1)[0], errs
+
+
+@pytest.mark.parametrize("n,r,K", [(60, 5, 3), (40, 5, 4), (48, 6, 2)])
+def test_interior_point_is_feasible_and_strictly_positive(n, r, K):
+    M = KMeansManifold(n, r, K)
+    x = M.interior_point()
+    U = M.phi(x)
+    assert U.min() > 0
+    np.testing.assert_allclose(U @ U.T @ np.ones(n), 1, atol=1e-12)
+    assert np.trace(U @ U.T) == pytest.approx(K, abs=1e-12)
+    ones, trace, orth, _ = M.feasibility(x)
+    assert max(ones, trace, orth) < 1e-12
+
+
+def test_retraction_stays_on_the_manifold(rng):
+    M = KMeansManifold(50, 5, 3)
+    x = near_interior_point(M, rng)
+    for scale in (1e-3, 0.1, 3.0):
+        y = M.retract(x, M.random_tangent(x, rng, scale=scale))
+        ones, trace, orth, _ = M.feasibility(y)
+        assert ones < 1e-10 and trace < 1e-10 and orth < 1e-10
+    # The projection is idempotent and its output is tangent.
+    Z = (rng.standard_normal(x[0].shape), rng.standard_normal(x[1].shape))
+    T = M.proj(x, Z)
+    T2 = M.proj(x, T)
+    assert max(np.abs(T[0] - T2[0]).max(), np.abs(T[1] - T2[1]).max()) < 1e-12
+    assert np.abs(T[0].sum(axis=0)).max() < 1e-10 and abs(np.vdot(T[0], x[0])) < 1e-10
+    S = T[1] @ x[1].T
+    assert np.abs(S + S.T).max() < 1e-12
+
+
+def test_gradient_and_hessian_pass_taylor_slope_checks(rng):
+    """Along the retraction curve: f(R(x, t v)) - f(x) - t <grad, v> = O(t^2), and
+    minus t^2/2 <Hess v, v> = O(t^3) (the projection retraction is second order)."""
+    M = KMeansManifold(40, 5, 3)
+    X = rng.standard_normal((40, 3))
+    P = KMeansProblem(M, X, mu=0.05)
+    # Small enough for the O(t^4) term, large enough for round-off in f (~1e-13 |f|).
+    ts = np.logspace(-3.5, -2.5, 5)
+    for _ in range(3):
+        x = near_interior_point(M, rng)
+        v = M.random_tangent(x, rng)
+        f0, g, Hv = P.cost(x), P.grad(x), P.hess(x, v)
+        gv, vHv = M.inner(x, g, v), M.inner(x, Hv, v)
+        slope1, _ = taylor_slope(lambda t: abs(P.cost(M.retract(x, (t * v[0], t * v[1]))) - f0 - t * gv), ts)
+        slope2, errs = taylor_slope(
+            lambda t: abs(P.cost(M.retract(x, (t * v[0], t * v[1]))) - f0 - t * gv - 0.5 * t * t * vHv), ts)
+        assert 1.9 < slope1 < 2.1, slope1
+        assert 2.85 < slope2 < 3.15, (slope2, errs)
+        # Without the curvature terms (the projected Euclidean Hessian alone) the
+        # check fails: the test can tell a wrong Hessian.
+        bad = M.inner(x, M.proj(x, P.ehess(x, v)), v)
+        slope_bad, _ = taylor_slope(
+            lambda t: abs(P.cost(M.retract(x, (t * v[0], t * v[1]))) - f0 - t * gv - 0.5 * t * t * bad), ts)
+        assert slope_bad < 2.3, slope_bad
+        # The Hessian is symmetric on the tangent space.
+        w = M.random_tangent(x, rng)
+        assert M.inner(x, P.hess(x, w), v) == pytest.approx(M.inner(x, Hv, w), rel=1e-8)
+
+
+def test_euclidean_gradient_matches_finite_differences(rng):
+    M = KMeansManifold(32, 4, 2)
+    P = KMeansProblem(M, rng.standard_normal((32, 2)), mu=0.1)
+    V, Q = near_interior_point(M, rng)
+    GV, GQ = P.egrad((V, Q))
+    dV, dQ = rng.standard_normal(V.shape), rng.standard_normal(Q.shape)
+    h = 1e-6
+    fd = (P.cost((V + h * dV, Q + h * dQ)) - P.cost((V - h * dV, Q - h * dQ))) / (2 * h)
+    assert fd == pytest.approx(np.vdot(GV, dV) + np.vdot(GQ, dQ), rel=1e-6)
+    HV, HQ = P.ehess((V, Q), (dV, dQ))
+    gp, gm = P.egrad((V + h * dV, Q + h * dQ)), P.egrad((V - h * dV, Q - h * dQ))
+    np.testing.assert_allclose((gp[0] - gm[0]) / (2 * h), HV, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose((gp[1] - gm[1]) / (2 * h), HQ, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("args,match", [
+    ((50, 5, 1), "K\\) must be >= 2"),
+    ((50, 3, 3), "rank r must exceed K"),
+    ((4, 5, 3), "at least r = 5 points"),
+])
+def test_bad_sizes_are_refused(args, match):
+    with pytest.raises(InputValueError, match=match):
+        KMeansManifold(*args)
+
+
+def test_bad_problem_input_is_refused(rng):
+    M = KMeansManifold(20, 4, 2)
+    X = rng.standard_normal((20, 3))
+    with pytest.raises(InputValueError, match="mu must be"):
+        KMeansProblem(M, X, mu=0.0)
+    X[3, 1] = np.nan
+    with pytest.raises(InputValueError, match="NaN"):
+        KMeansProblem(M, X, mu=0.1)
