@@ -109,3 +109,60 @@ def test_bad_problem_input_is_refused(rng):
     X[3, 1] = np.nan
     with pytest.raises(InputValueError, match="NaN"):
         KMeansProblem(M, X, mu=0.1)
+
+
+def dense_newton_step(M, P, x, lam):
+    """The saddle-point system [[H + lam I, J^T], [J, 0]] [p; y] = [-g; 0] over vec(dV),
+    vec(dQ), H probed column by column from the Lagrangian Hessian and J written from
+    the constraints 1^T dV = 0, <V, dV> = 0, dQ Q^T + Q dQ^T = 0; solved densely."""
+    V, Q = x
+    nv, nq = V.size, Q.size
+    N = nv + nq
+
+    def split(u):
+        return u[:nv].reshape(V.shape), u[nv:].reshape(Q.shape)
+
+    H = np.empty((N, N))
+    for k in range(N):
+        e = np.zeros(N)
+        e[k] = 1.0
+        hv, hq = P.lagrangian_hess(x, split(e))
+        H[:, k] = np.r_[hv.ravel(), hq.ravel()]
+    rows = []
+    for j in range(V.shape[1]):
+        dV = np.zeros_like(V)
+        dV[:, j] = 1.0
+        rows.append(np.r_[dV.ravel(), np.zeros(nq)])
+    rows.append(np.r_[V.ravel(), np.zeros(nq)])
+    for a in range(M.r):
+        for b in range(a, M.r):
+            row = np.zeros(N)
+            for k in range(nq):
+                dQ = np.zeros(nq)
+                dQ[k] = 1.0
+                dQ = dQ.reshape(Q.shape)
+                row[nv + k] = (dQ @ Q.T + Q @ dQ.T)[a, b]
+            rows.append(row)
+    J = np.array(rows)
+    m = len(J)
+    gV, gQ = P.grad(x)
+    K = np.block([[H + lam * np.eye(N), J.T], [J, np.zeros((m, m))]])
+    sol = np.linalg.lstsq(K, np.r_[-gV.ravel(), -gQ.ravel(), np.zeros(m)], rcond=None)[0]
+    return split(sol[:N])
+
+
+@pytest.mark.parametrize("chunk_rows", [7, 4096])
+def test_schur_complement_solve_equals_dense_saddle_point_solve(rng, chunk_rows):
+    M = KMeansManifold(30, 5, 3)
+    P = KMeansProblem(M, rng.standard_normal((30, 4)), mu=0.05)
+    x = near_interior_point(M, rng)
+    for lam in (0.5, 10.0):
+        dV, dQ = P.newton_step(x, lam, chunk_rows=chunk_rows)
+        rV, rQ = dense_newton_step(M, P, x, lam)
+        scale = np.sqrt(np.sum(rV ** 2) + np.sum(rQ ** 2))
+        err = np.sqrt(np.sum((dV - rV) ** 2) + np.sum((dQ - rQ) ** 2))
+        assert err <= 1e-8 * scale, (err, scale)
+        # The step is tangent.
+        assert np.abs(dV.sum(axis=0)).max() < 1e-10 and abs(np.vdot(dV, x[0])) < 1e-10
+        S = dQ @ x[1].T
+        assert np.abs(S + S.T).max() < 1e-10

@@ -194,3 +194,117 @@ class KMeansProblem:
         HV = HV - (np.vdot(GV, V) / self.manifold.radius2) * dV
         HQ = HQ - _sym(GQ @ Q.T) @ dQ
         return self.manifold.proj(point, (HV, HQ))
+
+    # -- the Newton system (App. E) -------------------------------------------
+    def lagrangian_hess(self, point, tangent):
+        """The Hessian of the Lagrangian at the multipliers (26), on ambient pairs:
+        ehess - <G_V, V>/(K - 1) dV and - sym(G_Q Q^T) dQ.  On tangent vectors its
+        projection is :meth:`hess`; the Newton system uses it with the constraints."""
+        V, Q = point
+        dV, dQ = tangent
+        GV, GQ = self.egrad(point)
+        HV, HQ = self.ehess(point, tangent)
+        return (HV - (np.vdot(GV, V) / self.manifold.radius2) * dV, HQ - _sym(GQ @ Q.T) @ dQ)
+
+    def newton_step(self, point, lam, chunk_rows=4096):
+        """The tangent (dV, dQ) minimizing <g, p> + 1/2 <p, (H + lam I) p> over the
+        tangent space, by the Schur complement of App. E.
+
+        The V-V block of the Lagrangian Hessian is D - B B^T: D block diagonal (one
+        (r-1) x (r-1) block per row of V: mu Q1 diag(u_i^-2) Q1^T + (lam - <G_V, V>/(K-1)) I)
+        and B = sqrt(2) X (x) I.  With z = -B^T dV as an extra unknown the rows of dV
+        couple only to the small unknowns s = (dQ, z, the multipliers of 1^T dV = 0,
+        <V, dV> = 0 and sym(dQ Q^T) = 0); the Schur complement
+        S = L22 - sum_i L_i^T D_i^-1 L_i (size r^2 + d(r-1) + r + r(r+1)/2) and its
+        right-hand side are sums over rows, made chunk by chunk; then
+        dV_i = D_i^-1 (b_i - L_i s).  O(n r^3 (d + r)) work, O(chunk r^4) memory.
+        """
+        M = self.manifold
+        V, Q = point
+        n, r, d = M.n, M.r, self.X.shape[1]
+        gV, gQ = self.grad(point)
+        GV, GQ = self.egrad(point)
+        cV = np.vdot(GV, V) / M.radius2
+        A = _sym(GQ @ Q.T)
+        layout = _SmallLayout(r, d)
+        S = np.zeros((layout.size, layout.size))
+        rhs = np.zeros(layout.size)
+        HQQ = np.zeros((r, r, r, r))            # [l, j, l', j']: the Q-Q block, a sum over rows
+        factors = []
+        for r0 in range(0, n, chunk_rows):
+            rows = slice(r0, min(n, r0 + chunk_rows))
+            Di, Li, Vhat, u2 = self._row_blocks(point, rows, lam - cV, layout)
+            Dinv_L = np.linalg.solve(Di, Li)                          # (c, r-1, s)
+            Dinv_b = np.linalg.solve(Di, -gV[rows][..., None])[..., 0]
+            S -= np.einsum("cka,ckb->ab", Li, Dinv_L)
+            rhs -= np.einsum("cka,ck->a", Li, Dinv_b)
+            HQQ += self.mu * np.einsum("cl,cj,cm->ljm", Vhat, u2, Vhat)[:, :, :, None] * \
+                np.eye(r)[None, :, None, :]
+            factors.append((rows, Dinv_L, Dinv_b))
+        # L22: the Q-Q block, the identity on z, the constraint rows on dQ.
+        HQQ = HQQ.reshape(r * r, r * r) - np.kron(A, np.eye(r)) + lam * np.eye(r * r)
+        q, z = layout.q, layout.z
+        S[q, q] += HQQ
+        S[z, z] += np.eye(d * (r - 1))
+        Jq = _orth_constraint_rows(Q)
+        S[layout.sq, q] += Jq
+        S[q, layout.sq] += Jq.T
+        rhs[q] += -gQ.ravel()
+        s = np.linalg.solve(S, rhs)
+        dV = np.empty_like(V)
+        for rows, Dinv_L, Dinv_b in factors:
+            dV[rows] = Dinv_b - Dinv_L @ s
+        return dV, s[q].reshape(r, r)
+
+    def _row_blocks(self, point, rows, shift, layout):
+        """D_i and L_i (the coupling of row i's dV to the small unknowns) for ``rows``."""
+        M = self.manifold
+        V, Q = point
+        r = M.r
+        Q1 = Q[1:]
+        Vr = V[rows]
+        c = Vr.shape[0]
+        U = np.outer(np.full(c, 1.0 / math.sqrt(M.n)), Q[0]) + Vr @ Q1
+        uinv = 1.0 / U
+        u2 = uinv * uinv
+        Di = self.mu * np.einsum("kj,cj,mj->ckm", Q1, u2, Q1) + shift * np.eye(r - 1)[None]
+        Vhat = np.hstack([np.full((c, 1), 1.0 / math.sqrt(M.n)), Vr])
+        Li = np.zeros((c, r - 1, layout.size))
+        # dQ: mu [(u_i^-2 * (Vhat_i dQ)) Q1^T - u_i^-1 dQ[1:]^T]
+        cq = self.mu * np.einsum("cj,cl,kj->cklj", u2, Vhat, Q1)
+        cq[:, np.arange(r - 1), np.arange(1, r), :] -= self.mu * uinv[:, None, :]
+        Li[:, :, layout.q] = cq.reshape(c, r - 1, r * r)
+        # z (d x (r-1)): row i of B z is sqrt(2) x_i^T z.
+        Xr = self.X[rows]
+        cz = math.sqrt(2.0) * np.einsum("cd,km->ckdm", Xr, np.eye(r - 1))
+        Li[:, :, layout.z] = cz.reshape(c, r - 1, -1)
+        Li[:, :, layout.ones] = np.eye(r - 1)[None]                  # 1^T dV = 0
+        Li[:, :, layout.sphere] = Vr[:, :, None]                      # <V, dV> = 0
+        return Di, Li, Vhat, u2
+
+
+class _SmallLayout:
+    """Slices of the small unknowns of the Newton system: dQ (r^2), z (d (r-1)), the
+    multipliers of 1^T dV = 0 (r-1), of <V, dV> = 0 (1) and of sym(dQ Q^T) = 0
+    (r (r+1)/2)."""
+
+    def __init__(self, r, d):
+        sizes = {"q": r * r, "z": d * (r - 1), "ones": r - 1, "sphere": 1, "sq": r * (r + 1) // 2}
+        start = 0
+        for name, size in sizes.items():
+            setattr(self, name, slice(start, start + size))
+            start += size
+        self.size = start
+
+
+def _orth_constraint_rows(Q):
+    """The rows of the linear map dQ -> (dQ Q^T + Q dQ^T)_ab, a <= b, on vec(dQ)."""
+    r = Q.shape[0]
+    rows = []
+    for a in range(r):
+        for b in range(a, r):
+            J = np.zeros((r, r))
+            J[a] += Q[b]
+            J[b] += Q[a]
+            rows.append(J.ravel())
+    return np.array(rows)
