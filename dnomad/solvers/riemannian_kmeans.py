@@ -308,3 +308,91 @@ def _orth_constraint_rows(Q):
             J[b] += Q[a]
             rows.append(J.ravel())
     return np.array(rows)
+
+
+# ------------------------------------------------------------------ the optimizer
+def default_mu(problem_data_X, manifold, point, ratio=20.0):
+    """App. F: the largest mu with the barrier term mu * (-sum log U) at ``point`` no more
+    than ``ratio`` times the data term ||X^T V||_F^2 there (X centred)."""
+    X = np.asarray(problem_data_X, dtype=np.float64)
+    X = X - X.mean(axis=0)
+    data = float(np.sum((X.T @ point[0]) ** 2))
+    barrier = -float(np.log(manifold.phi(point)).sum())
+    if barrier <= 0 or data <= 0:
+        raise InputValueError("mu cannot be set from the data: give mu explicitly")
+    return ratio * data / barrier
+
+
+def random_start(manifold, rng, scale=0.5, tries=60):
+    """A random strictly feasible point: the interior point of Lemma 5 moved along a
+    random tangent direction by the largest step (from ``scale``, halving) that keeps U > 0."""
+    x = manifold.interior_point()
+    v = manifold.random_tangent(x, rng)
+    step = scale * math.sqrt(manifold.radius2)
+    for _ in range(tries):
+        y = manifold.retract(x, (step * v[0], step * v[1]))
+        if manifold.phi(y).min() > 0:
+            return y
+        step /= 2
+    return x
+
+
+def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, max_iter=1000,
+                      max_inner=60, gtol=1e-6, chunk_rows=4096, callback=None):
+    """Alg. 1 (App. G): regularized Riemannian Newton steps (H + lam I) p = -g on the
+    tangent space (:meth:`KMeansProblem.newton_step`), retracted; a step is taken when
+    it lowers the cost (then lam /= kappa_minus), else lam *= kappa_plus and the step is
+    solved again.  Every iterate is strictly feasible (a step to U <= 0 has cost inf).
+
+    Stops when ||grad|| <= gtol ("tolerance"), after ``max_iter`` steps ("max_iter"),
+    when no step within ``max_inner`` tries lowers the cost ("stalled"), or when
+    ``callback(row)`` returns True ("callback").  Returns (point, history, stop_reason);
+    history rows: iteration, loss, grad_norm, lam, inner (tries), seconds.
+    """
+    import time
+
+    M = problem.manifold
+    x = x0
+    f = problem.cost(x)
+    if not math.isfinite(f):
+        raise InputValueError("the start must be strictly feasible (U > 0)")
+    history, stop = [], "max_iter"
+    t0 = time.perf_counter()
+    for it in range(1, max_iter + 1):
+        gnorm = M.norm(x, problem.grad(x))
+        if gnorm <= gtol:
+            stop = "tolerance"
+            break
+        for inner in range(1, max_inner + 1):
+            p = problem.newton_step(x, lam, chunk_rows=chunk_rows)
+            y = M.retract(x, p)
+            fy = problem.cost(y)
+            if fy < f:
+                x, f = y, fy
+                lam /= kappa_minus
+                break
+            lam *= kappa_plus
+        else:
+            stop = "stalled"
+            break
+        history.append({"iteration": it, "loss": f, "grad_norm": gnorm, "lam": lam, "inner": inner,
+                        "seconds": time.perf_counter() - t0})
+        if callback is not None and callback(dict(history[-1])) is True:
+            stop = "callback"
+            break
+    return x, history, stop
+
+
+def labels_from_u(U, K):
+    """Group labels from the rows of U (Lemma 1: at the optimum Z = U U^T is block
+    diagonal, so rows of one group coincide and rows of different groups are
+    orthogonal): K representatives by farthest-point traversal, then the nearest
+    representative.  O(n r K)."""
+    U = np.asarray(U, dtype=np.float64)
+    reps = [int(np.argmax(np.einsum("ij,ij->i", U, U)))]
+    d2 = np.sum((U - U[reps[0]]) ** 2, axis=1)
+    for _ in range(1, K):
+        reps.append(int(np.argmax(d2)))
+        d2 = np.minimum(d2, np.sum((U - U[reps[-1]]) ** 2, axis=1))
+    dist = np.stack([np.sum((U - U[i]) ** 2, axis=1) for i in reps], axis=1)
+    return np.argmin(dist, axis=1)
