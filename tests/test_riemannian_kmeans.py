@@ -201,3 +201,15 @@ def test_newton_reaches_the_planted_clusters_from_random_starts(rng):
         # membership matrices Z = U U^T all lie near the planted one.
         # mu = 0.01 keeps them 0.24-0.25% from it (measured).
         assert np.linalg.norm(U @ U.T - Zstar) / np.linalg.norm(Zstar) <= 0.01
+
+
+def test_default_mu_puts_the_barrier_at_twenty_times_the_data_term(rng):
+    from dnomad.solvers.riemannian_kmeans import default_mu, random_start
+
+    M = KMeansManifold(60, 4, 3)
+    X = rng.standard_normal((60, 2)) + 5.0
+    x = random_start(M, rng)
+    mu = default_mu(X, M, x)
+    Xc = X - X.mean(axis=0)
+    assert mu * -np.log(M.phi(x)).sum() == pytest.approx(20 * np.sum((Xc.T @ x[0]) ** 2), rel=1e-12)
+    assert M.phi(x).min() > 0 and max(M.feasibility(x)[:3]) < 1e-10
