@@ -18,8 +18,10 @@ def taylor_slope(f, ts):
     return np.polyfit(np.log(ts), np.log(errs), 1)[0], errs
 
 
-@pytest.mark.parametrize("n,r,K", [(60, 5, 3), (40, 5, 4), (48, 6, 2)])
+@pytest.mark.parametrize("n,r,K", [(60, 5, 3), (40, 5, 4), (48, 6, 2),          # n divisible by r
+                                   (61, 5, 3), (43, 5, 4), (50, 6, 2), (503, 5, 4)])
 def test_interior_point_is_feasible_and_strictly_positive(n, r, K):
+    """Lemma 5, both cases."""
     M = KMeansManifold(n, r, K)
     x = M.interior_point()
     U = M.phi(x)
@@ -213,3 +215,8 @@ def test_default_mu_puts_the_barrier_at_twenty_times_the_data_term(rng):
     Xc = X - X.mean(axis=0)
     assert mu * -np.log(M.phi(x)).sum() == pytest.approx(20 * np.sum((Xc.T @ x[0]) ** 2), rel=1e-12)
     assert M.phi(x).min() > 0 and max(M.feasibility(x)[:3]) < 1e-10
+
+
+def test_interior_point_refuses_too_few_points():
+    with pytest.raises(InputValueError, match="interior point does not exist for n = 7, r = 5"):
+        KMeansManifold(7, 5, 4).interior_point()

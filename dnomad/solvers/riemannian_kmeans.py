@@ -64,19 +64,29 @@ class KMeansManifold:
         return sign * PS[:, 1:], sign * Wt
 
     def interior_point(self):
-        """A strictly positive U = phi(V, Q) (Lemma 5, n divisible by r): U is q = n / r
-        stacked copies of U0 / sqrt(q), U0 = (x - y) I + y 1 1^T with x + (r - 1) y = 1
-        and x^2 + (r - 1) y^2 = K / r: x = (1 + sqrt((r-1)(K-1))) / r and
-        y = (1 - sqrt((K-1)/(r-1))) / r (the paper prints y without the division by
-        sqrt(r - 1), which breaks both equations)."""
+        """A strictly positive U = phi(V, Q) on M_r (Lemma 5).
+
+        n divisible by r: U is q = n / r stacked copies of U0 / sqrt(q), U0 =
+        (x - y) I + y 1 1^T with x + (r - 1) y = 1 and x^2 + (r - 1) y^2 = K / r, so
+        x = (1 + sqrt((r-1)(K-1))) / r and y = (1 - sqrt((K-1)/(r-1))) / r (the paper
+        prints y without the division by sqrt(r - 1), which breaks both equations).
+
+        Otherwise (n = q r + p): the first n rows of q + 1 stacked copies of the block
+        matrix B of Lemma 5, case 2, its x, y, z, w from (29), (31) and (33) (the
+        paper's [I_n 0](1_q (x) B) has q r < n rows: q + 1 copies are meant, as its
+        column sums in (28) count).
+        """
         n, r, K = self.n, self.r, self.K
-        if n % r:
-            raise InputValueError(f"interior_point needs n divisible by r (Lemma 5, case 1); got n = {n}, "
-                                  f"r = {r}")
-        x = (1 + math.sqrt((r - 1) * (K - 1))) / r
-        y = (1 - math.sqrt((K - 1) / (r - 1))) / r
-        U0 = (x - y) * np.eye(r) + y
-        U = np.tile(U0, (n // r, 1)) / math.sqrt(n // r)
+        q, p = divmod(n, r)
+        if p == 0:
+            x = (1 + math.sqrt((r - 1) * (K - 1))) / r
+            y = (1 - math.sqrt((K - 1) / (r - 1))) / r
+            U = np.tile((x - y) * np.eye(r) + y, (q, 1)) / math.sqrt(q)
+        else:
+            U = _lemma5_case2(n, r, K, q, p)
+        if not (np.isfinite(U).all() and U.min() > 0):
+            raise InputValueError(f"Lemma 5's interior point does not exist for n = {n}, r = {r}, K = {K} "
+                                  f"(it needs n large enough against r); use more points or a smaller r")
         return self.point_from_u(U)
 
     # -- geometry --------------------------------------------------------------
@@ -118,6 +128,32 @@ class KMeansManifold:
         T = self.proj(point, Z)
         s = scale / self.norm(point, T)
         return T[0] * s, T[1] * s
+
+
+def _lemma5_case2(n, r, K, q, p):
+    a1 = n * r - q * r + p - p * (2 * q + 1) / n
+    a2 = 2 * p * (1 + 2 * q - n) / n
+    a3 = n - p * (2 * q + 1) / n
+    b1 = (r + p / n - 1) * (n - q)
+    b2 = (1 - p / n) * (n - q) + q * (r + p / n - 1)
+    b3 = q * (1 - p / n)
+    c1, c2 = -K, -1.0
+    det = a1 * b2 - a2 * b1
+    a, b = (a3 * b1 - a1 * b3) / det, (c1 * b1 - a1 * c2) / det
+    quad, lin = a * a * b1 + a * b2 + b3, 2 * a * b * b1 + b * b2 + c2
+    disc = lin * lin - 4 * quad * b * b * b1
+    w2 = (-lin + math.sqrt(disc)) / (2 * quad) if disc >= 0 and quad != 0 else -1.0
+    if not w2 > 0:
+        return np.full((n, r), np.nan)
+    w = math.sqrt(w2)
+    z = a * w + b / w
+    x, y = (1 - 1 / n) * w + z / n, (1 + 1 / n) * z - w / n
+    B = np.empty((r, r))
+    B[:p, :p] = (x - y) * np.eye(p) + y
+    B[:p, p:] = z
+    B[p:, :p] = y
+    B[p:, p:] = (w - z) * np.eye(r - p) + z
+    return np.tile(B, (q + 1, 1))[:n]
 
 
 def _skew(A):
