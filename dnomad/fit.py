@@ -568,9 +568,12 @@ class NOMAD(_Estimator):
     # ------------------------------------------------ Burer-Monteiro
     def _fit_bm(self, source, params_list, dtype, resume, start):
         n, store, last = source.n, self.store, len(params_list) - 1
-        backend = "local" if source.matrix is None and source.url is None and source.array is None else \
-            (source.matrix.backend if source.matrix is not None else
-             _choose_backend(self.backend, n, dtype, n_matrices=1, store=store, what="the matrix D"))
+        if source.is_data:
+            backend = "local"                       # D Y from X's row chunks, in this process
+        elif source.matrix is not None:
+            backend = source.matrix.backend
+        else:
+            backend = _choose_backend(self.backend, n, dtype, n_matrices=1, store=store, what="the matrix D")
         client_ctx = _client_context(backend, n) if source.matrix is None else contextlib.nullcontext(None)
         with client_ctx as client:
             D, group = self._bm_operator(source, backend, client, dtype)
@@ -607,7 +610,7 @@ class NOMAD(_Estimator):
     def _bm_operator(self, source, backend, client, dtype):
         """D / ||D||_F as an operator (Burer-Monteiro's normalization), and the block
         group holding D if there is one."""
-        if source.matrix is None and source.url is None and source.array is None:
+        if source.is_data:
             X = source.zarr_data if source.zarr_data is not None else source.data
             return DataGram(X, center=self.center, scale="frobenius"), None
         if source.matrix is not None:
@@ -746,6 +749,11 @@ class _InputSource:
         self.data = X
         self._gram_scaling = (center, normalize)
         self.n = X.shape[0]
+
+    @property
+    def is_data(self):
+        """Data X (in memory or in Zarr), not an n x n matrix."""
+        return self.data is not None or self.zarr_data is not None
 
     @functools.cached_property
     def features(self):

@@ -1,6 +1,8 @@
 """Helpers shared by the benchmark scripts in graphs/ (run as scripts from this folder)."""
 from __future__ import annotations
 
+import os
+import threading
 import time
 
 import numpy as np
@@ -36,3 +38,29 @@ def replot(here, name, plot):
 
     with open(os.path.join(here, f"{name}.json")) as f:
         plot(json.load(f), os.path.join(here, f"{name}.png"))
+
+
+class ResidentPeak:
+    """The largest rise of this process's resident memory over its value at entry,
+    sampled every 20 ms by a thread (no allocation hooks: the run's timing stands)."""
+
+    def __enter__(self):
+        self.start = self._rss()
+        self.peak_above_start = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self):
+        while not self._stop.wait(0.02):
+            self.peak_above_start = max(self.peak_above_start, self._rss() - self.start)
+
+    @staticmethod
+    def _rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

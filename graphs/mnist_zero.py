@@ -19,7 +19,6 @@ import json
 import os
 import resource
 import sys
-import threading
 import time
 import warnings
 
@@ -27,39 +26,13 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _bench import memory_bandwidth, write_result  # noqa: E402
+from _bench import ResidentPeak, memory_bandwidth, write_result  # noqa: E402
 
 import dnomad  # noqa: E402
 from dnomad.errors import ConvergenceWarning  # noqa: E402
 
 NAME = "mnist_zero"
 FASHION_CLASS = 5          # sandals
-
-
-class ResidentPeak:
-    """The largest rise of this process's resident memory over its value at entry,
-    sampled every 20 ms by a thread (no allocation hooks: the run's timing stands)."""
-
-    def __enter__(self):
-        self.start = self._rss()
-        self.peak_above_start = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-    def _sample(self):
-        while not self._stop.wait(0.02):
-            self.peak_above_start = max(self.peak_above_start, self._rss() - self.start)
-
-    @staticmethod
-    def _rss():
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def images(kind, label, count=None):

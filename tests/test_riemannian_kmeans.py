@@ -66,6 +66,14 @@ def test_gradient_and_hessian_pass_taylor_slope_checks(rng):
         slope2, errs = taylor_slope(
             lambda t: abs(P.cost(M.retract(x, (t * v[0], t * v[1]))) - f0 - t * gv - 0.5 * t * t * vHv), ts)
         assert 1.9 < slope1 < 2.1, slope1
+        # A gradient without the barrier's part gives slope 1: the check can fail.
+        GV, GQ = P.egrad(x)
+        Ux = M.phi(x)
+        barrier = (-P.mu * (1 / Ux) @ x[1][1:].T, -P.mu * np.vstack([(1 / Ux).sum(axis=0) / np.sqrt(M.n),
+                                                                     x[0].T @ (1 / Ux)]))
+        gv_bad = M.inner(x, M.proj(x, (GV - barrier[0], GQ - barrier[1])), v)
+        slope1_bad, _ = taylor_slope(lambda t: abs(P.cost(M.retract(x, (t * v[0], t * v[1]))) - f0 - t * gv_bad), ts)
+        assert slope1_bad < 1.2, slope1_bad
         assert 2.85 < slope2 < 3.15, (slope2, errs)
         # Without the curvature terms (the projected Euclidean Hessian alone) the
         # check fails: the test can tell a wrong Hessian.

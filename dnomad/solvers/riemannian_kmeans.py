@@ -221,15 +221,8 @@ class KMeansProblem:
 
     def hess(self, point, tangent):
         """The Riemannian Hessian applied to a tangent vector (App. C.3): the projected
-        Euclidean Hessian plus the curvature terms <G_V, V>/(K - 1) dV and
-        sym(G_Q Q^T) dQ."""
-        V, Q = point
-        dV, dQ = tangent
-        GV, GQ = self.egrad(point)
-        HV, HQ = self.ehess(point, tangent)
-        HV = HV - (np.vdot(GV, V) / self.manifold.radius2) * dV
-        HQ = HQ - _sym(GQ @ Q.T) @ dQ
-        return self.manifold.proj(point, (HV, HQ))
+        Hessian of the Lagrangian (:meth:`lagrangian_hess`)."""
+        return self.manifold.proj(point, self.lagrangian_hess(point, tangent))
 
     # -- the Newton system (App. E) -------------------------------------------
     def lagrangian_hess(self, point, tangent):
@@ -253,32 +246,32 @@ class KMeansProblem:
         <V, dV> = 0 and sym(dQ Q^T) = 0); the Schur complement
         S = L22 - sum_i L_i^T D_i^-1 L_i (size r^2 + d(r-1) + r + r(r+1)/2) and its
         right-hand side are sums over rows, made chunk by chunk; then
-        dV_i = D_i^-1 (b_i - L_i s).  O(n r^3 (d + r)) work, O(chunk r^4) memory.
+        dV_i = D_i^-1 (b_i - L_i s) in a second pass.  O(n r^3 (d + r)) work,
+        O(chunk_rows r (r^2 + d r)) memory.
         """
         M = self.manifold
         V, Q = point
         n, r, d = M.n, M.r, self.X.shape[1]
-        gV, gQ = self.grad(point)
         GV, GQ = self.egrad(point)
-        cV = np.vdot(GV, V) / M.radius2
-        A = _sym(GQ @ Q.T)
+        gV, gQ = M.proj(point, (GV, GQ))
+        shift = lam - np.vdot(GV, V) / M.radius2
         layout = _SmallLayout(r, d)
+        chunks = [slice(r0, min(n, r0 + chunk_rows)) for r0 in range(0, n, chunk_rows)]
+        # First pass over the rows: the Schur complement, its right-hand side and the
+        # Q-Q block of the Hessian, all sums over rows.
         S = np.zeros((layout.size, layout.size))
         rhs = np.zeros(layout.size)
-        HQQ = np.zeros((r, r, r, r))            # [l, j, l', j']: the Q-Q block, a sum over rows
-        factors = []
-        for r0 in range(0, n, chunk_rows):
-            rows = slice(r0, min(n, r0 + chunk_rows))
-            Di, Li, Vhat, u2 = self._row_blocks(point, rows, lam - cV, layout)
+        HQQ = np.zeros((r, r, r, r))            # [l, j, l', j']
+        for rows in chunks:
+            Di, Li, Vhat, u2 = self._row_blocks(point, rows, shift, layout)
             Dinv_L = np.linalg.solve(Di, Li)                          # (c, r-1, s)
             Dinv_b = np.linalg.solve(Di, -gV[rows][..., None])[..., 0]
             S -= np.einsum("cka,ckb->ab", Li, Dinv_L)
             rhs -= np.einsum("cka,ck->a", Li, Dinv_b)
             HQQ += self.mu * np.einsum("cl,cj,cm->ljm", Vhat, u2, Vhat)[:, :, :, None] * \
                 np.eye(r)[None, :, None, :]
-            factors.append((rows, Dinv_L, Dinv_b))
         # L22: the Q-Q block, the identity on z, the constraint rows on dQ.
-        HQQ = HQQ.reshape(r * r, r * r) - np.kron(A, np.eye(r)) + lam * np.eye(r * r)
+        HQQ = HQQ.reshape(r * r, r * r) - np.kron(_sym(GQ @ Q.T), np.eye(r)) + lam * np.eye(r * r)
         q, z = layout.q, layout.z
         S[q, q] += HQQ
         S[z, z] += np.eye(d * (r - 1))
@@ -287,9 +280,12 @@ class KMeansProblem:
         S[q, layout.sq] += Jq.T
         rhs[q] += -gQ.ravel()
         s = np.linalg.solve(S, rhs)
+        # Second pass: back-substitution, the row blocks made again (keeping them all
+        # would take n r (r^2 + d r) numbers).
         dV = np.empty_like(V)
-        for rows, Dinv_L, Dinv_b in factors:
-            dV[rows] = Dinv_b - Dinv_L @ s
+        for rows in chunks:
+            Di, Li, _, _ = self._row_blocks(point, rows, shift, layout)
+            dV[rows] = np.linalg.solve(Di, (-gV[rows] - Li @ s)[..., None])[..., 0]
         return dV, s[q].reshape(r, r)
 
     def _row_blocks(self, point, rows, shift, layout):
