@@ -164,10 +164,10 @@ def dense_newton_step(M, P, x, lam):
 @pytest.mark.parametrize("chunk_rows", [7, 4096])
 def test_schur_complement_solve_equals_dense_saddle_point_solve(rng, chunk_rows):
     M = KMeansManifold(30, 5, 3)
-    P = KMeansProblem(M, rng.standard_normal((30, 4)), mu=0.05)
+    P = KMeansProblem(M, rng.standard_normal((30, 4)), mu=0.05, chunk_rows=chunk_rows)
     x = near_interior_point(M, rng)
     for lam in (0.5, 10.0):
-        dV, dQ = P.newton_step(x, lam, chunk_rows=chunk_rows)
+        dV, dQ = P.newton_step(x, lam)
         rV, rQ = dense_newton_step(M, P, x, lam)
         scale = np.sqrt(np.sum(rV ** 2) + np.sum(rQ ** 2))
         err = np.sqrt(np.sum((dV - rV) ** 2) + np.sum((dQ - rQ) ** 2))
@@ -200,8 +200,8 @@ def test_newton_reaches_the_planted_clusters_from_random_starts(rng):
     P = KMeansProblem(M, X, mu=0.01)
     Zstar = (y[:, None] == y[None, :]) / 40.0
     for seed in range(5):
-        x, history, stop = riemannian_newton(P, random_start(M, np.random.default_rng(seed)), gtol=1e-4,
-                                             max_iter=3000)
+        res = riemannian_newton(P, random_start(M, np.random.default_rng(seed)), gtol=1e-4, max_iter=3000)
+        x, history, stop = res.point, res.history, res.stop_reason
         assert stop == "tolerance" and M.norm(x, P.grad(x)) <= 1e-4
         assert all(a["loss"] > b["loss"] for a, b in zip(history, history[1:]))
         U = M.phi(x)

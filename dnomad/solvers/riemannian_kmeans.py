@@ -165,25 +165,45 @@ def _sym(A):
 
 
 class KMeansProblem:
-    """The cost (13) on :class:`KMeansManifold`, its Euclidean and Riemannian gradient
-    and Hessian-vector product (App. C.3).
+    """The cost (13) on :class:`KMeansManifold`: its value, Euclidean and Riemannian
+    gradient and Hessian-vector product (App. C.3), and the Newton system of App. E.
 
-    X (n x d) is centred here; C V = -X (X^T V) costs O(n d r) and nothing n x n is
-    formed.  ``mu`` > 0 weighs the log barrier.
+    X (n x d: a NumPy array, a Zarr array or path, or a :class:`dnomad.blocks.RowChunks`)
+    is read by row chunks and centred as it is read; C V = -X (X^T V) costs O(n d r) and
+    nothing n x n is formed.  ``mu`` > 0 weighs the log barrier.
+
+    Two views of the same math: the methods on points (V, Q) given as arrays (``cost``,
+    ``egrad``, ``ehess``, ``grad``, ``hess``: small n, the reference the tests check)
+    and the methods on :class:`Iterate` (V kept in the row chunks, every quantity a sum
+    over rows: what the optimizer runs, in O(n) memory on the client for nothing but
+    labels at the end).
     """
 
-    def __init__(self, manifold, X, mu):
-        X = np.asarray(X, dtype=np.float64)
-        if X.ndim != 2 or X.shape[0] != manifold.n:
-            raise InputValueError(f"X must be ({manifold.n}, d); got shape {X.shape}")
-        if not np.isfinite(X).all():
-            raise InputValueError("X contains NaN or Inf")
-        if not (isinstance(mu, (int, float, np.floating)) and mu > 0 and math.isfinite(mu)):
-            raise InputValueError(f"mu must be a finite number > 0; got {mu!r}")
-        self.manifold = manifold
-        self.X = X - X.mean(axis=0)
-        self.mu = float(mu)
+    def __init__(self, manifold, X, mu, *, chunk_rows=None, client=None):
+        from ..blocks import RowChunks
 
+        if not (isinstance(mu, (int, float, np.floating)) and not isinstance(mu, bool) and mu > 0
+                and math.isfinite(mu)):
+            raise InputValueError(f"mu must be a finite number > 0; got {mu!r}")
+        data = X if isinstance(X, RowChunks) else RowChunks(X, chunk_rows=chunk_rows, client=client)
+        if data.n != manifold.n:
+            raise InputValueError(f"X must have n = {manifold.n} rows; got {data.n}")
+        self.manifold = manifold
+        self.data = data
+        self.d = data.d
+        self.mu = float(mu)
+        self.layout = _SmallLayout(manifold.r, data.d)
+        self._X = None
+        self._names = iter(range(1 << 62))
+
+    @property
+    def X(self):
+        """The centred X as one array (one pass; for the reference methods, small n)."""
+        if self._X is None:
+            self._X = np.concatenate(self.data.map(_centred_rows), axis=0)
+        return self._X
+
+    # -- the reference methods on (V, Q) arrays ----------------------------------
     def _CV(self, V):
         return -(self.X @ (self.X.T @ V))
 
@@ -224,7 +244,6 @@ class KMeansProblem:
         Hessian of the Lagrangian (:meth:`lagrangian_hess`)."""
         return self.manifold.proj(point, self.lagrangian_hess(point, tangent))
 
-    # -- the Newton system (App. E) -------------------------------------------
     def lagrangian_hess(self, point, tangent):
         """The Hessian of the Lagrangian at the multipliers (26), on ambient pairs:
         ehess - <G_V, V>/(K - 1) dV and - sym(G_Q Q^T) dQ.  On tangent vectors its
@@ -235,84 +254,306 @@ class KMeansProblem:
         HV, HQ = self.ehess(point, tangent)
         return (HV - (np.vdot(GV, V) / self.manifold.radius2) * dV, HQ - _sym(GQ @ Q.T) @ dQ)
 
-    def newton_step(self, point, lam, chunk_rows=4096):
+    def newton_step(self, point, lam, rhs=None):
         """The tangent (dV, dQ) minimizing <g, p> + 1/2 <p, (H + lam I) p> over the
-        tangent space, by the Schur complement of App. E.
+        tangent space (App. E; :meth:`solve`), for a point given as arrays.  With
+        ``rhs`` = (bV, bQ), a tangent vector, the solution of (H + lam I) p = rhs."""
+        it = self.load(point)
+        sol = self.solve(it, lam, rhs=rhs)
+        self.back_substitute(it, sol)
+        return self.data.get("dV"), sol.dQ
+
+    # -- the row-chunked methods --------------------------------------------------
+    def load(self, point):
+        """An :class:`Iterate` for (V, Q) given as arrays: V is put into the row chunks."""
+        V, Q = point
+        name = self._new_name()
+        self.data.put(name, np.asarray(V, dtype=np.float64))
+        return self._evaluate(name, np.asarray(Q, dtype=np.float64), self.data.map(
+            _point_kernel, name, np.asarray(Q, dtype=np.float64), self.manifold.n, self.mu))
+
+    def point(self, it):
+        """(V, Q) of an iterate as arrays (V gathered from the row chunks)."""
+        return self.data.get(it.name), it.Q
+
+    def u(self, it):
+        """U = phi(V, Q) of an iterate (n x r, gathered)."""
+        return self.manifold.phi(self.point(it))
+
+    def _new_name(self):
+        return f"V{next(self._names)}"
+
+    def _evaluate(self, name, Q, parts):
+        """An Iterate from the point kernel's per-chunk sums (cost inf when U <= 0)."""
+        M = self.manifold
+        min_u = min(p[0] for p in parts)
+        if not min_u > 0:
+            return Iterate(name, Q, math.inf, min_u)
+        xtv, logsum, wsum, vtw, bsum, bv, xsum, vsum, vv = (_ordered_sum(p[k] for p in parts)
+                                                            for k in range(1, 10))
+        it = Iterate(name, Q, -float(np.sum(xtv ** 2)) - self.mu * logsum, min_u)
+        it.XtV = xtv
+        it.GQ = -self.mu * np.vstack([wsum[None] / math.sqrt(M.n), vtw])
+        # G_V = -2 X (X^T V) + B_V with B_V = -mu U^-1 Q1^T (rows); its column sums and
+        # <G_V, V> follow from sums over rows, so G_V itself is never formed.
+        gv_sum = -2.0 * xsum @ xtv + bsum
+        it.GVV = -2.0 * float(np.sum(xtv ** 2)) + bv
+        it.m = gv_sum / M.n
+        it.c = (it.GVV - float(it.m @ vsum)) / M.radius2
+        it.gQ = _skew(it.GQ @ Q.T) @ Q
+        it.vsum, it.vv = vsum, vv
+        return it
+
+    def solve(self, it, lam, rhs=None):
+        """One pass over the rows: the Schur complement of App. E at shift ``lam`` and its
+        right-hand side (-grad, or the tangent ``rhs``), solved on the client.
 
         The V-V block of the Lagrangian Hessian is D - B B^T: D block diagonal (one
         (r-1) x (r-1) block per row of V: mu Q1 diag(u_i^-2) Q1^T + (lam - <G_V, V>/(K-1)) I)
         and B = sqrt(2) X (x) I.  With z = -B^T dV as an extra unknown the rows of dV
         couple only to the small unknowns s = (dQ, z, the multipliers of 1^T dV = 0,
-        <V, dV> = 0 and sym(dQ Q^T) = 0); the Schur complement
-        S = L22 - sum_i L_i^T D_i^-1 L_i (size r^2 + d(r-1) + r + r(r+1)/2) and its
-        right-hand side are sums over rows, made chunk by chunk; then
-        dV_i = D_i^-1 (b_i - L_i s) in a second pass.  O(n r^3 (d + r)) work,
-        O(chunk_rows r (r^2 + d r)) memory.
+        <V, dV> = 0 and sym(dQ Q^T) = 0); S = L22 - sum_i L_i^T D_i^-1 L_i (size r^2 +
+        d(r-1) + r + r(r+1)/2) and its right-hand side are sums over rows.  O(n r^3 (d + r))
+        work.  Also returns ||grad|| and the number of eigenvalues of the Riemannian
+        Hessian below -lam (Sylvester's law of inertia: the negative eigenvalues of D and
+        S, less the m constraint rows, since [[D, L], [L^T, L22]] is congruent to the
+        constraint system of the tangent space with the z rows added).
         """
         M = self.manifold
-        V, Q = point
-        n, r, d = M.n, M.r, self.X.shape[1]
-        GV, GQ = self.egrad(point)
-        gV, gQ = M.proj(point, (GV, GQ))
-        shift = lam - np.vdot(GV, V) / M.radius2
-        layout = _SmallLayout(r, d)
-        chunks = [slice(r0, min(n, r0 + chunk_rows)) for r0 in range(0, n, chunk_rows)]
-        # First pass over the rows: the Schur complement, its right-hand side and the
-        # Q-Q block of the Hessian, all sums over rows.
-        S = np.zeros((layout.size, layout.size))
-        rhs = np.zeros(layout.size)
-        HQQ = np.zeros((r, r, r, r))            # [l, j, l', j']
-        for rows in chunks:
-            Di, Li, Vhat, u2 = self._row_blocks(point, rows, shift, layout)
-            Dinv_L = np.linalg.solve(Di, Li)                          # (c, r-1, s)
-            Dinv_b = np.linalg.solve(Di, -gV[rows][..., None])[..., 0]
-            S -= np.einsum("cka,ckb->ab", Li, Dinv_L)
-            rhs -= np.einsum("cka,ck->a", Li, Dinv_b)
-            HQQ += self.mu * np.einsum("cl,cj,cm->ljm", Vhat, u2, Vhat)[:, :, :, None] * \
-                np.eye(r)[None, :, None, :]
-        # L22: the Q-Q block, the identity on z, the constraint rows on dQ.
-        HQQ = HQQ.reshape(r * r, r * r) - np.kron(_sym(GQ @ Q.T), np.eye(r)) + lam * np.eye(r * r)
-        q, z = layout.q, layout.z
-        S[q, q] += HQQ
-        S[z, z] += np.eye(d * (r - 1))
+        r, d = M.r, self.d
+        Q = it.Q
+        shift = lam - it.GVV / M.radius2
+        small = self._small(it, shift)
+        if rhs is not None:
+            self.data.put("rhsV", rhs[0])
+        parts = self.data.map(_schur_kernel, it.name, small, self.layout, rhs is not None)
+        S, b, HQQ, gg, neg_d = (_ordered_sum(p[k] for p in parts) for k in range(5))
+        lay = self.layout
+        HQQ = HQQ.reshape(r * r, r * r) - np.kron(_sym(it.GQ @ Q.T), np.eye(r)) + lam * np.eye(r * r)
+        S[lay.q, lay.q] += HQQ
+        S[lay.z, lay.z] += np.eye(d * (r - 1))
         Jq = _orth_constraint_rows(Q)
-        S[layout.sq, q] += Jq
-        S[q, layout.sq] += Jq.T
-        rhs[q] += -gQ.ravel()
-        s = np.linalg.solve(S, rhs)
-        # Second pass: back-substitution, the row blocks made again (keeping them all
-        # would take n r (r^2 + d r) numbers).
-        dV = np.empty_like(V)
-        for rows in chunks:
-            Di, Li, _, _ = self._row_blocks(point, rows, shift, layout)
-            dV[rows] = np.linalg.solve(Di, (-gV[rows] - Li @ s)[..., None])[..., 0]
-        return dV, s[q].reshape(r, r)
+        S[lay.sq, lay.q] += Jq
+        S[lay.q, lay.sq] += Jq.T
+        b[lay.q] += (-it.gQ if rhs is None else rhs[1]).ravel()
+        w, E = np.linalg.eigh(_sym(S))
+        s = E @ ((E.T @ b) / w)
+        n_constraints = lay.size - r * r - d * (r - 1)
+        negative = int(neg_d) + int(np.sum(w < 0)) - n_constraints
+        grad_norm = math.sqrt(max(float(gg), 0.0) + float(np.sum(it.gQ ** 2)))
+        return NewtonSolve(lam, shift, small, s, s[lay.q].reshape(r, r), grad_norm, negative,
+                           rhs is not None)
 
-    def _row_blocks(self, point, rows, shift, layout):
-        """D_i and L_i (the coupling of row i's dV to the small unknowns) for ``rows``."""
+    def _small(self, it, shift):
+        """What every chunk needs of the small quantities (sent with each pass)."""
+        return {"Q": it.Q, "n": self.manifold.n, "mu": self.mu, "XtV": it.XtV, "m": it.m, "c": it.c,
+                "shift": shift}
+
+    def back_substitute(self, it, sol):
+        """The second pass: dV_i = D_i^-1 (b_i - L_i s) into the row chunks (state "dV");
+        returns what the retraction and the model decrease need (:class:`Step`)."""
+        parts = self.data.map(_back_substitute_kernel, it.name, sol.small, self.layout, sol.s, sol.dQ,
+                              sol.with_rhs)
+        dv_sum, vdv, dvdv, bdv = (_ordered_sum(p[k] for p in parts) for k in range(4))
+        t_max = min(p[4] for p in parts)
+        gp = -float(bdv) + float(np.vdot(it.gQ, sol.dQ))          # <grad, p>
+        return Step(sol.dQ, dv_sum, float(vdv), float(dvdv), gp, float(dvdv + np.sum(sol.dQ ** 2)), t_max)
+
+    def retract(self, it, step, t):
+        """The iterate at R(x, t p) (centred and scaled V, polar factor of Q), evaluated
+        in the same pass that writes its V."""
         M = self.manifold
-        V, Q = point
-        r = M.r
-        Q1 = Q[1:]
-        Vr = V[rows]
-        c = Vr.shape[0]
-        U = np.outer(np.full(c, 1.0 / math.sqrt(M.n)), Q[0]) + Vr @ Q1
-        uinv = 1.0 / U
-        u2 = uinv * uinv
-        Di = self.mu * np.einsum("kj,cj,mj->ckm", Q1, u2, Q1) + shift * np.eye(r - 1)[None]
-        Vhat = np.hstack([np.full((c, 1), 1.0 / math.sqrt(M.n)), Vr])
-        Li = np.zeros((c, r - 1, layout.size))
-        # dQ: mu [(u_i^-2 * (Vhat_i dQ)) Q1^T - u_i^-1 dQ[1:]^T]
-        cq = self.mu * np.einsum("cj,cl,kj->cklj", u2, Vhat, Q1)
-        cq[:, np.arange(r - 1), np.arange(1, r), :] -= self.mu * uinv[:, None, :]
-        Li[:, :, layout.q] = cq.reshape(c, r - 1, r * r)
-        # z (d x (r-1)): row i of B z is sqrt(2) x_i^T z.
-        Xr = self.X[rows]
-        cz = math.sqrt(2.0) * np.einsum("cd,km->ckdm", Xr, np.eye(r - 1))
-        Li[:, :, layout.z] = cz.reshape(c, r - 1, -1)
-        Li[:, :, layout.ones] = np.eye(r - 1)[None]                  # 1^T dV = 0
-        Li[:, :, layout.sphere] = Vr[:, :, None]                      # <V, dV> = 0
-        return Di, Li, Vhat, u2
+        mean = (it.vsum + t * step.dv_sum) / M.n
+        norm2 = it.vv + 2 * t * step.vdv + t * t * step.dvdv - M.n * float(mean @ mean)
+        scale = math.sqrt(M.radius2 / norm2)
+        A, _, Bt = np.linalg.svd(it.Q + t * step.dQ)
+        Q = A @ Bt
+        name = self._new_name()
+        parts = self.data.map(_retract_kernel, it.name, name, t, mean, scale, Q, M.n, self.mu)
+        return self._evaluate(name, Q, parts)
+
+    def release(self, it):
+        """Drop an iterate's V from the row chunks."""
+        self.data.drop(it.name)
+
+    def min_eigenvalue(self, it, *, tol=1e-8, shift=None):
+        """The smallest eigenvalue of the Riemannian Hessian at ``it`` and its unit
+        eigenvector (dV in state "dV", dQ), by Lanczos on (H + s I)^-1 over the tangent
+        space (each product a Newton solve: two passes).  s is raised until H + s I is
+        positive definite on the tangent space (its inertia, from :meth:`solve`), so the
+        largest eigenvalue 1/(lam_min + s) of the inverse is the one sought; the
+        spectrum of H spans orders of magnitude (mu / u_ij^2 near the boundary), which
+        Lanczos on H itself does not resolve."""
+        from scipy.sparse.linalg import LinearOperator, eigsh
+
+        M = self.manifold
+        s = shift if shift is not None else 1e-3
+        for _ in range(60):
+            if self.solve(it, s).negative == 0:
+                break
+            s *= 4.0
+        else:
+            raise RuntimeError("no positive definite shift of the Hessian found")
+        V = self.data.get(it.name)
+        nv = V.size
+        point = (V, it.Q)
+
+        def apply(v):
+            b = M.proj(point, (v[:nv].reshape(V.shape), v[nv:].reshape(it.Q.shape)))
+            sol = self.solve(it, s, rhs=b)
+            self.back_substitute(it, sol)
+            return np.concatenate([self.data.get("dV").ravel(), sol.dQ.ravel()])
+
+        op = LinearOperator((nv + it.Q.size,) * 2, matvec=apply, dtype=np.float64)
+        v0 = np.concatenate([(V - V.mean(axis=0)).ravel(), np.zeros(it.Q.size)])  # any start
+        theta, vec = eigsh(op, k=1, which="LA", tol=tol, v0=v0 + 1e-3 * np.random.default_rng(0).
+                           standard_normal(v0.size), ncv=min(20, v0.size - 1))
+        e = M.proj(point, (vec[:nv, 0].reshape(V.shape), vec[nv:, 0].reshape(it.Q.shape)))
+        norm = M.norm(point, e)
+        return 1.0 / float(theta[0]) - s, (e[0] / norm, e[1] / norm)
+
+
+class Iterate:
+    """A point of the optimizer: V in the row chunks (state ``name``), Q (r x r), the cost
+    and the sums over rows the gradient and the Newton system need."""
+
+    def __init__(self, name, Q, cost, min_u):
+        self.name, self.Q, self.cost, self.min_u = name, Q, cost, min_u
+
+
+class NewtonSolve:
+    """The small part of a Newton system's solution (s = (dQ, z, multipliers)), the
+    gradient norm at the iterate and the count of Hessian eigenvalues below -lam."""
+
+    def __init__(self, lam, shift, small, s, dQ, grad_norm, negative, with_rhs):
+        self.lam, self.shift, self.small, self.s, self.dQ = lam, shift, small, s, dQ
+        self.grad_norm, self.negative, self.with_rhs = grad_norm, negative, with_rhs
+
+
+class Step:
+    """A tangent step p = (dV in the row chunks, dQ) and its sums: column sums of dV,
+    <V, dV>, ||dV||^2, <grad, p>, ||p||^2, and the largest t with U + t dU > 0 (first
+    order; inf when no entry of dU is negative)."""
+
+    def __init__(self, dQ, dv_sum, vdv, dvdv, gp, pp, t_max):
+        self.dQ, self.dv_sum, self.vdv, self.dvdv = dQ, dv_sum, vdv, dvdv
+        self.gp, self.pp, self.t_max = gp, pp, t_max
+
+
+def _ordered_sum(parts):
+    """Sum in the given (chunk) order, so totals do not depend on where chunks ran."""
+    total = None
+    for p in parts:
+        total = p if total is None else total + p
+    return total
+
+
+# -- per-chunk kernels (module level: they run on workers) ---------------------
+# Rows per block inside a chunk: bounds the (rows, r-1, size) arrays of the Schur pass.
+_SUB_ROWS = 1024
+
+
+def _centred_rows(chunk):
+    return chunk["X"]
+
+
+def _u_rows(V, Q, n):
+    return Q[0][None, :] / math.sqrt(n) + V @ Q[1:]
+
+
+def _point_kernel(chunk, name, Q, n, mu):
+    """Sums over the chunk's rows at (V, Q): min U, X^T V, sum log U, column sums of
+    U^-1, V^T U^-1, column sums of B_V = -mu U^-1 Q1^T, <B_V, V>, column sums of X and V,
+    ||V||^2."""
+    X, V = chunk["X"], chunk[name]
+    U = _u_rows(V, Q, n)
+    min_u = float(U.min()) if U.size else math.inf
+    if not min_u > 0:
+        return (min_u,)
+    W = 1.0 / U
+    BV = -mu * (W @ Q[1:].T)
+    return (min_u, X.T @ V, float(np.log(U).sum()), W.sum(axis=0), V.T @ W, BV.sum(axis=0),
+            float(np.vdot(BV, V)), X.sum(axis=0), V.sum(axis=0), float(np.vdot(V, V)))
+
+
+def _row_terms(X, V, small, layout, rhs):
+    """D_i, L_i (the coupling of row i's dV to the small unknowns, see
+    :meth:`KMeansProblem.solve`), the Vhat and u^-2 of the Q-Q block and the rows b_i
+    of the right-hand side (-grad_V, or ``rhs``) for a block of rows."""
+    Q, n, mu = small["Q"], small["n"], small["mu"]
+    r = Q.shape[0]
+    Q1 = Q[1:]
+    c = V.shape[0]
+    uinv = 1.0 / _u_rows(V, Q, n)
+    u2 = uinv * uinv
+    Di = mu * np.einsum("kj,cj,mj->ckm", Q1, u2, Q1) + small["shift"] * np.eye(r - 1)[None]
+    Vhat = np.hstack([np.full((c, 1), 1.0 / math.sqrt(n)), V])
+    Li = np.zeros((c, r - 1, layout.size))
+    # dQ: mu [(u_i^-2 * (Vhat_i dQ)) Q1^T - u_i^-1 dQ[1:]^T]
+    cq = mu * np.einsum("cj,cl,kj->cklj", u2, Vhat, Q1)
+    cq[:, np.arange(r - 1), np.arange(1, r), :] -= mu * uinv[:, None, :]
+    Li[:, :, layout.q] = cq.reshape(c, r - 1, r * r)
+    # z (d x (r-1)): row i of B z is sqrt(2) x_i^T z.
+    Li[:, :, layout.z] = (math.sqrt(2.0) * np.einsum("cd,km->ckdm", X, np.eye(r - 1))).reshape(c, r - 1, -1)
+    Li[:, :, layout.ones] = np.eye(r - 1)[None]                  # 1^T dV = 0
+    Li[:, :, layout.sphere] = V[:, :, None]                       # <V, dV> = 0
+    # grad_V rows: G_V - 1 m^T - c V with G_V = -2 X (X^T V) - mu U^-1 Q1^T.
+    g = -2.0 * (X @ small["XtV"]) - mu * (uinv @ Q1.T) - small["m"][None] - small["c"] * V
+    b = -g if rhs is None else rhs
+    return Di, Li, Vhat, u2, b, g
+
+
+def _sub_blocks(c):
+    return [slice(a, min(c, a + _SUB_ROWS)) for a in range(0, c, _SUB_ROWS)]
+
+
+def _schur_kernel(chunk, name, small, layout, with_rhs):
+    """The chunk's share of S, of its right-hand side and of the Q-Q block, of
+    ||grad_V||^2, and its count of non-positive eigenvalues of the D_i."""
+    X, V = chunk["X"], chunk[name]
+    r = small["Q"].shape[0]
+    S = np.zeros((layout.size, layout.size))
+    rhs = np.zeros(layout.size)
+    HQQ = np.zeros((r, r, r, r))            # [l, j, l', j']
+    gg, neg = 0.0, 0
+    for rows in _sub_blocks(V.shape[0]):
+        Di, Li, Vhat, u2, b, g = _row_terms(X[rows], V[rows], small, layout,
+                                            chunk["rhsV"][rows] if with_rhs else None)
+        Dinv_L = np.linalg.solve(Di, Li)
+        Dinv_b = np.linalg.solve(Di, b[..., None])[..., 0]
+        S -= np.einsum("cka,ckb->ab", Li, Dinv_L)
+        rhs -= np.einsum("cka,ck->a", Li, Dinv_b)
+        HQQ += small["mu"] * np.einsum("cl,cj,cm->ljm", Vhat, u2, Vhat)[:, :, :, None] * \
+            np.eye(r)[None, :, None, :]
+        gg += float(np.sum(g * g))
+        neg += int(np.sum(np.linalg.eigvalsh(Di) <= 0))
+    return S, rhs, HQQ, gg, neg
+
+
+def _back_substitute_kernel(chunk, name, small, layout, s, dQ, with_rhs):
+    """dV_i = D_i^-1 (b_i - L_i s) into state "dV"; its sums (see :class:`Step`)."""
+    X, V = chunk["X"], chunk[name]
+    Q, n = small["Q"], small["n"]
+    dV = np.empty_like(V)
+    bdv = 0.0
+    for rows in _sub_blocks(V.shape[0]):
+        Di, Li, _, _, b, _ = _row_terms(X[rows], V[rows], small, layout,
+                                        chunk["rhsV"][rows] if with_rhs else None)
+        dV[rows] = np.linalg.solve(Di, (b - Li @ s)[..., None])[..., 0]
+        bdv += float(np.vdot(b, dV[rows]))
+    chunk["dV"] = dV
+    U = _u_rows(V, Q, n)
+    dU = dQ[0][None, :] / math.sqrt(n) + dV @ Q[1:] + V @ dQ[1:]
+    falling = dU < 0
+    t_max = float(np.min(-U[falling] / dU[falling])) if falling.any() else math.inf
+    return dV.sum(axis=0), float(np.vdot(V, dV)), float(np.vdot(dV, dV)), bdv, t_max
+
+
+def _retract_kernel(chunk, name, new_name, t, mean, scale, Q, n, mu):
+    """V_new = (V + t dV - mean) * scale into state ``new_name``; the point kernel's sums
+    at (V_new, Q)."""
+    chunk[new_name] = (chunk[name] + t * chunk["dV"] - mean[None]) * scale
+    return _point_kernel(chunk, new_name, Q, n, mu)
 
 
 class _SmallLayout:
@@ -343,16 +584,23 @@ def _orth_constraint_rows(Q):
 
 
 # ------------------------------------------------------------------ the optimizer
-def default_mu(problem_data_X, manifold, point, ratio=20.0):
+def default_mu(X, manifold, point, ratio=20.0):
     """App. F: the largest mu with the barrier term mu * (-sum log U) at ``point`` no more
-    than ``ratio`` times the data term ||X^T V||_F^2 there (X centred)."""
-    X = np.asarray(problem_data_X, dtype=np.float64)
-    X = X - X.mean(axis=0)
-    data = float(np.sum((X.T @ point[0]) ** 2))
-    barrier = -float(np.log(manifold.phi(point)).sum())
-    if barrier <= 0 or data <= 0:
+    than ``ratio`` times the data term ||X^T V||_F^2 there (X centred; an array, a Zarr
+    array or path, or a :class:`dnomad.blocks.RowChunks`; one pass over it)."""
+    from ..blocks import RowChunks
+
+    data = X if isinstance(X, RowChunks) else RowChunks(X)
+    data.put("V_mu", np.asarray(point[0], dtype=np.float64))
+    parts = data.map(_point_kernel, "V_mu", np.asarray(point[1], dtype=np.float64), manifold.n, 1.0)
+    data.drop("V_mu")
+    if not min(p[0] for p in parts) > 0:
+        raise InputValueError("default_mu needs a strictly feasible point (U > 0)")
+    fit = float(np.sum(_ordered_sum(p[1] for p in parts) ** 2))
+    barrier = -_ordered_sum(p[2] for p in parts)
+    if barrier <= 0 or fit <= 0:
         raise InputValueError("mu cannot be set from the data: give mu explicitly")
-    return ratio * data / barrier
+    return ratio * fit / barrier
 
 
 def random_start(manifold, rng, scale=0.5, tries=60):
@@ -369,50 +617,148 @@ def random_start(manifold, rng, scale=0.5, tries=60):
     return x
 
 
-def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, max_iter=1000,
-                      max_inner=60, gtol=1e-6, chunk_rows=4096, callback=None):
-    """Alg. 1 (App. G): regularized Riemannian Newton steps (H + lam I) p = -g on the
-    tangent space (:meth:`KMeansProblem.newton_step`), retracted; a step is taken when
-    it lowers the cost (then lam /= kappa_minus), else lam *= kappa_plus and the step is
-    solved again.  Every iterate is strictly feasible (a step to U <= 0 has cost inf).
+class NewtonResult:
+    """What :func:`riemannian_newton` returns: the point (V, Q) and U, the stop reason,
+    the history (one row per iteration), the final cost, gradient norm and, when asked,
+    smallest Riemannian Hessian eigenvalue, the negative-curvature steps taken and the
+    passes over X."""
 
-    Stops when ||grad|| <= gtol ("tolerance"), after ``max_iter`` steps ("max_iter"),
-    when no step within ``max_inner`` tries lowers the cost ("stalled"), or when
-    ``callback(row)`` returns True ("callback").  Returns (point, history, stop_reason);
-    history rows: iteration, loss, grad_norm, lam, inner (tries), seconds.
+    def __init__(self, V, Q, manifold, **info):
+        self.V, self.Q = V, Q
+        self.manifold = manifold
+        self.__dict__.update(info)
+
+    @property
+    def point(self):
+        return self.V, self.Q
+
+    @property
+    def U(self):
+        return self.manifold.phi(self.point)
+
+
+def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, max_iter=1000,
+                      max_inner=60, gtol=1e-6, boundary_fraction=0.95, second_order=True,
+                      min_eigenvalue=None, callback=None):
+    """Alg. 1 (App. G): regularized Riemannian Newton steps (H + lam I) p = -g on the
+    tangent space (App. E, :meth:`KMeansProblem.solve`), retracted; a step is taken when
+    it lowers the cost (then lam /= kappa_minus), else lam *= kappa_plus and the step is
+    solved again.  Every iterate is strictly feasible (U > 0).
+
+    Three safeguards, each a departure from the printed Alg. 1 (measured on the paper's
+    GMM, n = 500, K = 4, gamma = 1.2, mu = 0.01):
+
+    * lam is raised (as on a rejection) while H + lam I is indefinite on the tangent
+      space (the inertia of the Schur complement says so at no extra cost): Lemma 2's
+      condition lam > -lam_min, without which the step may point uphill or towards a
+      saddle point (seen: a critical point with cost -295 against the optimum's
+      -10924, and Hessian eigenvalue -5190);
+    * ``boundary_fraction``: the step is cut to that fraction of the largest step that
+      keeps U > 0 (to first order), as interior-point methods do; without it a full step
+      leaves the domain, is rejected, and lam climbs (to 1e6; 1000 iterations without
+      reaching the tolerance).  None takes full steps;
+    * a step whose predicted decrease is below the cost's round-off (1e-12 |f|) is taken
+      when the cost does not rise above that round-off: near the optimum the decrease
+      of a Newton step is smaller than what f resolves, and the printed rule stalls.
+
+    With ``second_order``, a point with ||grad|| <= gtol is accepted only when the
+    Hessian has no eigenvalue below -sqrt(gtol) (checked by the inertia at lam =
+    sqrt(gtol): one pass); otherwise a step along the eigenvector of the smallest
+    eigenvalue is taken (:meth:`KMeansProblem.min_eigenvalue`) and the iteration goes on.
+    ``min_eigenvalue``: None, "final" (the smallest eigenvalue at the end, in the
+    result) or "every" (also in every history row; Lanczos, tens of passes each).
+
+    Stops with "tolerance", "max_iter", "stalled" (no acceptable step in ``max_inner``
+    tries) or "callback" (``callback(row)`` returned True).  History rows: iteration,
+    loss, grad_norm, lam, inner (tries), seconds, passes (over X, from the start).
     """
     import time
 
     M = problem.manifold
-    x = x0
-    f = problem.cost(x)
-    if not math.isfinite(f):
+    data = problem.data
+    passes0 = data.passes
+    it = problem.load(x0)
+    if not math.isfinite(it.cost):
         raise InputValueError("the start must be strictly feasible (U > 0)")
-    history, stop = [], "max_iter"
+    tau = math.sqrt(gtol)
+    history, stop, escapes, inner = [], "max_iter", 0, 0
     t0 = time.perf_counter()
-    for it in range(1, max_iter + 1):
-        gnorm = M.norm(x, problem.grad(x))
-        if gnorm <= gtol:
-            stop = "tolerance"
+    for k in range(max_iter + 1):
+        sol = problem.solve(it, lam)
+        row = {"iteration": k, "loss": it.cost, "grad_norm": sol.grad_norm, "lam": lam, "inner": inner,
+               "seconds": time.perf_counter() - t0, "passes": data.passes - passes0}
+        if min_eigenvalue == "every":
+            row["min_eigenvalue"] = problem.min_eigenvalue(it)[0]
+        history.append(row)
+        if callback is not None and callback(dict(row)) is True:
+            stop = "callback"
+            break
+        if sol.grad_norm <= gtol:
+            if not second_order or problem.solve(it, tau).negative == 0:
+                stop = "tolerance"
+                break
+            new = _negative_curvature_step(problem, it, boundary_fraction)
+            if new is None:
+                stop = "stalled"
+                break
+            problem.release(it)
+            it, escapes, inner = new, escapes + 1, 0
+            continue
+        if k == max_iter:
             break
         for inner in range(1, max_inner + 1):
-            p = problem.newton_step(x, lam, chunk_rows=chunk_rows)
-            y = M.retract(x, p)
-            fy = problem.cost(y)
-            if fy < f:
-                x, f = y, fy
+            if inner > 1:
+                sol = problem.solve(it, lam)
+            if sol.negative > 0:                 # lam <= -lam_min: no minimizer of the model
+                lam *= kappa_plus
+                continue
+            step = problem.back_substitute(it, sol)
+            t = 1.0 if boundary_fraction is None else min(1.0, boundary_fraction * step.t_max)
+            trial = problem.retract(it, step, t)
+            # model decrease of the step t p, with <p, H p> = -<g, p> - lam ||p||^2
+            predicted = -(t * step.gp + 0.5 * t * t * (-step.gp - lam * step.pp))
+            noise = 1e-12 * max(1.0, abs(it.cost))
+            if trial.cost < it.cost or (predicted <= noise and trial.cost <= it.cost + noise):
+                problem.release(it)
+                it = trial
                 lam /= kappa_minus
                 break
+            problem.release(trial)
             lam *= kappa_plus
         else:
             stop = "stalled"
             break
-        history.append({"iteration": it, "loss": f, "grad_norm": gnorm, "lam": lam, "inner": inner,
-                        "seconds": time.perf_counter() - t0})
-        if callback is not None and callback(dict(history[-1])) is True:
-            stop = "callback"
-            break
-    return x, history, stop
+    final_eig = problem.min_eigenvalue(it)[0] if min_eigenvalue in ("final", "every") else None
+    V, Q = problem.point(it)
+    return NewtonResult(V, Q, M, history=history, stop_reason=stop, n_iter=history[-1]["iteration"],
+                        cost=it.cost, grad_norm=history[-1]["grad_norm"], min_eigenvalue=final_eig,
+                        curvature_steps=escapes, passes=data.passes - passes0,
+                        seconds=time.perf_counter() - t0)
+
+
+def _negative_curvature_step(problem, it, boundary_fraction, min_t=1e-12):
+    """From a first-order point with an eigenvalue of the Hessian below the threshold: the
+    retracted step t e along the unit eigenvector e (either sign, the larger t first,
+    halving) that lowers the cost; None when none does."""
+    M = problem.manifold
+    _, (eV, eQ) = problem.min_eigenvalue(it)
+    V = problem.data.get(it.name)
+    U = M.phi((V, it.Q))
+    for sign in (1.0, -1.0):
+        dV, dQ = sign * eV, sign * eQ
+        problem.data.put("dV", dV)
+        dU = M.phi_differential((V, it.Q), (dV, dQ))
+        falling = dU < 0
+        t_max = float(np.min(-U[falling] / dU[falling])) if falling.any() else math.inf
+        step = Step(dQ, dV.sum(axis=0), float(np.vdot(V, dV)), float(np.vdot(dV, dV)), 0.0, 1.0, t_max)
+        t = min(1.0, (boundary_fraction or 1.0) * t_max)
+        while t > min_t:
+            trial = problem.retract(it, step, t)
+            if trial.cost < it.cost:
+                return trial
+            problem.release(trial)
+            t /= 2
+    return None
 
 
 def labels_from_u(U, K):

@@ -1,0 +1,252 @@
+"""Tall data read by row chunks, with per-chunk state, and passes that map a kernel
+over the chunks: the map-reduce that the row-separable solvers (Riemannian K-means,
+NLR) are made of.
+
+A :class:`RowChunks` cuts X (n x d) into chunks of rows.  Next to each chunk's rows it
+keeps named state arrays with the same rows (the solver's n x k iterates).  A pass
+calls ``kernel(chunk, *args)`` on every chunk -- ``chunk`` is a dict holding ``"X"``
+(the chunk's rows, centred) and the state arrays, which the kernel may replace -- and
+returns the kernels' small results in chunk order, so that sums formed from them do
+not depend on where or in which order the chunks ran.
+
+Backends: ``"local"`` runs the chunks on a thread pool in this process;
+``"distributed"`` keeps each chunk's state in a dask.distributed worker's memory (one
+actor per worker, as :class:`~dnomad.blocks.engine.BlockGroup`), so a pass is one call
+per worker and only the small results and the arguments travel.  X held in memory is
+sent to the workers once; X in Zarr is read chunk by chunk in every pass, by the
+worker that runs the chunk (out of core: a pass holds one chunk of X per thread).
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..errors import InputValueError, WorkerLostError
+from .engine import _is_lost_worker_error, _n_threads, _open_zarr_array, _Shard
+
+# Rows per chunk for X in memory; Zarr X uses its own chunking (or a multiple of it).
+DEFAULT_CHUNK_ROWS = 8192
+
+
+class RowChunks:
+    """X (n x d, a NumPy array, a Zarr array or a Zarr path) in row chunks.
+
+    Parameters
+    ----------
+    X : array_like, zarr.Array or str
+    chunk_rows : int, optional
+        Rows per chunk (default 8192 in memory, the Zarr chunking for Zarr X).
+    client : distributed.Client, optional
+        Run the chunks on its workers ("distributed"); else in this process ("local").
+    center : bool
+        Subtract the column mean from every chunk as it is handed to a kernel.
+
+    Construction makes one pass over X: it checks that X is finite and computes
+    ``mean`` and ``gram`` = F^T F for the centred F (d x d).  Attributes ``passes``
+    (passes so far, construction included), ``rows_read`` and ``seconds`` count the
+    work.
+    """
+
+    def __init__(self, X, *, chunk_rows=None, client=None, center=True):
+        self.source = None
+        if isinstance(X, str) or hasattr(X, "__fspath__"):
+            self.source = (str(X), "")
+            X = _open_zarr_array(str(X), "", "input")
+        elif type(X).__module__.startswith("zarr"):
+            self.source = (str(X.store.root) if hasattr(X.store, "root") else None, X.path)
+            if self.source[0] is None:
+                raise InputValueError("a Zarr array for X must live in a local directory store; "
+                                      "pass its path or URL instead")
+        else:
+            X = np.asarray(X)
+        if getattr(X, "ndim", None) != 2:
+            raise InputValueError(f"X must be a 2-D array (n_samples, n_features); got shape "
+                                  f"{getattr(X, 'shape', None)}")
+        if not np.issubdtype(X.dtype, np.number) or np.issubdtype(X.dtype, np.complexfloating):
+            raise InputValueError(f"X must hold real numbers; got dtype {X.dtype}")
+        self.n, self.d = (int(v) for v in X.shape)
+        if self.n == 0 or self.d == 0:
+            raise InputValueError(f"X is empty: shape {X.shape}")
+        if chunk_rows is None:
+            own = X.chunks[0] if self.source is not None else 0
+            chunk_rows = own or DEFAULT_CHUNK_ROWS
+        if not (isinstance(chunk_rows, (int, np.integer)) and chunk_rows >= 1):
+            raise InputValueError(f"chunk_rows must be a positive integer; got {chunk_rows!r}")
+        self.chunk_rows = int(chunk_rows)
+        self.spans = [(r0, min(self.n, r0 + self.chunk_rows)) for r0 in range(0, self.n, self.chunk_rows)]
+        self.client = client
+        self.backend = "distributed" if client is not None else "local"
+        self._X = X if self.source is None else None
+        self.passes, self.rows_read, self.seconds = 0, 0, 0.0
+        self._pool = None
+        self._chunks = {}               # local: index -> state dict
+        self._shards, self._owner, self._shard_futures = {}, {}, []
+        self.mean = np.zeros(self.d)
+        if self.backend == "distributed":
+            self._start_shards()
+        stats = self.map(_column_stats)
+        total = sum(s[0] for s in stats)
+        xtx = sum(s[1] for s in stats)
+        if not all(s[2] for s in stats):
+            raise InputValueError("X contains NaN or Inf")
+        self.mean = total / self.n if center else np.zeros(self.d)
+        self.gram = xtx - self.n * np.outer(self.mean, self.mean)
+
+    # ------------------------------------------------------------ passes
+    def map(self, kernel, *args):
+        """``[kernel(chunk, *args) for every chunk]``, in chunk order (one pass over X)."""
+        t0 = time.perf_counter()
+        if self.backend == "local":
+            def run(i):
+                state = self._chunks.setdefault(i, {})
+                return _chunk_task(state, i, kernel, self._rows_of(i), self.mean, args)
+
+            if self._pool is None and _n_threads() > 1 and len(self.spans) > 1:
+                self._pool = ThreadPoolExecutor(_n_threads(), thread_name_prefix="dnomad-rows")
+            indices = range(len(self.spans))
+            out = list(self._pool.map(run, indices) if self._pool is not None else map(run, indices))
+        else:
+            out = self._call_shards(lambda shard, keys: shard.run(
+                _chunk_task, keys, [(kernel, self._rows_of(i), self.mean, args) for i in keys]))
+        self.passes += 1
+        self.rows_read += self.n
+        self.seconds += time.perf_counter() - t0
+        return out
+
+    def _rows_of(self, i):
+        """What a task needs to get chunk i's rows of X: the rows themselves (in memory)
+        or where to read them (Zarr)."""
+        r0, r1 = self.spans[i]
+        if self.source is not None:
+            return (self.source[0], self.source[1], r0, r1)
+        return self._X[r0:r1] if self.backend == "local" else None     # workers hold theirs
+
+    def put(self, name, A):
+        """Store the rows of A (n x k) as state ``name``, chunk by chunk."""
+        A = np.asarray(A)
+        if A.shape[0] != self.n:
+            raise InputValueError(f"state {name!r} must have {self.n} rows; got shape {A.shape}")
+        if self.backend == "local":
+            for i, (r0, r1) in enumerate(self.spans):
+                self._chunks.setdefault(i, {})[name] = np.array(A[r0:r1])
+        else:
+            self._call_shards(lambda shard, keys: shard.build(
+                keys, _state_bundle, [(name, np.array(A[slice(*self.spans[i])])) for i in keys]))
+
+    def get(self, name):
+        """State ``name`` as one n x k array."""
+        if self.backend == "local":
+            parts = [self._chunks[i][name] for i in range(len(self.spans))]
+        else:
+            parts = [None] * len(self.spans)
+            for shard, keys in self._shard_keys():
+                for i, part in zip(keys, self._wait(lambda: [shard.get(i, name) for i in keys])):
+                    parts[i] = part
+        return np.concatenate(parts, axis=0)
+
+    def drop(self, name):
+        """Forget state ``name`` (no pass over X)."""
+        if self.backend == "local":
+            for state in self._chunks.values():
+                state.pop(name, None)
+        else:
+            self._wait(lambda: [shard.drop([name]) for shard in self._shards.values()])
+
+    def close(self):
+        """Release the state (worker memory, thread pool)."""
+        if self._shards:
+            try:
+                self._wait(lambda: [shard.close() for shard in self._shards.values()])
+            except WorkerLostError:
+                pass
+            self.client.cancel(list(self._shard_futures))
+            self._shards, self._shard_futures, self._owner = {}, [], {}
+        self._chunks = {}
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------ workers
+    def _start_shards(self):
+        """One actor per worker; chunks placed in contiguous runs of about equal rows."""
+        info = self.client.scheduler_info(n_workers=-1)["workers"]
+        workers = sorted(info)
+        if not workers:
+            raise InputValueError("the client's cluster has no workers")
+        per = -(-len(self.spans) // len(workers))
+        for i in range(len(self.spans)):
+            self._owner[i] = workers[i // per]
+        for w in sorted(set(self._owner.values())):
+            fut = self.client.submit(_Shard, int(info[w].get("nthreads", 1)), workers=[w],
+                                     allow_other_workers=False, actor=True, pure=False)
+            self._shard_futures.append(fut)
+            self._shards[w] = fut.result()
+        if self.source is None:         # X in memory: each worker keeps its chunks' rows
+            self._call_shards(lambda shard, keys: shard.build(
+                keys, _state_bundle, [("_X", self._X[slice(*self.spans[i])]) for i in keys]))
+        else:
+            self._call_shards(lambda shard, keys: shard.build(keys, _state_bundle, [(None, None)] * len(keys)))
+
+    def _shard_keys(self):
+        keys = {}
+        for i in range(len(self.spans)):
+            keys.setdefault(self._owner[i], []).append(i)
+        return [(self._shards[w], ks) for w, ks in keys.items()]
+
+    def _call_shards(self, call):
+        """``call(shard, keys)`` on every shard; their results, put back in chunk order."""
+        pairs = self._shard_keys()
+        results = self._wait(lambda: [call(shard, keys) for shard, keys in pairs])
+        out = [None] * len(self.spans)
+        for (_, keys), res in zip(pairs, results):
+            for i, r in zip(keys, res if res is not None else [None] * len(keys)):
+                out[i] = r
+        return out
+
+    def _wait(self, make_calls):
+        try:
+            return [call.result() for call in make_calls()]
+        except Exception as exc:
+            alive = set(self.client.scheduler_info(n_workers=-1)["workers"])
+            lost = sorted(w for w in self._shards if w not in alive)
+            if lost or _is_lost_worker_error(exc):
+                raise WorkerLostError(f"worker(s) {lost or '?'} holding row chunks died ({exc!r}); "
+                                      f"their state is gone") from exc
+            raise
+
+
+# ------------------------------------------------------------ task functions
+# Module-level so that workers import them.
+def _chunk_task(state, index, kernel, rows, mean, args):
+    """Run ``kernel`` on one chunk: its rows of X (given; read from Zarr when ``rows``
+    says where they are; the state's own copy when None), centred, and its state; keep
+    the state the kernel leaves."""
+    if rows is None:
+        rows = state["_X"]
+    elif isinstance(rows, tuple):
+        url, path, r0, r1 = rows
+        rows = _open_zarr_array(url, path, "input")[r0:r1]
+    chunk = {k: v for k, v in state.items() if k != "_X"}
+    chunk["X"] = np.asarray(rows, dtype=np.float64) - mean
+    out = kernel(chunk, *args)
+    for name, value in chunk.items():
+        if name not in ("X", "_X"):
+            state[name] = value
+    return out
+
+
+def _state_bundle(index, name, block):
+    return {} if name is None else {name: block}
+
+
+def _column_stats(chunk):
+    X = chunk["X"]
+    return X.sum(axis=0), X.T @ X, bool(np.isfinite(X).all())
