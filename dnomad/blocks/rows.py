@@ -40,6 +40,8 @@ class RowChunks:
         Rows per chunk (default 8192 in memory, the Zarr chunking for Zarr X).
     client : distributed.Client, optional
         Run the chunks on its workers ("distributed"); else in this process ("local").
+    workers : list of str, optional
+        The workers (addresses) that hold chunks; default all of the client's.
     center : bool
         Subtract the column mean from every chunk as it is handed to a kernel.
 
@@ -49,7 +51,7 @@ class RowChunks:
     work.
     """
 
-    def __init__(self, X, *, chunk_rows=None, client=None, center=True):
+    def __init__(self, X, *, chunk_rows=None, client=None, workers=None, center=True):
         self.source = None
         if isinstance(X, str) or hasattr(X, "__fspath__"):
             self.source = (str(X), "")
@@ -77,6 +79,7 @@ class RowChunks:
         self.chunk_rows = int(chunk_rows)
         self.spans = [(r0, min(self.n, r0 + self.chunk_rows)) for r0 in range(0, self.n, self.chunk_rows)]
         self.client = client
+        self._workers = None if workers is None else list(workers)
         self.backend = "distributed" if client is not None else "local"
         self._X = X if self.source is None else None
         self.passes, self.rows_read, self.seconds = 0, 0, 0.0
@@ -178,9 +181,11 @@ class RowChunks:
     def _start_shards(self):
         """One actor per worker; chunks placed in contiguous runs of about equal rows."""
         info = self.client.scheduler_info(n_workers=-1)["workers"]
-        workers = sorted(info)
-        if not workers:
-            raise InputValueError("the client's cluster has no workers")
+        workers = sorted(info) if self._workers is None else self._workers
+        unknown = sorted(set(workers) - set(info))
+        if not workers or unknown:
+            raise InputValueError(f"no workers to hold the row chunks (unknown: {unknown}; the "
+                                  f"cluster has {sorted(info)})")
         per = -(-len(self.spans) // len(workers))
         for i in range(len(self.spans)):
             self._owner[i] = workers[i // per]

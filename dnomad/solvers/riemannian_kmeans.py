@@ -774,3 +774,54 @@ def labels_from_u(U, K):
         d2 = np.minimum(d2, np.sum((U - U[reps[-1]]) ** 2, axis=1))
     dist = np.stack([np.sum((U - U[i]) ** 2, axis=1) for i in reps], axis=1)
     return np.argmin(dist, axis=1)
+
+
+def mu_schedule(mu, data, manifold):
+    """The barrier weights of the stages: ``"auto"`` is App. F's heuristic at the
+    interior point of Lemma 5 (so it does not depend on the start); a number is one
+    stage; a decreasing sequence is continuation (each stage starts from the previous
+    one's point, App. F)."""
+    if isinstance(mu, str):
+        if mu != "auto":
+            raise InputValueError(f"mu must be 'auto', a number > 0 or a decreasing sequence of them; "
+                                  f"got {mu!r}")
+        return [default_mu(data, manifold, manifold.interior_point())]
+    values = [mu] if np.ndim(mu) == 0 else list(mu)
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not (v > 0 and math.isfinite(v)):
+            raise InputValueError(f"mu must be 'auto', a number > 0 or a decreasing sequence of them; "
+                                  f"got {mu!r}")
+    if not values or any(b >= a for a, b in zip(values, values[1:])):
+        raise InputValueError(f"a sequence mu must be non-empty and strictly decreasing; got {mu!r}")
+    return [float(v) for v in values]
+
+
+def riemannian_kmeans(data, K, *, rank=None, mu="auto", n_init=1, random_state=None, **newton):
+    """K-means by :func:`riemannian_newton` on the row chunks ``data``: ``n_init``
+    random strictly feasible starts, each run through the ``mu`` stages; the run with
+    the lowest final cost wins.  Returns its :class:`NewtonResult` with ``history``
+    rows tagged by ``init`` and ``stage`` (and ``mu``), ``mu`` (the final barrier
+    weight), ``labels`` (Lemma 1), ``costs`` (every start's final cost) and the passes
+    over X of all runs."""
+    r = K + 1 if rank is None else rank
+    manifold = KMeansManifold(data.n, r, K)
+    if not (isinstance(n_init, (int, np.integer)) and not isinstance(n_init, bool) and n_init >= 1):
+        raise InputValueError(f"n_init must be an integer >= 1; got {n_init!r}")
+    mus = mu_schedule(mu, data, manifold)
+    rng = np.random.default_rng(random_state)
+    best, costs, passes = None, [], 0
+    for init in range(n_init):
+        x = random_start(manifold, rng)
+        history = []
+        for stage, mu_stage in enumerate(mus):
+            res = riemannian_newton(KMeansProblem(manifold, data, mu_stage), x, **newton)
+            history += [dict(row, init=init, stage=stage, mu=mu_stage) for row in res.history]
+            passes += res.passes
+            x = res.point
+        res.history = history
+        costs.append(res.cost)
+        if best is None or res.cost < best.cost:
+            best = res
+    best.mu, best.costs, best.passes = mus[-1], costs, passes
+    best.labels = labels_from_u(best.U, K)
+    return best

@@ -1,0 +1,142 @@
+"""NLR: the nonnegative low-rank K-means SDP by a primal-dual projected gradient method
+(Zhuang, Chen, Yang, Zhang, ICLR 2024; the baseline of the Riemannian Newton paper,
+its ref. [47]).
+
+    min_U  -<X X^T, U U^T>   over U >= 0 (n x r, r = 2K), ||U||_F^2 = K,  U U^T 1 = 1,
+
+the last constraint through the augmented Lagrangian
+L(U, y) = -<X X^T, U U^T> + <y, e> + beta/2 ||e||^2, e = U U^T 1 - 1:
+
+    U <- Pi(U - alpha grad_U L(U, y)),   Pi(W) = sqrt(K) max(W, 0) / ||max(W, 0)||_F,
+    y <- y + beta e(U)    once the relative change ||U_new - U||_F / sqrt(K) < dual_tol
+
+(the projection onto the nonnegative part of the sphere of radius sqrt(K); the dual
+step's trigger follows the authors' MATLAB code).  With s = U^T 1 the gradient's rows
+are -2 x_i^T (X^T U) + y'_i s^T + (U^T y')^T, y' = y + beta e: everything is a sum
+over rows, so an iteration is one pass over the row chunks of X (X centred), and the
+scale of the projection is carried to the next pass instead of costing one.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..errors import InputValueError
+
+
+class NLRResult:
+    """U (n x r), the stop reason, history rows (iteration, loss = -<XX^T, UU^T>,
+    infeasibility ||UU^T 1 - 1|| / sqrt(n), change, seconds, passes), iterations,
+    dual steps and passes over X."""
+
+    def __init__(self, U, **info):
+        self.U = U
+        self.__dict__.update(info)
+
+
+def nlr(data, K, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3, max_iter=100000,
+        record_every=1, U0=None, random_state=None, callback=None):
+    """Run NLR on the row chunks ``data`` (a :class:`dnomad.blocks.RowChunks`).
+
+    ``step`` (alpha): default 1 / (2 (||X||_2^2 + beta n)), a bound on the gradient's
+    Lipschitz constant near feasible points (the data term's 2 ||X||_2^2 and the
+    augmented term's 2 beta ||U^T 1||^2 = 2 beta n).  ``U0``: a nonnegative n x r start
+    (projected); default |N(0, 1)| entries, projected, as the authors'.  Stops when the
+    relative change and the infeasibility are both below ``tol`` ("tolerance"), after
+    ``max_iter`` iterations ("max_iter"), or when ``callback(row)`` returns True.
+    """
+    n = data.n
+    if not (isinstance(K, (int, np.integer)) and not isinstance(K, bool) and K >= 2):
+        raise InputValueError(f"n_clusters (K) must be an integer >= 2; got {K!r}")
+    r = 2 * K if rank is None else rank
+    if not (isinstance(r, (int, np.integer)) and not isinstance(r, bool) and r >= K):
+        raise InputValueError(f"rank must be an integer >= K = {K}; got {rank!r}")
+    if n < r:
+        raise InputValueError(f"need at least rank = {r} points; got n = {n}")
+    for name, value in (("beta", beta), ("tol", tol), ("dual_tol", dual_tol)):
+        if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
+            raise InputValueError(f"{name} must be a finite number > 0; got {value!r}")
+    if step is None:
+        step = 1.0 / (2.0 * (float(np.linalg.eigvalsh(data.gram)[-1]) + beta * n))
+    elif not (isinstance(step, (int, float)) and step > 0 and math.isfinite(step)):
+        raise InputValueError(f"step must be a finite number > 0 or None; got {step!r}")
+    if U0 is None:
+        U0 = np.abs(np.random.default_rng(random_state).standard_normal((n, r)))
+    U0 = np.asarray(U0, dtype=np.float64)
+    if U0.shape != (n, r) or not np.isfinite(U0).all() or not (U0 > 0).any():
+        raise InputValueError(f"U0 must be a finite (n, rank) = ({n}, {r}) array with a positive entry")
+    data.put("W", np.maximum(U0, 0.0))
+    data.put("y", np.zeros((n, 1)))
+    passes0 = data.passes
+    # The pass of iteration t needs the sums of U_t; the start's come from a first pass
+    # that changes nothing (alpha = 0).
+    zero = {"scale": 1.0, "s": np.zeros(r), "XtU": np.zeros((data.d, r)), "Uty": np.zeros(r),
+            "beta": beta, "alpha": 0.0, "dual": False}
+    sums = _totals(data.map(_nlr_kernel, zero))
+    scale = math.sqrt(K / sums["ww"])
+    history, stop, dual_steps, dual_next = [], "max_iter", 0, False
+    t0 = time.perf_counter()
+    for it in range(1, max_iter + 1):
+        s, XtU = scale * sums["w1"], scale * sums["xtw"]
+        UtU, Uty = scale * scale * sums["wtw"], scale * sums["wty"]
+        if dual_next:                     # y <- y + beta e, applied to the rows in this pass
+            Uty = Uty + beta * (UtU @ s - s)
+            dual_steps += 1
+        small = {"scale": scale, "s": s, "XtU": XtU, "Uty": Uty + beta * (UtU @ s - s), "beta": beta,
+                 "alpha": step, "dual": dual_next}
+        new = _totals(data.map(_nlr_kernel, small))
+        new_scale = math.sqrt(K / new["ww"])
+        change = math.sqrt(max(new_scale ** 2 * new["ww"] - 2 * new_scale * new["wu"] + K, 0.0)) / math.sqrt(K)
+        infeas = math.sqrt(new["ee"] / n)           # at U_t, before this step
+        sums, scale = new, new_scale
+        done = change < tol and infeas < tol
+        if it % record_every == 0 or it == 1 or done or it == max_iter:
+            row = {"iteration": it, "loss": -float(np.sum(XtU ** 2)), "infeasibility": infeas,
+                   "change": change, "seconds": time.perf_counter() - t0, "passes": data.passes - passes0}
+            history.append(row)
+            if callback is not None and callback(dict(row)) is True:
+                stop = "callback"
+                break
+        if done:
+            stop = "tolerance"
+            break
+        dual_next = change < dual_tol
+    U = scale * data.get("W")
+    data.drop("W")
+    data.drop("y")
+    return NLRResult(U, stop_reason=stop, history=history, n_iter=it, dual_steps=dual_steps,
+                     passes=data.passes - passes0, seconds=time.perf_counter() - t0, step=step)
+
+
+_SUM_KEYS = ("w1", "xtw", "wtw", "wty", "ww", "wu", "ee")
+
+
+def _totals(parts):
+    out = {}
+    for key in _SUM_KEYS:
+        total = None
+        for p in parts:
+            total = p[key] if total is None else total + p[key]
+        out[key] = total
+    return out
+
+
+def _nlr_kernel(chunk, small):
+    """One NLR step on the chunk's rows (U = scale * W; y updated first when the dual
+    step is due) and the sums of the new W the next step needs: W^T 1, X^T W, W^T W,
+    W^T y, ||W||^2, <W, U_old> (for the change) and ||e||^2 at U_old."""
+    X, W, y = chunk["X"], chunk["W"], chunk["y"]
+    U = small["scale"] * W
+    s, beta = small["s"], small["beta"]
+    e = U @ s - 1.0
+    if small["dual"]:
+        y = y + beta * e[:, None]
+        chunk["y"] = y
+    y_aug = y[:, 0] + beta * e
+    G = -2.0 * (X @ small["XtU"]) + np.outer(y_aug, s) + small["Uty"][None]
+    W = np.maximum(U - small["alpha"] * G, 0.0)
+    chunk["W"] = W
+    return {"w1": W.sum(axis=0), "xtw": X.T @ W, "wtw": W.T @ W, "wty": W.T @ y[:, 0],
+            "ww": float(np.vdot(W, W)), "wu": float(np.vdot(W, U)), "ee": float(e @ e)}
