@@ -178,13 +178,10 @@ def test_schur_complement_solve_equals_dense_saddle_point_solve(rng, chunk_rows)
         assert np.abs(S + S.T).max() < 1e-10
 
 
-def gmm_simplex(n, K, gamma, rng, sigma=1.0):
-    """The paper's GMM (5): K centroids on simplex vertices with squared separation
-    gamma times the exact-recovery threshold (6)."""
-    theta2 = 4 * sigma ** 2 * (1 + np.sqrt(1 + K * K / (n * np.log(n)))) * np.log(n)
-    centers = np.eye(K) * np.sqrt(gamma * theta2 / 2)
-    y = np.repeat(np.arange(K), n // K)
-    return centers[y] + sigma * rng.standard_normal((n, K)), y
+def gmm_simplex(n, K, gamma, rng):
+    from dnomad.data import gmm_simplex as generate
+
+    return generate(n, n_clusters=K, gamma=gamma, random_state=rng)
 
 
 def test_newton_reaches_the_planted_clusters_from_random_starts(rng):

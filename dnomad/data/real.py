@@ -9,6 +9,7 @@ dependencies:
 
 * ``pendigits``: UCI pen-based digits, 10992 x 16, 10 classes (KEEL "penbased").
 * ``satimage``: UCI Statlog Landsat, 6435 x 36, 6 classes (labels 1, 2, 3, 4, 5, 7).
+* ``letter``: UCI letter recognition, 20000 x 16, 26 classes.
 * ``yeast``: UCI yeast, 1484 x 8, 10 classes.  No package ships the 10-class file; KEEL's
   binary variants (one class, or a union of classes, against the rest) are, and every
   row's class follows from which variants list it as positive.  One row comes out as
@@ -77,6 +78,13 @@ def pendigits():
 def satimage():
     """UCI Statlog (Landsat satellite): (6435, 36), 6 classes (file labels 1-5 and 7)."""
     X, labels = _read_keel(os.path.join(_keel_dir(), "balanced", "raw", "satimage.dat"))
+    y, _ = _classes_to_int(labels)
+    return X, y
+
+
+def letter():
+    """UCI letter recognition: (20000, 16), 26 classes (A-Z as 0-25)."""
+    X, labels = _read_keel(os.path.join(_keel_dir(), "balanced", "raw", "letter.dat"))
     y, _ = _classes_to_int(labels)
     return X, y
 
@@ -181,4 +189,4 @@ def fashion_mnist(classes=None):
 
 
 REAL_DATASETS = {"yeast": yeast, "satimage": satimage, "pendigits": pendigits, "mnist": mnist,
-                 "fashion_mnist": fashion_mnist}
+                 "fashion_mnist": fashion_mnist, "letter": letter}

@@ -92,6 +92,31 @@ def grid_2d(n_side=12, *, n_features=10, noise=0.05, random_state=0):
     return X, coords
 
 
+def gmm_simplex(n_samples=500, *, n_clusters=4, gamma=1.2, n_features=None, sigma=1.0, random_state=0):
+    """The Gaussian mixture (5) of Xu, Hou, Chen, Zhang: ``n_clusters`` centroids on the
+    vertices of a simplex (scaled unit vectors in R^d, d = ``n_features`` >= K, default
+    K) whose squared separation ||mu_j - mu_k||^2 is ``gamma`` times the threshold (6),
+    Theta-bar^2 = 4 sigma^2 (1 + sqrt(1 + K d / (n log n))) log n, above which the
+    K-means SDP recovers the clusters exactly (gamma > 1) and below which no method can
+    (gamma < 1).  Equal cluster sizes (the first n mod K clusters one point larger);
+    noise N(0, sigma^2 I).  y is the cluster."""
+    K = n_clusters
+    if not (isinstance(K, (int, np.integer)) and K >= 2):
+        raise InputValueError(f"n_clusters must be an integer >= 2; got {n_clusters!r}")
+    _check_n(n_samples, max(K, 3))
+    d = K if n_features is None else n_features
+    if not (isinstance(d, (int, np.integer)) and d >= K):
+        raise InputValueError(f"n_features must be an integer >= n_clusters = {K}; got {n_features!r}")
+    if not (gamma > 0 and sigma > 0):
+        raise InputValueError(f"gamma and sigma must be > 0; got {gamma!r}, {sigma!r}")
+    n = n_samples
+    theta2 = 4 * sigma ** 2 * (1 + np.sqrt(1 + K * d / (n * np.log(n)))) * np.log(n)
+    centers = np.zeros((K, d))
+    centers[:, :K] = np.eye(K) * np.sqrt(gamma * theta2 / 2)
+    y = np.sort(np.arange(n) % K)
+    return centers[y] + sigma * _rng(random_state).standard_normal((n, d)), y
+
+
 DATASETS = {
     "two_rings": two_rings,
     "semicircles": noisy_semicircles,

@@ -1,0 +1,135 @@
+"""K-means by Riemannian Newton and by NLR through the estimators: the same labels,
+the same results wherever the row chunks live (this process or 1 or 2 workers, X in
+memory or in Zarr, any chunking), results in the store, and bad input refused before
+X is read."""
+import numpy as np
+import pytest
+
+import dnomad
+from dnomad.blocks import RowChunks
+from dnomad.blocks import store as run_store
+from dnomad.data import gmm_simplex
+from dnomad.errors import InputValueError
+from dnomad.metrics import clustering_accuracy
+from dnomad.solvers.nlr import nlr
+from dnomad.solvers.riemannian_kmeans import riemannian_kmeans
+
+
+def write_zarr(path, X, chunk_rows):
+    import zarr
+
+    z = zarr.open_array(store=str(path), mode="w", shape=X.shape, chunks=(chunk_rows, X.shape[1]),
+                        dtype=X.dtype)
+    z[...] = X
+    return str(path)
+
+
+def test_nlr_reaches_the_labels_of_riemannian_newton_on_the_issue_gmm():
+    X, y = gmm_simplex(500, n_clusters=4, gamma=1.2, random_state=0)
+    rn = dnomad.fit(X, method="riemannian-kmeans", n_clusters=4, mu=0.01, random_state=0)
+    assert rn.stop_reason_ == "tolerance" and clustering_accuracy(y, rn.labels_) == 1.0
+    for seed in range(3):
+        est = dnomad.NLR(n_clusters=4, random_state=seed).fit(X)
+        assert est.stop_reason_ == "tolerance" and est.infeasibility_ < 1e-5
+        assert clustering_accuracy(rn.labels_, est.labels_) == 1.0
+        # Both solve the same SDP: U U^T agree up to the barrier's bias (mu = 0.01).
+        Zn, Zr = est.membership(), rn.membership()
+        assert np.linalg.norm(Zn - Zr) <= 0.01 * np.linalg.norm(Zn)
+    assert rn.U_.min() > 0 and est.U_.min() >= 0
+
+
+def test_results_do_not_depend_on_where_the_row_chunks_live(tmp_path, cluster_client):
+    """Same chunking: bit-identical on 1 or 2 workers, from Zarr or memory (sums are
+    formed in chunk order); other chunkings agree to round-off.  40 Newton steps and
+    200 NLR steps (equality, not convergence, is the point)."""
+    X, _ = gmm_simplex(300, n_clusters=3, gamma=1.5, random_state=1)
+    workers = sorted(cluster_client.scheduler_info()["workers"])
+    zpath = write_zarr(tmp_path / "X.zarr", X, 40)
+
+    def run_rn(data):
+        with data:
+            return riemannian_kmeans(data, 3, mu=0.02, random_state=0, max_iter=40)
+
+    def run_nlr(data):
+        with data:
+            return nlr(data, 3, random_state=0, max_iter=200)     # equality, not convergence
+
+    for run in (run_nlr, run_rn):
+        ref = run(RowChunks(X, chunk_rows=40))
+        same = [run(RowChunks(X, chunk_rows=40, client=cluster_client)),
+                run(RowChunks(X, chunk_rows=40, client=cluster_client, workers=workers[:1])),
+                run(RowChunks(zpath)),
+                run(RowChunks(zpath, client=cluster_client))]
+        for res in same:
+            np.testing.assert_array_equal(res.U, ref.U)
+            assert res.n_iter == ref.n_iter
+        other = run(RowChunks(X, chunk_rows=7))
+        np.testing.assert_allclose(other.U, ref.U, atol=1e-7)
+
+
+def test_estimator_on_the_cluster_and_from_zarr(tmp_path, cluster_client):
+    X, y = gmm_simplex(300, n_clusters=3, gamma=1.5, random_state=2)
+    zpath = write_zarr(tmp_path / "X.zarr", X, 64)
+    local = dnomad.RiemannianKMeans(3, mu=0.02, random_state=0, backend="local").fit(X)
+    remote = dnomad.RiemannianKMeans(3, mu=0.02, random_state=0, backend="distributed",
+                                     chunk_rows=64).fit(zpath)
+    np.testing.assert_allclose(remote.U_, local.U_, atol=1e-7)
+    np.testing.assert_array_equal(remote.labels_, local.labels_)
+    assert clustering_accuracy(y, local.labels_) == 1.0
+
+
+def test_results_are_written_to_the_store(tmp_path):
+    X, y = gmm_simplex(200, n_clusters=3, gamma=1.5, random_state=3)
+    store = str(tmp_path / "run.zarr")
+    est = dnomad.fit(X, method="riemannian-kmeans", n_clusters=3, mu=[0.1, 0.02], random_state=0,
+                     store=store, min_eigenvalue="final")
+    np.testing.assert_array_equal(run_store.read_vector(store, "result/labels"), est.labels_)
+    np.testing.assert_array_equal(run_store.read_vector(store, "result/U"), est.U_)
+    summary = run_store.read_json(store, "result")
+    assert summary["stop_reason"] == "tolerance" and summary["mu"] == 0.02
+    assert summary["min_eigenvalue"] >= -1e-3
+    stages = {row["stage"] for row in est.history_}
+    assert stages == {0, 1} and est.history_[-1]["mu"] == 0.02
+    with pytest.raises(Exception, match="overwrite"):
+        dnomad.fit(X, method="riemannian-kmeans", n_clusters=3, mu=0.5, store=store)
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"n_clusters": 1}, "n_clusters must be an integer >= 2"),
+    ({"n_clusters": 3, "rank": 3}, "rank must be an integer >= 4"),
+    ({"n_clusters": 3, "mu": 0.0}, "mu must be"),
+    ({"n_clusters": 3, "mu": -1.0}, "mu must be"),
+    ({"n_clusters": 3, "mu": [0.1, 0.2]}, "strictly decreasing"),
+    ({"n_clusters": 3, "mu": "fast"}, "mu must be 'auto'"),
+    ({"n_clusters": 3, "boundary_fraction": 1.5}, "boundary_fraction"),
+    ({"n_clusters": 3, "min_eigenvalue": "always"}, "min_eigenvalue must be one of"),
+    ({"n_clusters": 3, "backend": "zarr"}, "backend must be one of"),
+])
+def test_bad_riemannian_parameters_are_refused_before_x_is_read(params, match):
+    class Unreadable:
+        shape = (100, 3)
+        ndim = 2
+
+        def __getitem__(self, key):
+            raise AssertionError("X was read")
+
+    with pytest.raises(InputValueError, match=match):
+        dnomad.RiemannianKMeans(**params).fit(Unreadable())
+
+
+def test_bad_data_is_refused():
+    X, _ = gmm_simplex(60, n_clusters=3, random_state=0)
+    X[5, 1] = np.nan
+    with pytest.raises(InputValueError, match="NaN"):
+        dnomad.RiemannianKMeans(3, mu=0.1).fit(X)
+    with pytest.raises(InputValueError, match="NaN"):
+        dnomad.NLR(3).fit(X)
+    with pytest.raises(InputValueError, match="need at least r = 5 points; got n = 4"):
+        dnomad.RiemannianKMeans(4, mu=0.1).fit(np.random.default_rng(0).standard_normal((4, 2)))
+    with pytest.raises(InputValueError, match="need at least rank = 6 points; got n = 4"):
+        dnomad.NLR(3).fit(np.random.default_rng(0).standard_normal((4, 2)))
+    with pytest.raises(InputValueError, match="2-D"):
+        dnomad.NLR(3).fit(np.zeros(10))
+    for bad in ({"beta": 0}, {"step": -1.0}, {"rank": 2}, {"n_init": 0}):
+        with pytest.raises(InputValueError):
+            dnomad.NLR(3, **bad).fit(np.zeros((20, 2)))
