@@ -1316,6 +1316,11 @@ class _RowChunkEstimator(_Estimator):
         return self.U_ @ self.U_.T
 
 
+def _row_callback(callback):
+    """An estimator's ``callback(row)`` as the solvers' ``callback(row, current_u)``."""
+    return None if callback is None else (lambda row, current_u: callback(row))
+
+
 class RiemannianKMeans(_RowChunkEstimator):
     """K-means by the cubic-regularized Riemannian Newton method of Xu, Hou, Chen and
     Zhang: the nonnegative low-rank K-means SDP max <X X^T, U U^T> over U U^T 1 = 1,
@@ -1419,7 +1424,7 @@ class RiemannianKMeans(_RowChunkEstimator):
             random_state=self.random_state, lam=self.lam, kappa_plus=self.kappa_plus,
             kappa_minus=self.kappa_minus, max_iter=self.max_iter, max_inner=self.max_inner, gtol=self.tol,
             boundary_fraction=self.boundary_fraction, second_order=self.second_order,
-            min_eigenvalue=self.min_eigenvalue, callback=self.callback)
+            min_eigenvalue=self.min_eigenvalue, callback=_row_callback(self.callback))
         self.labels_ = res.labels
         self.U_, self.V_, self.Q_ = res.U, res.V, res.Q
         self.mu_, self.cost_, self.grad_norm_ = res.mu, res.cost, res.grad_norm
@@ -1503,7 +1508,8 @@ class NLR(_RowChunkEstimator):
         for init in range(self.n_init):
             res = nlr_solver.nlr(data, self.n_clusters, rank=self.rank, beta=self.beta, step=self.step,
                                  tol=self.tol, dual_tol=self.dual_tol, max_iter=self.max_iter,
-                                 record_every=self.record_every, random_state=rng, callback=self.callback)
+                                 record_every=self.record_every, random_state=rng,
+                                 callback=_row_callback(self.callback))
             res.history = [dict(row, init=init) for row in res.history]
             res.objective = float(-res.history[-1]["loss"])
             if best is None or res.objective > best.objective:

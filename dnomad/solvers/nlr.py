@@ -45,7 +45,8 @@ def nlr(data, K, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3, ma
     augmented term's 2 beta ||U^T 1||^2 = 2 beta n).  ``U0``: a nonnegative n x r start
     (projected); default |N(0, 1)| entries, projected, as the authors'.  Stops when the
     relative change and the infeasibility are both below ``tol`` ("tolerance"), after
-    ``max_iter`` iterations ("max_iter"), or when ``callback(row)`` returns True.
+    ``max_iter`` iterations ("max_iter"), or when ``callback(row, current_u)`` returns
+    True (``current_u()`` gathers U after the iteration; its time is left out).
     """
     n = data.n
     if not (isinstance(K, (int, np.integer)) and not isinstance(K, bool) and K >= 2):
@@ -96,9 +97,13 @@ def nlr(data, K, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3, ma
             row = {"iteration": it, "loss": -float(np.sum(XtU ** 2)), "infeasibility": infeas,
                    "change": change, "seconds": time.perf_counter() - t0, "passes": data.passes - passes0}
             history.append(row)
-            if callback is not None and callback(dict(row)) is True:
-                stop = "callback"
-                break
+            if callback is not None:
+                t_cb = time.perf_counter()
+                stop_now = callback(dict(row), lambda: scale * data.get("W")) is True
+                t0 += time.perf_counter() - t_cb      # a callback's time is not the solver's
+                if stop_now:
+                    stop = "callback"
+                    break
         if done:
             stop = "tolerance"
             break

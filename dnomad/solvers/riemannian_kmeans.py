@@ -486,15 +486,18 @@ def _row_terms(X, V, small, layout, rhs):
     c = V.shape[0]
     uinv = 1.0 / _u_rows(V, Q, n)
     u2 = uinv * uinv
-    Di = mu * np.einsum("kj,cj,mj->ckm", Q1, u2, Q1) + small["shift"] * np.eye(r - 1)[None]
+    Di = mu * ((u2[:, None, :] * Q1[None]) @ Q1.T) + small["shift"] * np.eye(r - 1)[None]
     Vhat = np.hstack([np.full((c, 1), 1.0 / math.sqrt(n)), V])
-    Li = np.zeros((c, r - 1, layout.size))
+    Li = np.zeros((c, r - 1, layout.coupled))
     # dQ: mu [(u_i^-2 * (Vhat_i dQ)) Q1^T - u_i^-1 dQ[1:]^T]
-    cq = mu * np.einsum("cj,cl,kj->cklj", u2, Vhat, Q1)
+    cq = mu * (u2[:, None, None, :] * Vhat[:, None, :, None]) * Q1[None, :, None, :]
     cq[:, np.arange(r - 1), np.arange(1, r), :] -= mu * uinv[:, None, :]
     Li[:, :, layout.q] = cq.reshape(c, r - 1, r * r)
     # z (d x (r-1)): row i of B z is sqrt(2) x_i^T z.
-    Li[:, :, layout.z] = (math.sqrt(2.0) * np.einsum("cd,km->ckdm", X, np.eye(r - 1))).reshape(c, r - 1, -1)
+    cz = np.zeros((c, r - 1, X.shape[1], r - 1))
+    diag = np.arange(r - 1)
+    cz[:, diag, :, diag] = math.sqrt(2.0) * X[None]
+    Li[:, :, layout.z] = cz.reshape(c, r - 1, -1)
     Li[:, :, layout.ones] = np.eye(r - 1)[None]                  # 1^T dV = 0
     Li[:, :, layout.sphere] = V[:, :, None]                       # <V, dV> = 0
     # grad_V rows: G_V - 1 m^T - c V with G_V = -2 X (X^T V) - mu U^-1 Q1^T.
@@ -509,9 +512,12 @@ def _sub_blocks(c):
 
 def _schur_kernel(chunk, name, small, layout, with_rhs):
     """The chunk's share of S, of its right-hand side and of the Q-Q block, of
-    ||grad_V||^2, and its count of non-positive eigenvalues of the D_i."""
+    ||grad_V||^2, and its count of non-positive eigenvalues of the D_i.  The L_i have no
+    entries in the sym(dQ Q^T) multipliers' columns, so only the leading block of S is
+    touched; its sum over rows is one GEMM per block of rows."""
     X, V = chunk["X"], chunk[name]
     r = small["Q"].shape[0]
+    width = layout.coupled
     S = np.zeros((layout.size, layout.size))
     rhs = np.zeros(layout.size)
     HQQ = np.zeros((r, r, r, r))            # [l, j, l', j']
@@ -519,14 +525,15 @@ def _schur_kernel(chunk, name, small, layout, with_rhs):
     for rows in _sub_blocks(V.shape[0]):
         Di, Li, Vhat, u2, b, g = _row_terms(X[rows], V[rows], small, layout,
                                             chunk["rhsV"][rows] if with_rhs else None)
-        Dinv_L = np.linalg.solve(Di, Li)
-        Dinv_b = np.linalg.solve(Di, b[..., None])[..., 0]
-        S -= np.einsum("cka,ckb->ab", Li, Dinv_L)
-        rhs -= np.einsum("cka,ck->a", Li, Dinv_b)
-        HQQ += small["mu"] * np.einsum("cl,cj,cm->ljm", Vhat, u2, Vhat)[:, :, :, None] * \
-            np.eye(r)[None, :, None, :]
+        Dinv = np.linalg.inv(Di)
+        Dinv_L = Dinv @ Li
+        S[:width, :width] -= Li.reshape(-1, width).T @ Dinv_L.reshape(-1, width)
+        rhs[:width] -= Dinv_L.reshape(-1, width).T @ b.ravel()
+        VU = (Vhat[:, :, None] * u2[:, None, :]).reshape(len(Vhat), r * r)
+        HQQ += small["mu"] * (VU.T @ Vhat).reshape(r, r, r)[:, :, :, None] * np.eye(r)[None, :, None, :]
         gg += float(np.sum(g * g))
-        neg += int(np.sum(np.linalg.eigvalsh(Di) <= 0))
+        if small["shift"] <= 0:             # else D_i = mu (PSD) + shift I > 0
+            neg += int(np.sum(np.linalg.eigvalsh(Di) <= 0))
     return S, rhs, HQQ, gg, neg
 
 
@@ -539,7 +546,7 @@ def _back_substitute_kernel(chunk, name, small, layout, s, dQ, with_rhs):
     for rows in _sub_blocks(V.shape[0]):
         Di, Li, _, _, b, _ = _row_terms(X[rows], V[rows], small, layout,
                                         chunk["rhsV"][rows] if with_rhs else None)
-        dV[rows] = np.linalg.solve(Di, (b - Li @ s)[..., None])[..., 0]
+        dV[rows] = np.linalg.solve(Di, (b - Li @ s[:layout.coupled])[..., None])[..., 0]
         bdv += float(np.vdot(b, dV[rows]))
     chunk["dV"] = dV
     U = _u_rows(V, Q, n)
@@ -568,6 +575,7 @@ class _SmallLayout:
             setattr(self, name, slice(start, start + size))
             start += size
         self.size = start
+        self.coupled = self.sq.start            # the columns a row of dV couples to
 
 
 def _orth_constraint_rows(Q):
@@ -669,7 +677,8 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
     result) or "every" (also in every history row; Lanczos, tens of passes each).
 
     Stops with "tolerance", "max_iter", "stalled" (no acceptable step in ``max_inner``
-    tries) or "callback" (``callback(row)`` returned True).  History rows: iteration,
+    tries) or "callback": ``callback(row, current_u)`` returned True (``current_u()``
+    gathers the iterate's U; the callback's time is left out of ``seconds``).  History rows: iteration,
     loss, grad_norm, lam, inner (tries), seconds, passes (over X, from the start).
     """
     import time
@@ -690,9 +699,13 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
         if min_eigenvalue == "every":
             row["min_eigenvalue"] = problem.min_eigenvalue(it)[0]
         history.append(row)
-        if callback is not None and callback(dict(row)) is True:
-            stop = "callback"
-            break
+        if callback is not None:
+            t_cb = time.perf_counter()
+            stop_now = callback(dict(row), lambda: problem.u(it)) is True
+            t0 += time.perf_counter() - t_cb          # a callback's time is not the solver's
+            if stop_now:
+                stop = "callback"
+                break
         if sol.grad_norm <= gtol:
             if not second_order or problem.solve(it, tau).negative == 0:
                 stop = "tolerance"
