@@ -218,6 +218,12 @@ def cmd_fit(args):
             print(f"hottopixx: {est.n_epochs_} epochs, hott rows {est.hott_rows_.tolist()}, "
                   f"||X - F W||_inf,1 = {est.error_:.4g}; results in {run['store']}")
             return 0
+        if run["method"] in ("riemannian-kmeans", "nlr"):
+            est = dnomad.fit(X, method=run["method"], n_clusters=run["n_clusters"], store=run["store"],
+                             overwrite=run["overwrite"], backend=run["backend"], **params)
+            print(f"{run['method']}: {est.n_iter_} iterations ({est.stop_reason_}), labels and U in "
+                  f"{run['store']}")
+            return 0
         if run["method"] == "symnmf":
             params.setdefault("affinity", "precomputed" if run["precomputed"] else "gaussian")
         else:
@@ -360,7 +366,8 @@ def build_parser():
     p = sub.add_parser("fit", help="fit a method on data (.npy, .csv or a Zarr path or URL)")
     p.add_argument("--config", help="run configuration (TOML or YAML); flags override it")
     p.add_argument("--input", help="data: .npy, .csv, or a Zarr path or URL (required)")
-    p.add_argument("--method", choices=["nomad", "symnmf", "hottopixx"], help="default nomad")
+    p.add_argument("--method", choices=["nomad", "symnmf", "hottopixx", "riemannian-kmeans", "nlr"],
+                   help="default nomad")
     p.add_argument("--n-clusters", "--rank", dest="n_clusters", type=int,
                    help="K (nomad), k (symnmf) or the rank r (hottopixx: features x samples input); "
                         "required")

@@ -133,3 +133,20 @@ def test_bad_data_is_refused():
     for bad in ({"beta": 0}, {"step": -1.0}, {"rank": 2}, {"n_init": 0}):
         with pytest.raises(InputValueError):
             dnomad.NLR(3, **bad).fit(np.zeros((20, 2)))
+
+
+def test_command_line_fit_and_info(tmp_path):
+    import subprocess
+    import sys
+
+    X, y = gmm_simplex(300, n_clusters=3, gamma=1.5, random_state=0)
+    np.save(tmp_path / "X.npy", X)
+    store = str(tmp_path / "run.zarr")
+    cli = [sys.executable, "-m", "dnomad.cli"]
+    out = subprocess.run(cli + ["fit", "--input", str(tmp_path / "X.npy"), "--method", "riemannian-kmeans",
+                                "--n-clusters", "3", "--store", store, "--params", '{"mu": 0.05}'],
+                         capture_output=True, text=True, check=True).stdout
+    assert "(tolerance)" in out
+    assert clustering_accuracy(y, run_store.read_vector(store, "result/labels")) == 1.0
+    info = subprocess.run(cli + ["info", store], capture_output=True, text=True, check=True).stdout
+    assert "riemannian-kmeans" in info and "stop_reason=tolerance" in info
