@@ -19,6 +19,7 @@ from .errors import InputTypeError, InputValueError, StoreError, WorkerLostError
 from .linalg import top_eigenvectors
 from .solvers import hottopixx as hott_solver
 from .solvers import nlr as nlr_solver
+from .solvers._rounding import kmeans_rows
 from .solvers import riemannian_kmeans as rk
 from .solvers import symnmf
 from .solvers.nomad import CHECKPOINT_KEY as nomad_checkpoint_key
@@ -559,7 +560,7 @@ class NOMAD(_Estimator):
         self.embedding_ = scaled[:, : self.n_components]
         self.eigenvalues_ = w
         self.labels_ = labels if labels is not None else \
-            _kmeans(scaled[:, : self.n_groups], self.n_groups, self.random_state)
+            kmeans_rows(scaled[:, : self.n_groups], self.n_groups, self.random_state)
 
     def _write_result(self, arrays, res, extra, start):
         _write_result(self.store, arrays, dict({
@@ -797,30 +798,6 @@ class _InputSource:
             return group, blocks.DataPanels(group, F.astype(group.dtype))
         D = blocks.gram(F, center=False, normalize=False, **kw)
         return D.group, None
-
-
-def _kmeans(Y, k, random_state, n_init=10, max_iter=300):
-    """Lloyd's k-means with k-means++ seeding, the best of ``n_init`` runs."""
-    rng = random_state if isinstance(random_state, np.random.Generator) else \
-        np.random.default_rng(random_state)
-    best, best_inertia = None, np.inf
-    for _ in range(n_init):
-        centers = [Y[rng.integers(len(Y))]]
-        for _ in range(1, k):
-            d2 = np.min(((Y[:, None, :] - np.array(centers)[None]) ** 2).sum(-1), axis=1)
-            p = d2 / d2.sum() if d2.sum() > 0 else None
-            centers.append(Y[rng.choice(len(Y), p=p)])
-        C = np.array(centers)
-        for _ in range(max_iter):
-            lab = np.argmin(((Y[:, None, :] - C[None]) ** 2).sum(-1), axis=1)
-            newC = np.array([Y[lab == j].mean(0) if np.any(lab == j) else C[j] for j in range(k)])
-            if np.allclose(newC, C):
-                break
-            C = newC
-        inertia = ((Y - C[lab]) ** 2).sum()
-        if inertia < best_inertia:
-            best, best_inertia = lab, inertia
-    return best
 
 
 def _run_id(method, params, source, dtype, block_size, **extra):
@@ -1344,6 +1321,11 @@ class RiemannianKMeans(_RowChunkEstimator):
         Newton iterations per stage; the Riemannian gradient norm to stop at.
     lam, kappa_plus, kappa_minus, max_inner : default 1.0, 1.3, 1.1, 60
         Alg. 1's regularization and its adaptation.
+    lam_rule : {"adaptive", "bisection"}, default "adaptive"
+        Alg. 1's lam (divided by kappa_minus on a taken step, multiplied by kappa_plus on
+        a rejected one), or Sec. 3's bisection for 2 lam = L ||p(lam)|| with the cubic
+        constant L (from ``cubic_L``, default 1.0) adapted instead (about ten Newton solves
+        per iteration).
     boundary_fraction : float or None, default 0.95
         Steps cut to this fraction of the way to U = 0 (None: full steps, as printed).
     second_order : bool, default True
@@ -1378,9 +1360,9 @@ class RiemannianKMeans(_RowChunkEstimator):
     _method = "riemannian-kmeans"
 
     def __init__(self, n_clusters=8, *, rank=None, mu="auto", n_init=1, max_iter=1000, tol=1e-6, lam=1.0,
-                 kappa_plus=1.3, kappa_minus=1.1, max_inner=60, boundary_fraction=0.95, second_order=True,
-                 min_eigenvalue=None, chunk_rows=None, backend="auto", random_state=None, store=None,
-                 overwrite=False, callback=None):
+                 kappa_plus=1.3, kappa_minus=1.1, max_inner=60, lam_rule="adaptive", cubic_L=1.0,
+                 boundary_fraction=0.95, second_order=True, min_eigenvalue=None, chunk_rows=None,
+                 backend="auto", random_state=None, store=None, overwrite=False, callback=None):
         self.n_clusters = n_clusters
         self.rank = rank
         self.mu = mu
@@ -1391,6 +1373,8 @@ class RiemannianKMeans(_RowChunkEstimator):
         self.kappa_plus = kappa_plus
         self.kappa_minus = kappa_minus
         self.max_inner = max_inner
+        self.lam_rule = lam_rule
+        self.cubic_L = cubic_L
         self.boundary_fraction = boundary_fraction
         self.second_order = second_order
         self.min_eigenvalue = min_eigenvalue
@@ -1406,13 +1390,14 @@ class RiemannianKMeans(_RowChunkEstimator):
 
         self._check_common()
         check_ints(self, ["max_inner"])
-        check_numbers(self, ["tol", "lam"], positive=True)
+        check_numbers(self, ["tol", "lam", "cubic_L"], positive=True)
         if not (self.kappa_plus > 1 and self.kappa_minus > 1):
             raise InputValueError(f"kappa_plus and kappa_minus must be > 1; got {self.kappa_plus!r}, "
                                   f"{self.kappa_minus!r}")
         if self.boundary_fraction is not None and not 0 < self.boundary_fraction < 1:
             raise InputValueError(f"boundary_fraction must be in (0, 1) or None; got {self.boundary_fraction!r}")
-        check_choices(self, {"min_eigenvalue": (None, "final", "every"), "second_order": (True, False)})
+        check_choices(self, {"min_eigenvalue": (None, "final", "every"), "second_order": (True, False),
+                             "lam_rule": ("adaptive", "bisection")})
         if self.rank is not None:
             check_ints(self, ["rank"], minimum=self.n_clusters + 1)
         if not (isinstance(self.mu, str) and self.mu == "auto"):
@@ -1423,6 +1408,7 @@ class RiemannianKMeans(_RowChunkEstimator):
             data, self.n_clusters, rank=self.rank, mu=self.mu, n_init=self.n_init,
             random_state=self.random_state, lam=self.lam, kappa_plus=self.kappa_plus,
             kappa_minus=self.kappa_minus, max_iter=self.max_iter, max_inner=self.max_inner, gtol=self.tol,
+            lam_rule=self.lam_rule, cubic_L=self.cubic_L,
             boundary_fraction=self.boundary_fraction, second_order=self.second_order,
             min_eigenvalue=self.min_eigenvalue, callback=_row_callback(self.callback))
         self.labels_ = res.labels

@@ -301,3 +301,28 @@ def test_issue_gmm_every_start_reaches_the_planted_clusters_at_a_second_order_po
             assert eig[0] == pytest.approx(res.min_eigenvalue, abs=1e-6)
     # Different critical points, all near the optimum (measured: -10924.10 to -10924.07).
     assert max(costs) - min(costs) < 1e-4 * abs(min(costs))
+
+
+def test_lam_bisection_solves_the_cubic_subproblem(rng):
+    """Sec. 3: lam with 2 lam = L ||p(lam)|| and H + lam I positive definite on the
+    tangent space (Lemma 2); Alg. 1 driven by it reaches the planted clusters."""
+    from dnomad.metrics import clustering_accuracy
+    from dnomad.solvers.riemannian_kmeans import _cubic_lam, labels_from_u, random_start, riemannian_newton
+
+    X, y = gmm_simplex(120, 3, 1.5, rng)
+    M = KMeansManifold(120, 4, 3)
+    P = KMeansProblem(M, X, mu=0.05)
+    x = random_start(M, rng)
+    it = P.load(x)
+    for L in (0.1, 10.0, 1e3):
+        sol, step = _cubic_lam(P, it, L, 1.0)
+        # The root lies in [lam / 1.01, lam]: ||p|| <= 2 lam / L there, and just below
+        # either ||p|| > 2 lam / L or H + lam I is indefinite (near -lam_min, where
+        # ||p|| grows without bound).
+        assert sol.negative == 0 and np.sqrt(step.pp) <= 2 * sol.lam / L
+        below = P.solve(it, sol.lam / 1.01)
+        if below.negative == 0:
+            assert np.sqrt(P.back_substitute(it, below).pp) > 2 * (sol.lam / 1.01) / L
+    res = riemannian_newton(P, x, lam_rule="bisection", gtol=1e-6)
+    assert res.stop_reason == "tolerance" and res.grad_norm <= 1e-6
+    assert clustering_accuracy(y, labels_from_u(res.U, 3)) == 1.0

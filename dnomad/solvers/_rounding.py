@@ -1,0 +1,54 @@
+"""Lloyd's k-means on the rows of a thin matrix: the rounding step that turns a relaxed
+solution (an embedding, the factor U of Z = U U^T) into group labels."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def kmeans_rows(Y, k, random_state=None, *, n_init=10, max_iter=300, init=None):
+    """Labels of the rows of Y (n x r) by Lloyd's k-means, the best of ``n_init``
+    greedy k-means++ seedings (plus ``init``, a k x r array of starting centres, when given).
+    Distances through ||y||^2 - 2 y.c + ||c||^2: O(n k) memory."""
+    Y = np.asarray(Y, dtype=np.float64)
+    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    norms = np.einsum("ij,ij->i", Y, Y)
+
+    def dist2(C):
+        return np.maximum(norms[:, None] - 2.0 * (Y @ C.T) + np.einsum("ij,ij->i", C, C)[None], 0.0)
+
+    trials = 2 + int(np.log(k))
+
+    def seed():
+        """Greedy k-means++ (Arthur & Vassilvitskii; ``trials`` candidates per centre, the
+        one that lowers the potential most kept, as scikit-learn's)."""
+        centers = [Y[rng.integers(len(Y))]]
+        d2 = dist2(np.array(centers))[:, 0]
+        for _ in range(1, k):
+            total = d2.sum()
+            if total <= 0:
+                centers.append(Y[rng.integers(len(Y))])
+                continue
+            picks = rng.choice(len(Y), size=trials, p=d2 / total)
+            options = np.minimum(d2[:, None], dist2(Y[picks]))
+            best = int(np.argmin(options.sum(axis=0)))
+            centers.append(Y[picks[best]])
+            d2 = options[:, best]
+        return np.array(centers)
+
+    starts = ([np.asarray(init, dtype=np.float64)] if init is not None else []) + [None] * n_init
+    best, best_inertia = None, np.inf
+    for start in starts:
+        C = seed() if start is None else start
+        for _ in range(max_iter):
+            lab = np.argmin(dist2(C), axis=1)
+            counts = np.bincount(lab, minlength=k)
+            sums = np.zeros_like(C)
+            np.add.at(sums, lab, Y)
+            newC = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], C)
+            if np.allclose(newC, C):
+                break
+            C = newC
+        inertia = float(np.min(dist2(C), axis=1).sum())
+        if inertia < best_inertia:
+            best, best_inertia = np.argmin(dist2(C), axis=1), inertia
+    return best
