@@ -376,7 +376,14 @@ def main():
     if args.plot_only:
         replot(HERE, "riemannian_vs_nlr", plot)
         return
+    # Parts not run this time keep their last results (the plot shows all of them).
+    saved = os.path.join(HERE, "riemannian_vs_nlr.json")
     result = {}
+    if set(args.parts) != set(PARTS) and os.path.exists(saved):
+        import json
+
+        with open(saved) as f:
+            result = json.load(f)
     if "race" in args.parts:
         result["race"] = race(args.race_n)
     if "scaling" in args.parts:

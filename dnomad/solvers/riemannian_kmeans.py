@@ -1,6 +1,9 @@
 """K-means as smooth optimization on a product manifold (Xu, Hou, Chen, Zhang, Sec. 3,
-App. C): the manifold / problem split (as pymanopt); the cubic-regularized Newton
-optimizer comes on top of it.
+App. C, E, G), split as pymanopt does: the manifold (:class:`KMeansManifold`), the
+problem (:class:`KMeansProblem`: cost, gradient, Hessian, the Newton system) and the
+optimizer (:func:`riemannian_newton`, Alg. 1); :func:`riemannian_kmeans` adds random
+starts and mu continuation.  Every quantity is a sum over row chunks of X and V
+(:class:`dnomad.blocks.RowChunks`, in this process or on a cluster's workers).
 
 The nonnegative low-rank K-means SDP  max <X X^T, U U^T> + mu sum log U  over
 U U^T 1 = 1, Tr(U U^T) = K  is written through the submersion (Theorem 2)
@@ -176,8 +179,13 @@ class KMeansProblem:
     Two views of the same math: the methods on points (V, Q) given as arrays (``cost``,
     ``egrad``, ``ehess``, ``grad``, ``hess``: small n, the reference the tests check)
     and the methods on :class:`Iterate` (V kept in the row chunks, every quantity a sum
-    over rows: what the optimizer runs, in O(n) memory on the client for nothing but
-    labels at the end).
+    over rows: what the optimizer runs; the client holds only small matrices until U is
+    gathered at the end).
+
+    A Newton step is three passes: the Schur sums (:meth:`solve`), the back-substitution
+    (:meth:`back_substitute`), the retraction with the new point's sums
+    (:meth:`retract`).  The last two cannot be one pass, as App. E has them, because the
+    step length that keeps U > 0 is a minimum over all rows of the back-substituted step.
     """
 
     def __init__(self, manifold, X, mu, *, chunk_rows=None, client=None):
