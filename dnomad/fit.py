@@ -1302,9 +1302,9 @@ class RiemannianKMeans(_RowChunkEstimator):
     """K-means by the cubic-regularized Riemannian Newton method of Xu, Hou, Chen and
     Zhang: the nonnegative low-rank K-means SDP max <X X^T, U U^T> over U U^T 1 = 1,
     Tr(U U^T) = K, U >= 0 (U n x r), written on the manifold V x Orth(r) with a log
-    barrier mu, solved to a second-order critical point; O(n r^3 (d + r)) per Newton
-    step, every quantity a sum over row chunks of X (NumPy or Zarr, here or on a
-    cluster's workers).
+    barrier mu, solved to a second-order critical point; O(n r^3 (r + d)^2) per Newton
+    step (the Schur sums as dense GEMMs), every quantity a sum over row chunks of X
+    (NumPy or Zarr, here or on a cluster's workers).
 
     Parameters
     ----------

@@ -322,7 +322,7 @@ class KMeansProblem:
         and B = sqrt(2) X (x) I.  With z = -B^T dV as an extra unknown the rows of dV
         couple only to the small unknowns s = (dQ, z, the multipliers of 1^T dV = 0,
         <V, dV> = 0 and sym(dQ Q^T) = 0); S = L22 - sum_i L_i^T D_i^-1 L_i (size r^2 +
-        d(r-1) + r + r(r+1)/2) and its right-hand side are sums over rows.  O(n r^3 (d + r))
+        d(r-1) + r + r(r+1)/2) and its right-hand side are sums over rows.  O(n r^3 (r + d)^2)
         work.  Also returns ||grad|| and the number of eigenvalues of the Riemannian
         Hessian below -lam (Sylvester's law of inertia: the negative eigenvalues of D and
         S, less the m constraint rows, since [[D, L], [L^T, L22]] is congruent to the
