@@ -1,0 +1,144 @@
+"""Bregman divergences, the projection onto M2 and the induced norm Omega (Cheng, Zhang,
+Schuurmans), each against an independent computation."""
+import numpy as np
+import pytest
+from scipy.optimize import minimize_scalar
+
+from dnomad.errors import InputValueError
+from dnomad.solvers.bregman import (DIVERGENCES, get_divergence, omega, omega_dual, omega_lmo,
+                                    omega_squared_from_singular_values, project_m2)
+
+
+def domain_points(div, rng, shape):
+    if div.name == "logistic":
+        return rng.uniform(0.02, 0.98, shape)
+    if div.name in ("kl", "itakura-saito"):
+        return rng.uniform(0.05, 4.0, shape)
+    return rng.normal(size=shape)
+
+
+@pytest.mark.parametrize("name", sorted(DIVERGENCES))
+def test_divergence_definition_and_duality(name, rng):
+    div = get_divergence(name)
+    x, y = domain_points(div, rng, (50, 6)), domain_points(div, rng, (50, 6))
+    D = div(x, y)
+    assert D.shape == (50,) and np.all(D > 0)
+    np.testing.assert_allclose(div(x, x), 0, atol=1e-12)
+    # The definition through F and f (the stable forms differ from it only by round-off).
+    np.testing.assert_allclose(D, np.sum(div.F(x) - div.F(y) - (x - y) * div.f(y), axis=1), rtol=1e-9, atol=1e-12)
+    # f is F's derivative (central differences), f^-1 inverts it.
+    h = 1e-6
+    np.testing.assert_allclose(div.f(x), (div.F(x + h) - div.F(x - h)) / (2 * h), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(div.f_inv(div.f(x)), x, rtol=1e-12, atol=1e-12)
+    # F* is the conjugate: sup_x theta x - F(x), computed numerically over F's domain.
+    bounds = {"logistic": (1e-12, 1 - 1e-12), "kl": (1e-12, 1e3), "itakura-saito": (1e-9, 1e3),
+              "euclidean": (-1e3, 1e3)}[name]
+    for theta in div.f(x[0]):
+        res = minimize_scalar(lambda v: -(theta * v - div.F(v)), bounds=bounds, method="bounded",
+                              options={"xatol": 1e-12})
+        assert div.F_conj(theta) == pytest.approx(-res.fun, rel=1e-7, abs=1e-9)
+    # D_F(x, y) = D_F*(f(y), f(x)).
+    np.testing.assert_allclose(div.conjugate(div.f(y), div.f(x)), D, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(DIVERGENCES))
+def test_joint_convexity_is_as_declared(name, rng):
+    """The Hessian of (x, y) -> D_F(x, y) (one coordinate, central differences) is PSD
+    on random domain points for jointly convex divergences; Itakura-Saito has a point
+    where it is not (so the ADMM of Sec. 3.1 refuses it)."""
+    div = get_divergence(name)
+    h = 1e-4
+
+    def hessian(x, y):
+        def D(a, b):
+            return float(div(np.array([a]), np.array([b])))
+        fxx = (D(x + h, y) - 2 * D(x, y) + D(x - h, y)) / h ** 2
+        fyy = (D(x, y + h) - 2 * D(x, y) + D(x, y - h)) / h ** 2
+        fxy = (D(x + h, y + h) - D(x + h, y - h) - D(x - h, y + h) + D(x - h, y - h)) / (4 * h * h)
+        return np.array([[fxx, fxy], [fxy, fyy]])
+
+    pts = domain_points(div, rng, (40, 2))
+    smallest = min(np.linalg.eigvalsh(hessian(a, b))[0] / max(1.0, np.abs(hessian(a, b)).max())
+                   for a, b in pts)
+    if div.jointly_convex:
+        assert smallest > -1e-4
+    else:
+        assert np.linalg.det(hessian(2.0, 1.0)) == pytest.approx(-0.25, rel=1e-4)
+
+
+def test_domain_errors_name_the_divergence_and_the_entry():
+    with pytest.raises(InputValueError, match=r"logistic divergence \(the open interval \(0, 1\)\).*\(1, 0\)"):
+        get_divergence("logistic").check_domain(np.array([[0.5, 0.2], [1.0, 0.3]]))
+    with pytest.raises(InputValueError, match="kl divergence"):
+        get_divergence("kl").check_domain(np.array([0.0, 1.0]))
+    with pytest.raises(InputValueError, match="divergence must be one of"):
+        get_divergence("hellinger")
+
+
+def cvxpy_project_m2(A, d):
+    import cvxpy as cp
+
+    t = A.shape[0]
+    Z = cp.Variable((t, t), symmetric=True)
+    cons = [Z >> 0, np.eye(t) - Z >> 0, cp.trace(Z) <= d, Z @ np.ones(t) == np.ones(t)]
+    cp.Problem(cp.Minimize(cp.sum_squares(Z - A)), cons).solve(solver="CLARABEL")
+    return Z.value
+
+
+@pytest.mark.parametrize("t,d,scale", [(7, 2, 1.0), (8, 3, 1.0), (9, 4, 0.3), (8, 3, 5.0)])
+def test_projection_onto_m2_equals_a_generic_convex_solver(t, d, scale, rng):
+    A = scale * rng.normal(size=(t, t))
+    Z = project_m2(A, d)
+    np.testing.assert_allclose(Z, cvxpy_project_m2(A, d), atol=2e-6)
+    # Z is in M2.
+    w = np.linalg.eigvalsh(Z)
+    assert w.min() > -1e-10 and w.max() < 1 + 1e-10 and np.trace(Z) <= d + 1e-10
+    np.testing.assert_allclose(Z @ np.ones(t), 1, atol=1e-12)
+    # A point of M2 projects onto itself.
+    np.testing.assert_allclose(project_m2(Z, d), Z, atol=1e-10)
+
+
+def omega_by_sdp(T, d):
+    """(17) as written: min tr(W) over M in M3 and [[M, T], [T', W]] PSD (Schur
+    complement form of tr(T' M^+ T) with Im T in Im M), by a generic SDP solver."""
+    import cvxpy as cp
+
+    t, n = T.shape
+    M = cp.Variable((t, t), symmetric=True)
+    W = cp.Variable((n, n), symmetric=True)
+    cons = [cp.bmat([[M, T], [T.T, W]]) >> 0, M >> 0, np.eye(t) - M >> 0, cp.trace(M) <= d - 1]
+    return cp.Problem(cp.Minimize(cp.trace(W)), cons).solve(solver="CLARABEL")
+
+
+@pytest.mark.parametrize("t,n,d", [(6, 3, 2), (6, 4, 3), (7, 2, 4)])
+def test_omega_equals_its_defining_minimization(t, n, d, rng):
+    T = rng.normal(size=(t, n))
+    assert omega(T, d) ** 2 == pytest.approx(omega_by_sdp(T, d), rel=1e-5)
+
+
+def test_algorithm_2_equals_the_minimization_over_sigma(rng):
+    """(18) by a generic solver (quad-over-lin is jointly convex) for random s."""
+    import cvxpy as cp
+
+    for t, d in ((6, 2), (6, 3), (8, 5), (5, 6)):
+        s = np.abs(rng.normal(size=t)) * rng.choice([0.1, 1, 10], size=t)
+        sigma = cp.Variable(t)
+        prob = cp.Problem(cp.Minimize(sum(cp.quad_over_lin(s[i], sigma[i]) for i in range(t))),
+                          [sigma >= 0, sigma <= 1, cp.sum(sigma) <= d - 1])
+        assert omega_squared_from_singular_values(s, d) == pytest.approx(prob.solve(solver="CLARABEL"), rel=1e-6)
+
+
+def test_omega_is_a_norm_and_the_lmo_attains_the_dual_norm(rng):
+    d = 3
+    for _ in range(20):
+        T1, T2 = rng.normal(size=(8, 4)), rng.normal(size=(8, 4))
+        assert omega(T1 + T2, d) <= omega(T1, d) + omega(T2, d) + 1e-12
+        assert omega(-2.5 * T1, d) == pytest.approx(2.5 * omega(T1, d), rel=1e-12)
+    R = rng.normal(size=(8, 4))
+    S = omega_lmo(R, d)
+    assert omega(S, d) == pytest.approx(1.0, rel=1e-10)
+    assert np.sum(R * S) == pytest.approx(omega_dual(R, d), rel=1e-10)
+    # No point of the unit ball does better (random points scaled onto its boundary).
+    for _ in range(200):
+        P = rng.normal(size=(8, 4))
+        assert np.sum(R * P) / omega(P, d) <= omega_dual(R, d) + 1e-10
