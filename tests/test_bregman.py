@@ -142,3 +142,75 @@ def test_omega_is_a_norm_and_the_lmo_attains_the_dual_norm(rng):
     for _ in range(200):
         P = rng.normal(size=(8, 4))
         assert np.sum(R * P) / omega(P, d) <= omega_dual(R, d) + 1e-10
+
+
+def blobs(rng, t=60, d=3, spread=0.5):
+    """d well-separated positive clusters in R^4."""
+    centers = np.array([[1, 1, 5, 5], [5, 1, 1, 5], [1, 5, 5, 1], [5, 5, 1, 1]], float)[:d]
+    y = np.repeat(np.arange(d), t // d)
+    return centers[y] + spread * np.abs(rng.normal(size=(len(y), 4))), y
+
+
+def test_simplex_projection_rows_equal_a_generic_solver(rng):
+    import cvxpy as cp
+
+    from dnomad.solvers.bregman import project_simplex_rows
+
+    A = rng.normal(size=(5, 7)) * np.array([[0.1], [1], [3], [10], [0.01]])
+    P = project_simplex_rows(A)
+    for a, p in zip(A, P):
+        x = cp.Variable(7)
+        cp.Problem(cp.Minimize(cp.sum_squares(x - a)), [x >= 0, cp.sum(x) == 1]).solve(solver="CLARABEL")
+        np.testing.assert_allclose(p, x.value, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["euclidean", "kl"])
+def test_cond_jc_admm_reaches_the_optimum_over_m1(name, rng):
+    """The ADMM's D_F(X, M X) against the convex program over M1 written for cvxpy."""
+    import cvxpy as cp
+
+    from dnomad.solvers.bregman import cond_jc
+
+    X, _ = blobs(rng, t=15, spread=1.5)
+    d = 3
+    res = cond_jc(X, d, name, tol=1e-6, max_iter=3000)
+    assert res.stop_reason == "tolerance"
+    t = X.shape[0]
+    M = cp.Variable((t, t), symmetric=True)
+    Y = M @ X
+    loss = 0.5 * cp.sum_squares(X - Y) if name == "euclidean" else cp.sum(cp.kl_div(X, Y))
+    cons = [M >> 0, np.eye(t) - M >> 0, cp.trace(M) <= d, M >= 0, M @ np.ones(t) == np.ones(t)]
+    best = cp.Problem(cp.Minimize(loss), cons).solve(solver="CLARABEL")
+    assert res.objective == pytest.approx(best, rel=2e-3, abs=1e-6)
+    # M and Z agree, M's rows are on the simplex, Z is in M2.
+    np.testing.assert_allclose(res.M.sum(axis=1), 1, atol=1e-12)
+    assert res.M.min() >= 0 and np.abs(res.M - res.Z).max() < 1e-4
+
+
+@pytest.mark.parametrize("name", ["euclidean", "kl", "logistic"])
+def test_cond_jc_with_rounding_and_reoptimization_recovers_planted_clusters(name, rng):
+    from dnomad.metrics import clustering_accuracy
+    from dnomad.solvers.bregman import cond_jc, hard_clustering, spectral_rounding
+
+    X, y = blobs(rng)
+    if name == "logistic":
+        X = X / (X.max() + 1.0)                       # into (0, 1)
+    res = cond_jc(X, 3, name)
+    for labels in spectral_rounding(res.M, 3, repeats=3, random_state=0):
+        final, objective, _ = hard_clustering(X, 3, name, labels)
+        assert clustering_accuracy(y, final) == 1.0
+
+
+def test_hard_clustering_refills_empty_clusters_and_cond_jc_refuses_itakura_saito(rng):
+    from dnomad.metrics import clustering_accuracy
+    from dnomad.solvers.bregman import cond_jc, hard_clustering
+
+    X, y = blobs(rng, t=40, d=4)
+    labels, objective, _ = hard_clustering(X, 4, "kl", np.zeros(40, int))
+    assert len(np.unique(labels)) == 4 and objective > 0
+    best = min((hard_clustering(X, 4, "kl", random_state=s) for s in range(10)), key=lambda r: r[1])
+    assert clustering_accuracy(y, best[0]) == 1.0
+    with pytest.raises(InputValueError, match="jointly convex divergence; itakura-saito is not"):
+        cond_jc(X, 4, "itakura-saito")
+    with pytest.raises(InputValueError, match="kl divergence"):
+        cond_jc(-X, 4, "kl")
