@@ -214,3 +214,80 @@ def test_hard_clustering_refills_empty_clusters_and_cond_jc_refuses_itakura_sait
         cond_jc(X, 4, "itakura-saito")
     with pytest.raises(InputValueError, match="kl divergence"):
         cond_jc(-X, 4, "kl")
+
+
+def xi_by_sdp(T, d):
+    """(38) as written, with M in M2 (M 1 = 1, 0 <= M <= I, tr M <= d)."""
+    import cvxpy as cp
+
+    t, n = T.shape
+    M = cp.Variable((t, t), symmetric=True)
+    W = cp.Variable((n, n), symmetric=True)
+    cons = [cp.bmat([[M, T], [T.T, W]]) >> 0, M >> 0, np.eye(t) - M >> 0, cp.trace(M) <= d,
+            M @ np.ones(t) == np.ones(t)]
+    return cp.Problem(cp.Minimize(cp.trace(W)), cons).solve(solver="CLARABEL")
+
+
+@pytest.mark.parametrize("t,n,d", [(6, 3, 2), (7, 3, 3)])
+def test_xi_equals_its_defining_minimization_and_its_lmo_attains_the_dual(t, n, d, rng):
+    from dnomad.solvers.bregman import xi, xi_dual, xi_lmo, xi_minimizer
+
+    T = rng.normal(size=(t, n)) + 0.5
+    assert xi(T, d) ** 2 == pytest.approx(xi_by_sdp(T, d), rel=1e-5)
+    # The factored minimizer is in M2 and attains Xi^2.
+    Phi, sigma = xi_minimizer(T, d)
+    M = (Phi * sigma) @ Phi.T + 1.0 / t
+    assert np.trace(T.T @ np.linalg.pinv(M) @ T) == pytest.approx(xi(T, d) ** 2, rel=1e-8)
+    np.testing.assert_allclose(M @ np.ones(t), 1, atol=1e-10)
+    assert np.trace(M) <= d + 1e-10 and np.linalg.eigvalsh(M).max() <= 1 + 1e-10
+    G = rng.normal(size=(t, n))
+    S = xi_lmo(G, d)
+    assert xi(S, d) == pytest.approx(1.0, rel=1e-10)
+    assert np.sum(G * S) == pytest.approx(xi_dual(G, d), rel=1e-10)
+    for _ in range(200):
+        P = rng.normal(size=(t, n)) + rng.normal() * np.ones((t, 1))
+        assert np.sum(G * P) / xi(P, d) <= xi_dual(G, d) + 1e-10
+        assert xi(P + T, d) <= xi(P, d) + xi(T, d) + 1e-12
+
+
+@pytest.mark.filterwarnings("ignore:Solution may be inaccurate")
+def test_cond_gcg_reaches_the_convex_optimum():
+    """(17) over M2 with the Euclidean divergence (L(T) = ||T - X||^2 / 2), as an SDP."""
+    import cvxpy as cp
+
+    from dnomad.solvers.bregman import cond
+
+    rng = np.random.default_rng(3)
+    X, _ = blobs(rng, t=12, spread=1.0)
+    d, alpha = 3, 0.5
+    res = cond(X, d, "euclidean", alpha=alpha, tol=1e-6, max_iter=3000)
+    t, n = X.shape
+    T = cp.Variable((t, n))
+    M = cp.Variable((t, t), symmetric=True)
+    W = cp.Variable((n, n), symmetric=True)
+    cons = [cp.bmat([[M, T], [T.T, W]]) >> 0, M >> 0, np.eye(t) - M >> 0, cp.trace(M) <= d,
+            M @ np.ones(t) == np.ones(t)]
+    best = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(T - X) + alpha / 2 * cp.trace(W)), cons).solve(
+        solver="CLARABEL")
+    # The solver's duality gap bounds its distance to the optimum (the SDP solver's value
+    # is accurate to about 1e-6 relative).
+    assert -1e-5 * best <= res.objective - best <= res.history[-1]["gap"] + 1e-5 * best
+    assert res.objective == pytest.approx(best, rel=5e-4)
+    assert all(a["objective"] >= b["objective"] - 1e-12 for a, b in zip(res.history, res.history[1:]))
+
+
+@pytest.mark.parametrize("name", ["euclidean", "kl", "logistic"])
+def test_cond_with_rounding_and_reoptimization_recovers_planted_clusters(name, rng):
+    from dnomad.metrics import clustering_accuracy
+    from dnomad.solvers._rounding import kmeans_rows
+    from dnomad.solvers.bregman import cond, hard_clustering
+
+    X, y = blobs(rng)
+    if name == "logistic":
+        X = X / (X.max() + 1.0)
+    res = cond(X, 3, name, alpha=1e-3)
+    E = res.membership_eigenvectors(3)
+    E = E / np.linalg.norm(E, axis=1, keepdims=True)
+    labels = kmeans_rows(E, 3, 0)
+    final, _, _ = hard_clustering(X, 3, name, labels)
+    assert clustering_accuracy(y, final) == 1.0

@@ -485,3 +485,151 @@ def spectral_rounding(M, d, *, repeats=10, random_state=None):
     E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-300)
     rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
     return [kmeans_rows(E, d, rng, n_init=1) for _ in range(repeats)]
+
+
+# ------------------------------------------------------------ Xi: Omega over M2 (App. B)
+def _center_rows(T):
+    """H T with H = I - 1 1^T / t."""
+    return T - T.mean(axis=0)[None]
+
+
+def xi(T, d):
+    """Xi(T) = sqrt(min tr(T' M^+ T) over M in M2 with Im T in Im M) = sqrt(Omega^2(H T)
+    + ||T' 1||^2 / t) (38), (44)."""
+    T = np.asarray(T, dtype=np.float64)
+    return math.sqrt(omega(_center_rows(T), d) ** 2 + float(np.sum(T.sum(axis=0) ** 2)) / T.shape[0])
+
+
+def xi_dual(G, d):
+    """Xi_*(G) = sqrt(||G' 1||^2 / t + Omega_*^2(H G)) (App. B.3; the paper's (46) writes
+    Omega(HG) where its derivation gives the dual norm Omega_*)."""
+    G = np.asarray(G, dtype=np.float64)
+    return math.sqrt(float(np.sum(G.sum(axis=0) ** 2)) / G.shape[0] + omega_dual(_center_rows(G), d) ** 2)
+
+
+def xi_lmo(G, d):
+    """S with Xi(S) = 1 maximizing <G, S> (= Xi_*(G)): the optimal tau of App. B.3 splits
+    the unit ball between H S (Omega's LMO on H G) and S' 1 (along G' 1)."""
+    G = np.asarray(G, dtype=np.float64)
+    t = G.shape[0]
+    col = G.sum(axis=0)                          # G' 1
+    a2 = float(col @ col) / t                    # ||G' 1||^2 / t
+    HG = _center_rows(G)
+    b = omega_dual(HG, d)
+    total = math.sqrt(a2 + b * b)
+    if total == 0:
+        raise InputValueError("the matrix is zero: its linear minimization oracle is undefined")
+    S = np.zeros_like(G)
+    if b > 0:
+        S += (b / total) * omega_lmo(HG, d)
+    if a2 > 0:
+        S += (math.sqrt(a2) / total) * np.outer(np.ones(t), col) / (math.sqrt(a2) * t)
+    return S
+
+
+def xi_minimizer(T, d):
+    """The M in M2 attaining Xi(T) (45), factored: (Phi, sigma) with M = Phi diag(sigma)
+    Phi' + 1 1' / t, Phi the left singular vectors of H T (orthogonal to 1) and sigma
+    from Alg. 2's optimal weights."""
+    HT = _center_rows(np.asarray(T, dtype=np.float64))
+    U, s, _ = np.linalg.svd(HT, full_matrices=False)
+    return U, _alg2_weights(s, d)
+
+
+def _alg2_weights(s, d):
+    """The sigma_i of (18)'s minimizer for singular values s (descending): 1 on the k
+    largest, (d - 1 - k) s_i / sum_{j >= k} s_j on the rest."""
+    s = np.asarray(s, dtype=np.float64)
+    tail = np.cumsum(s[::-1])[::-1]
+    for k in range(d - 1):
+        if k >= len(s) or tail[k] >= (d - 1 - k) * s[k]:
+            break
+    sigma = np.ones_like(s)
+    if k < len(s) and tail[k] > 0:
+        sigma[k:] = (d - 1 - k) * s[k:] / tail[k]
+    elif k < len(s):
+        sigma[k:] = 0.0
+    return sigma
+
+
+# ------------------------------------------------------------ cvxCond (Sec. 3.2)
+class CondResult:
+    """T (t x n, the dual-coordinate representatives T = M A), the optimal M in factored
+    form (Phi, sigma; M = Phi diag(sigma) Phi' + 1 1' / t), the objective L(T) + alpha/2
+    Xi^2(T), history rows (iteration, objective, duality gap, seconds), stop reason."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    def membership_eigenvectors(self, d):
+        """The top d eigenvectors of M (1 / sqrt(t) and the leading Phi columns)."""
+        t = self.Phi.shape[0]
+        order = np.argsort(-self.sigma)[: d - 1]
+        return np.hstack([np.full((t, 1), 1.0 / math.sqrt(t)), self.Phi[:, order]])
+
+
+def cond(X, d, divergence="euclidean", *, alpha=1e-5, max_iter=500, tol=1e-6, callback=None):
+    """min over T of L(T) + alpha/2 Xi^2(T), L(T) = D_F*(T, f(X)) (17) with M relaxed to
+    M2, by the generalized conditional gradient of Alg. 1 with the partially corrective
+    step (52): S = -LMO(grad L(T)) (Xi(S) = 1), then (eta1, eta2) >= 0 minimizing
+    L(eta1 T + eta2 S) + alpha/2 (eta1 r + eta2)^2, T <- eta1 T + eta2 S and r <- Xi(T)
+    (the gauge of App. C step 7).  Stops when the Fenchel duality gap <G, T> + alpha/2
+    Xi(T)^2 + Xi_*(G)^2 / (2 alpha) (G = grad L(T)), an upper bound on the distance to the
+    optimal value, is below tol (1 + |objective|); the paper's (51) is a weaker test of
+    the same kind.  Convergence is O(1/k) (no local refinement over T = P Q' yet).  Any Bregman divergence whose conjugate is finite at 0 (the start T
+    = 0): Euclidean, logistic, KL.  M is recovered from the optimal T by (45)."""
+    import time
+
+    from scipy.optimize import minimize
+
+    div = get_divergence(divergence)
+    X = div.check_domain(X)
+    if X.ndim != 2:
+        raise InputValueError(f"X must be a 2-D array (points x features); got shape {X.shape}")
+    t = X.shape[0]
+    if not (isinstance(d, (int, np.integer)) and 2 <= d < t):
+        raise InputValueError(f"d (n_clusters) must be an integer with 2 <= d < t = {t}; got {d!r}")
+    if not np.all(np.isfinite(div.F_conj(np.zeros(1)))):
+        raise InputValueError(f"cvxCond starts at T = 0, outside the domain of the {div.name} "
+                              f"divergence's conjugate")
+    if not (alpha > 0 and math.isfinite(alpha)):
+        raise InputValueError(f"alpha must be a finite number > 0; got {alpha!r}")
+    theta_x = div.f(X)
+    const = div.F_conj(theta_x) - theta_x * X           # F*(f(x)) - <f(x), x>, per entry
+
+    def loss(T):
+        return float(np.sum(div.F_conj(T) - T * X - const))
+
+    T = np.zeros_like(X)
+    r = 0.0
+    history, stop = [], "max_iter"
+    t0 = time.perf_counter()
+    for it in range(1, max_iter + 1):
+        G = div.f_inv(T) - X                              # grad L
+        S = -xi_lmo(G, d)
+        value = loss(T) + 0.5 * alpha * r * r
+        # Fenchel duality gap of min L(T) + alpha/2 Xi(T)^2: an upper bound on value - optimum.
+        gap = float(np.sum(G * T)) + 0.5 * alpha * r * r + xi_dual(G, d) ** 2 / (2 * alpha)
+        row = {"iteration": it, "objective": value, "gap": gap, "seconds": time.perf_counter() - t0}
+        history.append(row)
+        if callback is not None and callback(dict(row)) is True:
+            stop = "callback"
+            break
+        if gap <= tol * (1.0 + abs(value)):
+            stop = "tolerance"
+            break
+
+        def pair(eta, T=T, S=S, r=r):
+            C = eta[0] * T + eta[1] * S
+            g = div.f_inv(C) - X
+            norm = eta[0] * r + eta[1]
+            return (loss(C) + 0.5 * alpha * norm * norm,
+                    np.array([np.sum(g * T) + alpha * norm * r, np.sum(g * S) + alpha * norm]))
+
+        res = minimize(pair, np.array([1.0, 0.0]) if it > 1 else np.array([0.0, 1.0]), jac=True,
+                       method="L-BFGS-B", bounds=[(0, None), (0, None)])
+        T = res.x[0] * T + res.x[1] * S
+        r = xi(T, d)
+    Phi, sigma = xi_minimizer(T, d)
+    return CondResult(T=T, Phi=Phi, sigma=sigma, objective=loss(T) + 0.5 * alpha * xi(T, d) ** 2,
+                      history=history, stop_reason=stop, n_iter=it)
