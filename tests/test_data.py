@@ -47,3 +47,17 @@ def test_fashion_mnist_has_7000_images_per_class(fashion_installed):
     assert X.min() == 0 and X.max() == 1
     bags, yb = fashion_mnist(8)
     assert bags.shape == (7000, 784) and (yb == 8).all()
+
+
+def test_the_uci_sets_of_the_bregman_paper_have_their_published_sizes():
+    """Cheng, Zhang, Schuurmans, Table 1 (and UCI): t x n and the class counts."""
+    from dnomad.data import breast_wisconsin, heart, pima, spambase
+
+    cases = [(spambase(1000), (1000, 57), [606, 394]),      # 4597 rows (KEEL: 2785 / 1812), 1000 drawn
+             (pima(), (768, 8), [500, 268]),
+             (heart(), (270, 13), [150, 120]),
+             (breast_wisconsin(), (683, 9), [444, 239])]    # the 699 less 16 rows with a missing value
+    for (X, y), shape, counts in cases:
+        assert X.shape == shape and np.bincount(y).tolist() == counts and np.isfinite(X).all()
+    X, y = spambase()
+    assert X.shape == (4597, 57) and len(np.unique(y)) == 2

@@ -10,6 +10,9 @@ dependencies:
 * ``pendigits``: UCI pen-based digits, 10992 x 16, 10 classes (KEEL "penbased").
 * ``satimage``: UCI Statlog Landsat, 6435 x 36, 6 classes (labels 1, 2, 3, 4, 5, 7).
 * ``letter``: UCI letter recognition, 20000 x 16, 26 classes.
+* ``spambase``, ``pima``, ``heart``, ``breast_wisconsin``: the UCI sets of Cheng, Zhang
+  and Schuurmans' Tables 1-5 that a package ships (balance scale, ORL and Yale are
+  shipped by none).
 * ``yeast``: UCI yeast, 1484 x 8, 10 classes.  No package ships the 10-class file; KEEL's
   binary variants (one class, or a union of classes, against the rest) are, and every
   row's class follows from which variants list it as positive.  One row comes out as
@@ -86,6 +89,44 @@ def letter():
     """UCI letter recognition: (20000, 16), 26 classes (A-Z as 0-25)."""
     X, labels = _read_keel(os.path.join(_keel_dir(), "balanced", "raw", "letter.dat"))
     y, _ = _classes_to_int(labels)
+    return X, y
+
+
+def spambase(n_samples=None, random_state=0):
+    """UCI spambase (KEEL's copy, duplicates removed): (4597, 57), classes non-spam 0 /
+    spam 1.  ``n_samples`` draws that many rows keeping the class ratio (Cheng et al.
+    use 1000), in file order."""
+    X, labels = _read_keel(os.path.join(_keel_dir(), "balanced", "raw", "spambase.dat"))
+    y, _ = _classes_to_int(labels)
+    if n_samples is not None:
+        rng = np.random.default_rng(random_state)
+        keep = np.concatenate([rng.choice(np.flatnonzero(y == c), size=int(round(n_samples * np.mean(y == c))),
+                                          replace=False) for c in np.unique(y)])
+        keep.sort()
+        X, y = X[keep], y[keep]
+    return X, y
+
+
+def pima():
+    """Pima Indians diabetes: (768, 8), classes tested_negative 0 / tested_positive 1."""
+    X, labels = _read_keel(os.path.join(_keel_dir(), "balanced", "raw", "pima.dat"))
+    y, _ = _classes_to_int(labels, ("tested_negative", "tested_positive"))
+    return X, y
+
+
+def heart():
+    """Statlog heart: (270, 13), classes absent 0 / present 1 (file labels 1, 2)."""
+    X, labels = _read_keel(os.path.join(_keel_dir(), "balanced", "raw", "heart.dat"))
+    y, _ = _classes_to_int(labels, ("1", "2"))
+    return X, y
+
+
+def breast_wisconsin():
+    """Breast cancer Wisconsin (original), KEEL's copy: (683, 9), benign 0 / malignant 1
+    (file labels 2, 4).  The original has 699 rows; the 16 with a missing bare-nuclei
+    value are not in this copy."""
+    X, labels = _read_keel(os.path.join(_keel_dir(), "balanced", "raw", "wisconsin.dat"))
+    y, _ = _classes_to_int(labels, ("2", "4"))
     return X, y
 
 
@@ -189,4 +230,5 @@ def fashion_mnist(classes=None):
 
 
 REAL_DATASETS = {"yeast": yeast, "satimage": satimage, "pendigits": pendigits, "mnist": mnist,
-                 "fashion_mnist": fashion_mnist, "letter": letter}
+                 "fashion_mnist": fashion_mnist, "letter": letter, "spambase": spambase, "pima": pima,
+                 "heart": heart, "breast_wisconsin": breast_wisconsin}

@@ -374,13 +374,15 @@ class CondJCResult:
         self.__dict__.update(fields)
 
 
-def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-5, inner_iter=50,
+def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-5, inner_iter=5,
             callback=None):
     """min D_F(X, M X) over M in M1 = {M : 0 <= M <= I, tr M <= d, rows of M on the
     simplex} (Sec. 3.1) by the ADMM of Sec. 3.1.1 for a jointly convex D_F:
 
     1. M <- argmin over rows on the simplex of D_F(X, M X) - <Lambda, M> + ||M - Z||^2 / (2 mu)
-       (row-separable; accelerated projected gradient with backtracking, warm-started);
+       (row-separable; ``inner_iter`` steps of accelerated projected gradient with
+       backtracking, warm-started: ADMM tolerates the inexact step, and on the heart data
+       5 steps reach the same iterates' objective as 50 in a tenth of the time);
     2. Z <- the projection of M - mu Lambda onto M2 (:func:`project_m2`);
     3. Lambda <- Lambda + (Z - M) / mu.
 
@@ -423,6 +425,15 @@ def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-
         if primal <= tol and dual <= tol:
             stop = "tolerance"
             break
+        # Residual balancing (Boyd et al. 2011, Sec. 3.4.1): keep the primal residual and
+        # the dual one, ||Z - Z_prev|| / mu, within a factor 10 of each other.
+        # Adapted every 10 iterations during the first 300 (later changes keep ADMM from
+        # settling).
+        if it % 10 == 0 and it <= 300:
+            if primal > 10 * dual / mu:
+                mu /= 2
+            elif dual / mu > 10 * primal:
+                mu *= 2
     return CondJCResult(M=M, Z=Z, objective=history[-1]["objective"], history=history, stop_reason=stop,
                         n_iter=it, admm_mu=mu)
 
