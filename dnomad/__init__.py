@@ -6,9 +6,9 @@ __version__ = "0.1.0"
 
 from . import blocks, data, linalg, metrics  # noqa: E402
 from .blocks import BlockMatrix  # noqa: E402
-from .fit import NLR, NOMAD, Hottopixx, RiemannianKMeans, SymNMF, fit, resume  # noqa: E402
+from .fit import NLR, NOMAD, BregmanClustering, Hottopixx, RiemannianKMeans, SymNMF, fit, resume  # noqa: E402
 
-__all__ = ["BlockMatrix", "Hottopixx", "NLR", "NOMAD", "RiemannianKMeans", "SymNMF", "blocks", "data", "fit", "linalg", "metrics", "resume",
+__all__ = ["BlockMatrix", "BregmanClustering", "Hottopixx", "NLR", "NOMAD", "RiemannianKMeans", "SymNMF", "blocks", "data", "fit", "linalg", "metrics", "resume",
            "ConvergenceWarning", "DnomadError", "InputTypeError", "InputValueError", "MissingDataError",
            "StoreError",
            "__version__"]

@@ -1512,6 +1512,98 @@ class NLR(_RowChunkEstimator):
                 "stop_reason": self.stop_reason_, "n_iter": self.n_iter_, "passes": self.passes_}
 
 
+class BregmanClustering(_Estimator):
+    """Hard clustering under a Bregman divergence by the convex relaxations of Cheng,
+    Zhang and Schuurmans over normalized equivalence matrices M, rounded by spectral
+    clustering and re-optimized by Bregman hard clustering (Sec. 6).
+
+    Parameters
+    ----------
+    n_clusters : int, >= 2
+    model : {"cond-jc", "cond"}, default "cond-jc"
+        "cond-jc": min D_F(X, M X) over M in M1 by ADMM (Sec. 3.1; jointly convex
+        divergences: Euclidean, KL, logistic); "cond": min D_F*(T, f(X)) + alpha/2 Xi^2(T)
+        over T = M A, M in M2, by generalized conditional gradient (Sec. 3.2; any of the
+        divergences whose conjugate is finite at 0).
+    divergence : {"euclidean", "logistic", "kl", "itakura-saito"} or BregmanDivergence
+    alpha : float, default 1e-5
+        The "cond" model's regularizer (the paper's values: 1e-5, 1e-9).
+    max_iter, tol : optional
+        The relaxation's iterations and tolerance (defaults: 1000 and 1e-5 for ADMM,
+        2000 and 1e-6 for conditional gradient).
+    rounding_repeats : int, default 10
+        Spectral-clustering roundings (k-means seeds), each re-optimized; the lowest hard
+        objective wins.
+    random_state
+
+    Attributes
+    ----------
+    labels_ : ndarray (t,)
+    objective_ : float
+        D_F(X, Y Gamma), the hard objective of labels_ (after re-optimization).
+    rounded_objectives_, reoptimized_objectives_ : list of float
+        Per rounding, before and after re-optimization.
+    M_ : ndarray (t, t) ("cond-jc") or (Phi, sigma) with M = Phi diag(sigma) Phi' + 1 1'/t
+        ("cond")
+    relaxation_objective_, history_, stop_reason_, n_iter_, fit_seconds_
+    """
+
+    MODELS = ("cond-jc", "cond")
+
+    def __init__(self, n_clusters=2, *, model="cond-jc", divergence="euclidean", alpha=1e-5, max_iter=None,
+                 tol=None, rounding_repeats=10, random_state=None):
+        self.n_clusters = n_clusters
+        self.model = model
+        self.divergence = divergence
+        self.alpha = alpha
+        self.max_iter = max_iter
+        self.tol = tol
+        self.rounding_repeats = rounding_repeats
+        self.random_state = random_state
+
+    def fit(self, X, y=None, *, resume=False):
+        """Cluster the rows of X (points x features, in the divergence's domain).  Returns
+        self."""
+        from .solvers import bregman
+        from .solvers._checks import check_choices, check_ints
+
+        if resume:
+            raise InputValueError("BregmanClustering keeps no checkpoints to resume from: fit again")
+        start = time.perf_counter()
+        check_choices(self, {"model": self.MODELS})
+        check_ints(self, ["n_clusters"], minimum=2)
+        check_ints(self, ["rounding_repeats"])
+        div = bregman.get_divergence(self.divergence)
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise InputValueError(f"X must be a 2-D array (points x features); got shape {X.shape}")
+        div.check_domain(X)
+        d = self.n_clusters
+        rng = np.random.default_rng(self.random_state)
+        if self.model == "cond-jc":
+            res = bregman.cond_jc(X, d, div, max_iter=self.max_iter or 1000, tol=self.tol or 1e-5)
+            self.M_ = res.M
+            roundings = bregman.spectral_rounding(res.M, d, repeats=self.rounding_repeats, random_state=rng)
+        else:
+            res = bregman.cond(X, d, div, alpha=self.alpha, max_iter=self.max_iter or 2000, tol=self.tol or 1e-6)
+            self.M_ = (res.Phi, res.sigma)
+            E = res.membership_eigenvectors(d)
+            E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-300)
+            roundings = [kmeans_rows(E, d, rng, n_init=1) for _ in range(self.rounding_repeats)]
+        self.rounded_objectives_, self.reoptimized_objectives_, best = [], [], None
+        for labels in roundings:
+            self.rounded_objectives_.append(float(np.sum(div(X, bregman.centroids_of(X, labels, d)[labels]))))
+            final, objective, _ = bregman.hard_clustering(X, d, div, labels)
+            self.reoptimized_objectives_.append(objective)
+            if best is None or objective < best[1]:
+                best = (final, objective)
+        self.labels_, self.objective_ = best
+        self.relaxation_objective_ = res.objective
+        self.history_, self.stop_reason_, self.n_iter_ = res.history, res.stop_reason, res.n_iter
+        self.fit_seconds_ = time.perf_counter() - start
+        return self
+
+
 def _describe_matrix(X):
     if isinstance(X, str) or hasattr(X, "__fspath__"):
         return {"kind": "zarr_path", "url": str(X)}
@@ -1567,7 +1659,7 @@ def _write_result(store, arrays, summary, history, seconds):
 
 
 ESTIMATORS = {"nomad": NOMAD, "symnmf": SymNMF, "hottopixx": Hottopixx,
-              "riemannian-kmeans": RiemannianKMeans, "nlr": NLR}
+              "riemannian-kmeans": RiemannianKMeans, "nlr": NLR, "bregman": BregmanClustering}
 
 
 def fit(data, method="nomad", **params):

@@ -291,3 +291,45 @@ def test_cond_with_rounding_and_reoptimization_recovers_planted_clusters(name, r
     labels = kmeans_rows(E, 3, 0)
     final, _, _ = hard_clustering(X, 3, name, labels)
     assert clustering_accuracy(y, final) == 1.0
+
+
+def test_soft_clustering_is_em_and_finds_planted_clusters(rng):
+    from dnomad.metrics import clustering_accuracy
+    from dnomad.solvers.bregman import soft_clustering
+
+    X, y = blobs(rng, t=60, d=3, spread=0.8)
+    trace = []
+    for iters in (1, 2, 5, 20, 200):
+        post, loglik, _ = soft_clustering(X, 3, "kl", max_iter=iters, random_state=1)
+        trace.append(loglik)
+    assert all(b >= a - 1e-9 for a, b in zip(trace, trace[1:]))
+    np.testing.assert_allclose(post.sum(axis=1), 1, atol=1e-12)
+    assert clustering_accuracy(y, post.argmax(axis=1)) == 1.0
+
+
+@pytest.mark.parametrize("model,divergence", [("cond-jc", "euclidean"), ("cond-jc", "kl"), ("cond", "kl")])
+def test_estimator_recovers_planted_clusters_and_beats_random_restarts(model, divergence, rng):
+    import dnomad
+    from dnomad.metrics import clustering_accuracy
+    from dnomad.solvers.bregman import hard_clustering
+
+    X, y = blobs(rng, t=60, d=3, spread=1.0)
+    est = dnomad.fit(X, method="bregman", model=model, divergence=divergence, n_clusters=3, random_state=0)
+    assert clustering_accuracy(y, est.labels_) == 1.0
+    assert min(est.reoptimized_objectives_) == est.objective_
+    assert all(b <= a + 1e-9 for a, b in zip(est.rounded_objectives_, est.reoptimized_objectives_))
+    best_alt = min(hard_clustering(X, 3, divergence, random_state=s)[1] for s in range(30))
+    assert est.objective_ <= best_alt + 1e-9 * abs(best_alt)
+
+
+def test_estimator_refuses_bad_input():
+    import dnomad
+
+    X = np.abs(np.random.default_rng(0).normal(size=(20, 3))) + 0.1
+    for params, match in [({"model": "joint"}, "model must be one of"), ({"n_clusters": 1}, "n_clusters"),
+                          ({"divergence": "hellinger"}, "divergence must be one of"),
+                          ({"model": "cond-jc", "divergence": "itakura-saito"}, "jointly convex")]:
+        with pytest.raises(InputValueError, match=match):
+            dnomad.BregmanClustering(**params).fit(X)
+    with pytest.raises(InputValueError, match="logistic divergence"):
+        dnomad.BregmanClustering(divergence="logistic").fit(X + 1.0)

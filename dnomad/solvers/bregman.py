@@ -644,3 +644,33 @@ def cond(X, d, divergence="euclidean", *, alpha=1e-5, max_iter=500, tol=1e-6, ca
     Phi, sigma = xi_minimizer(T, d)
     return CondResult(T=T, Phi=Phi, sigma=sigma, objective=loss(T) + 0.5 * alpha * xi(T, d) ** 2,
                       history=history, stop_reason=stop, n_iter=it)
+
+
+# ------------------------------------------------------------ soft Bregman clustering
+def soft_clustering(X, d, divergence, *, max_iter=500, tol=1e-10, random_state=None):
+    """Soft Bregman clustering (Banerjee et al. 2005, Alg. 3): EM for the mixture
+    p(x) = sum_j pi_j exp(-D_F(x, mu_j)) b(x) of exponential-family components (the base
+    measure b drops out).  E-step: posteriors proportional to pi_j exp(-D_F(x_i, mu_j));
+    M-step: pi_j their means, mu_j the posterior-weighted means.  Starts from d distinct
+    random rows.  Returns (posteriors t x d, log-likelihood without log b, iterations);
+    the log-likelihood never decreases (EM)."""
+    div = get_divergence(divergence)
+    X = div.check_domain(X)
+    t = X.shape[0]
+    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    mu = X[rng.choice(t, size=d, replace=False)]
+    pi = np.full(d, 1.0 / d)
+    previous = -np.inf
+    for it in range(1, max_iter + 1):
+        logp = np.log(pi)[None] - np.stack([div(X, m[None]) for m in mu], axis=1)
+        top = logp.max(axis=1, keepdims=True)
+        log_norm = top[:, 0] + np.log(np.exp(logp - top).sum(axis=1))
+        post = np.exp(logp - log_norm[:, None])
+        loglik = float(log_norm.sum())
+        weights = post.sum(axis=0)
+        pi = np.maximum(weights / t, 1e-300)
+        mu = (post.T @ X) / np.maximum(weights, 1e-300)[:, None]
+        if loglik - previous <= tol * max(1.0, abs(loglik)):
+            break
+        previous = loglik
+    return post, loglik, it
