@@ -30,6 +30,7 @@ def test_divergence_definition_and_duality(name, rng):
     h = 1e-6
     np.testing.assert_allclose(div.f(x), (div.F(x + h) - div.F(x - h)) / (2 * h), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(div.f_inv(div.f(x)), x, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(div.curvature(x), (div.f(x + h) - div.f(x - h)) / (2 * h), rtol=1e-5)
     # F* is the conjugate: sup_x theta x - F(x), computed numerically over F's domain.
     bounds = {"logistic": (1e-12, 1 - 1e-12), "kl": (1e-12, 1e3), "itakura-saito": (1e-9, 1e3),
               "euclidean": (-1e3, 1e3)}[name]

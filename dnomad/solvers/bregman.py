@@ -43,6 +43,12 @@ class BregmanDivergence:
         """The Fenchel conjugate F*(theta) = sup_x <theta, x> - F(x)."""
         raise NotImplementedError
 
+    def curvature(self, x):
+        """F''(x), elementwise (central differences of f unless a subclass knows it)."""
+        x = np.asarray(x, dtype=np.float64)
+        h = 1e-6 * np.maximum(1.0, np.abs(x))
+        return (self.f(x + h) - self.f(x - h)) / (2 * h)
+
     def in_domain(self, x):
         return np.isfinite(x)
 
@@ -97,6 +103,9 @@ class SquaredEuclidean(BregmanDivergence):
     def F_conj(self, theta):
         return 0.5 * np.square(theta)
 
+    def curvature(self, x):
+        return np.ones_like(np.asarray(x, dtype=np.float64))
+
     def _elementwise(self, x, y):
         return 0.5 * np.square(x - y)
 
@@ -124,6 +133,9 @@ class Logistic(BregmanDivergence):
 
     def F_conj(self, theta):
         return np.logaddexp(0.0, theta)
+
+    def curvature(self, x):
+        return 1.0 / (x * (1.0 - x))
 
     def _elementwise(self, x, y):
         return _xlogx_over(x, y) + _xlogx_over(1.0 - x, 1.0 - y)
@@ -153,6 +165,9 @@ class KL(BregmanDivergence):
     def F_conj(self, theta):
         return np.exp(theta)
 
+    def curvature(self, x):
+        return 1.0 / np.asarray(x, dtype=np.float64)
+
     def _elementwise(self, x, y):
         return _xlogx_over(x, y) - x + y
 
@@ -180,6 +195,9 @@ class ItakuraSaito(BregmanDivergence):
 
     def F_conj(self, theta):
         return -1.0 - np.log(-np.asarray(theta, dtype=np.float64))
+
+    def curvature(self, x):
+        return 1.0 / np.square(x)
 
     def _elementwise(self, x, y):
         ratio = x / y
@@ -302,21 +320,6 @@ def omega_lmo(R, d):
     return (U[:, : d - 1] * (top / norm)) @ Vt[: d - 1]
 
 
-def _second_derivative(div, y):
-    """F''(y), elementwise: the curvature the row-wise step's gradient needs."""
-    y = np.asarray(y, dtype=np.float64)
-    if isinstance(div, SquaredEuclidean):
-        return np.ones_like(y)
-    if isinstance(div, Logistic):
-        return 1.0 / (y * (1.0 - y))
-    if isinstance(div, KL):
-        return 1.0 / y
-    if isinstance(div, ItakuraSaito):
-        return 1.0 / (y * y)
-    h = 1e-6 * np.maximum(1.0, np.abs(y))
-    return (div.f(y + h) - div.f(y - h)) / (2 * h)
-
-
 # ------------------------------------------------------------ hard Bregman clustering
 def hard_clustering(X, d, divergence, labels=None, *, max_iter=300, random_state=None):
     """Bregman hard clustering (Banerjee et al. 2005, Alg. 1): assign each row to the
@@ -346,6 +349,7 @@ def hard_clustering(X, d, divergence, labels=None, *, max_iter=300, random_state
         if np.array_equal(new, labels):
             break
         labels = new
+    centroids = centroids_of(X, labels, d)
     objective = float(np.sum(div(X, centroids[labels])))
     return labels, objective, it
 
@@ -401,7 +405,7 @@ def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-
     t = X.shape[0]
     if not (isinstance(d, (int, np.integer)) and 2 <= d < t):
         raise InputValueError(f"d (n_clusters) must be an integer with 2 <= d < t = {t}; got {d!r}")
-    scale = float(np.mean(_second_derivative(div, X))) * float(np.linalg.norm(X, 2)) ** 2
+    scale = float(np.mean(div.curvature(X))) * float(np.linalg.norm(X, 2)) ** 2
     mu = 1.0 / scale if admm_mu is None else float(admm_mu)
     M = np.full((t, t), 1.0 / t)
     Z = M.copy()
@@ -448,7 +452,7 @@ def _row_step(X, div, M, Z, Lam, mu, step, iters):
 
     def grad(A):
         Y = A @ X
-        return -(_second_derivative(div, Y) * (X - Y)) @ X.T - Lam + (A - Z) / mu
+        return -(div.curvature(Y) * (X - Y)) @ X.T - Lam + (A - Z) / mu
 
     x_prev = M
     y = M
