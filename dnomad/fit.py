@@ -1190,15 +1190,7 @@ class Hottopixx(_Estimator):
         if shape is not None and len(shape) == 2:
             params.validate(int(shape[0]))          # rank and steps, before reading X
         if self.store is not None:
-            run_id = hashlib.sha1(json.dumps({"method": "hottopixx", "params": asdict(params),
-                                              "input": _describe_matrix(X)}, sort_keys=True,
-                                             default=str).encode()).hexdigest()[:16]
-            run_store.check_store(self.store, run_id, overwrite=self.overwrite)
-            run_store.write_json(self.store, run_store.RUN_MARKER, {
-                "method": "hottopixx", "run_id": run_id,
-                "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                "estimator_params": _jsonable_params(self.get_params()),
-                "input": _describe_matrix(X), "versions": _versions(), "host": platform.node()})
+            _start_run_without_checkpoints(self, "hottopixx", asdict(params), X)
         data = blocks.feature_columns(X, store=self.store)
         params.validate(data.f)
         client = _get_client() if data.kind == "zarr" else None
@@ -1263,15 +1255,7 @@ class _RowChunkEstimator(_Estimator):
         self._check()
         start = time.perf_counter()
         if self.store is not None:
-            run_id = hashlib.sha1(json.dumps({"method": self._method, "params": _jsonable_params(
-                self.get_params()), "input": _describe_matrix(X)}, sort_keys=True, default=str
-            ).encode()).hexdigest()[:16]
-            run_store.check_store(self.store, run_id, overwrite=self.overwrite)
-            run_store.write_json(self.store, run_store.RUN_MARKER, {
-                "method": self._method, "run_id": run_id,
-                "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                "estimator_params": _jsonable_params(self.get_params()),
-                "input": _describe_matrix(X), "versions": _versions(), "host": platform.node()})
+            _start_run_without_checkpoints(self, self._method, _jsonable_params(self.get_params()), X)
         with self._client_context(X) as client, blocks.single_threaded_blas():
             data = self._row_chunks(X, client)
             try:
@@ -1602,6 +1586,19 @@ class BregmanClustering(_Estimator):
         self.history_, self.stop_reason_, self.n_iter_ = res.history, res.stop_reason, res.n_iter
         self.fit_seconds_ = time.perf_counter() - start
         return self
+
+
+def _start_run_without_checkpoints(est, method, id_params, X):
+    """Claim ``est.store`` for a run that keeps no checkpoints: its id (from ``id_params``
+    and the input) checked against the store's, then the run marker."""
+    run_id = hashlib.sha1(json.dumps({"method": method, "params": id_params, "input": _describe_matrix(X)},
+                                     sort_keys=True, default=str).encode()).hexdigest()[:16]
+    run_store.check_store(est.store, run_id, overwrite=est.overwrite)
+    run_store.write_json(est.store, run_store.RUN_MARKER, {
+        "method": method, "run_id": run_id,
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "estimator_params": _jsonable_params(est.get_params()),
+        "input": _describe_matrix(X), "versions": _versions(), "host": platform.node()})
 
 
 def _describe_matrix(X):

@@ -335,29 +335,8 @@ class BlockGroup:
             self._shards[w] = fut.result()
 
     def _wait(self, make_calls):
-        """Make the actor calls (``make_calls()`` returns them) and their results, in
-        order; a call that failed because the worker holding a shard died raises
-        :class:`WorkerLostError` (its blocks are gone)."""
-        out = []
-        try:
-            calls = make_calls()
-            for call in calls:
-                out.append(call.result())
-        except Exception as exc:
-            lost = self._lost_workers()
-            if lost or _is_lost_worker_error(exc):
-                raise WorkerLostError(
-                    f"worker(s) {lost or '?'} holding blocks of this run died ({exc!r}); "
-                    f"their blocks are gone") from exc
-            raise
-        return out
-
-    def _lost_workers(self):
-        try:
-            alive = set(self.client.scheduler_info(n_workers=-1)["workers"])
-        except Exception:  # noqa: BLE001 - the scheduler itself is unreachable
-            return sorted(self._shards)
-        return sorted(w for w in self._shards if w not in alive)
+        """The actor calls' results (:func:`wait_for_actors`)."""
+        return wait_for_actors(self.client, self._shards, make_calls, "blocks of this run")
 
     def _shard_keys(self):
         """(shard, its keys in layout order) for every worker holding blocks."""
@@ -519,11 +498,7 @@ class BlockGroup:
     def close(self):
         """Release the blocks (worker memory, thread pool)."""
         if self.backend == "distributed" and self._shards:
-            try:
-                self._wait(lambda: [shard.close() for shard in self._shards.values()])
-            except WorkerLostError:
-                pass                    # the dead worker's blocks are gone already
-            self.client.cancel(list(self._shard_futures))
+            close_actors(self.client, self._shards, self._shard_futures, "blocks of this run")
             self._shards, self._shard_futures, self._owner = {}, [], {}
         self._bundles = {}
         if self._pool is not None:
@@ -535,6 +510,40 @@ class BlockGroup:
         if self.client is not None:
             return self.client.run(_worker_peak_rss)
         return {"local": _worker_peak_rss()}
+
+
+def wait_for_actors(client, shards, make_calls, holding):
+    """Make the actor calls (``make_calls()`` returns them) and their results, in order.
+    A call that failed because a worker in ``shards`` (address -> actor) died raises
+    :class:`WorkerLostError` naming what it held (``holding``): that state is gone."""
+    out = []
+    try:
+        for call in make_calls():
+            out.append(call.result())
+    except Exception as exc:
+        lost = _lost_workers(client, shards)
+        if lost or _is_lost_worker_error(exc):
+            raise WorkerLostError(f"worker(s) {lost or '?'} holding {holding} died ({exc!r}); "
+                                  f"what they held is gone") from exc
+        raise
+    return out
+
+
+def close_actors(client, shards, futures, holding):
+    """Close every actor and release its future; a dead worker's state is gone already."""
+    try:
+        wait_for_actors(client, shards, lambda: [shard.close() for shard in shards.values()], holding)
+    except WorkerLostError:
+        pass
+    client.cancel(list(futures))
+
+
+def _lost_workers(client, shards):
+    try:
+        alive = set(client.scheduler_info(n_workers=-1)["workers"])
+    except Exception:  # noqa: BLE001 - the scheduler itself is unreachable
+        return sorted(shards)
+    return sorted(w for w in shards if w not in alive)
 
 
 def _is_lost_worker_error(exc):

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..errors import InputValueError, WorkerLostError
-from .engine import _is_lost_worker_error, _n_threads, _open_zarr_array, _Shard
+from ..errors import InputValueError
+from .engine import _n_threads, _open_zarr_array, _Shard, close_actors, wait_for_actors
 
 # Rows per chunk for X in memory; Zarr X uses its own chunking (or a multiple of it).
 DEFAULT_CHUNK_ROWS = 8192
@@ -160,11 +160,7 @@ class RowChunks:
     def close(self):
         """Release the state (worker memory, thread pool)."""
         if self._shards:
-            try:
-                self._wait(lambda: [shard.close() for shard in self._shards.values()])
-            except WorkerLostError:
-                pass
-            self.client.cancel(list(self._shard_futures))
+            close_actors(self.client, self._shards, self._shard_futures, "row chunks")
             self._shards, self._shard_futures, self._owner = {}, [], {}
         self._chunks = {}
         if self._pool is not None:
@@ -217,15 +213,7 @@ class RowChunks:
         return out
 
     def _wait(self, make_calls):
-        try:
-            return [call.result() for call in make_calls()]
-        except Exception as exc:
-            alive = set(self.client.scheduler_info(n_workers=-1)["workers"])
-            lost = sorted(w for w in self._shards if w not in alive)
-            if lost or _is_lost_worker_error(exc):
-                raise WorkerLostError(f"worker(s) {lost or '?'} holding row chunks died ({exc!r}); "
-                                      f"their state is gone") from exc
-            raise
+        return wait_for_actors(self.client, self._shards, make_calls, "row chunks")
 
 
 # ------------------------------------------------------------ task functions

@@ -10,6 +10,7 @@ on rows: ``div(X, Y)`` sums over the last axis, so a t x n data matrix gives t v
 """
 from __future__ import annotations
 
+import abc
 import math
 
 import numpy as np
@@ -17,8 +18,9 @@ import numpy as np
 from ..errors import InputValueError
 
 
-class BregmanDivergence:
-    """The divergence of F (elementwise, summed over features).
+class BregmanDivergence(abc.ABC):
+    """The divergence of F (elementwise, summed over features).  A subclass gives F, f,
+    f^-1 and F* (and may give a stable ``_elementwise`` and an exact ``curvature``).
 
     Attributes: ``name``; ``jointly_convex`` (convex in (x, y) together: what the ADMM
     of Sec. 3.1 needs); ``domain`` (a description for error messages).
@@ -28,20 +30,21 @@ class BregmanDivergence:
     jointly_convex = False
     domain = "all reals"
 
+    @abc.abstractmethod
     def F(self, x):
-        raise NotImplementedError
+        """The generating function, elementwise."""
 
+    @abc.abstractmethod
     def f(self, x):
         """The transfer, grad F."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def f_inv(self, theta):
         """grad F*, the inverse of the transfer."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def F_conj(self, theta):
         """The Fenchel conjugate F*(theta) = sup_x <theta, x> - F(x)."""
-        raise NotImplementedError
 
     def curvature(self, x):
         """F''(x), elementwise (central differences of f unless a subclass knows it)."""
@@ -141,17 +144,22 @@ class Logistic(BregmanDivergence):
         return _xlogx_over(x, y) + _xlogx_over(1.0 - x, 1.0 - y)
 
 
-class KL(BregmanDivergence):
+class _PositiveDomain(BregmanDivergence):
+    """Divergences defined for x > 0."""
+
+    domain = "x > 0"
+
+    def in_domain(self, x):
+        return (x > 0) & np.isfinite(x)
+
+
+class KL(_PositiveDomain):
     """F(x) = x log x - x on x > 0, f(x) = log x, F*(theta) = e^theta: the generalized
     I-divergence x log(x / y) - x + y (KL for distributions; Poisson clusters; jointly
     convex)."""
 
     name = "kl"
     jointly_convex = True
-    domain = "x > 0"
-
-    def in_domain(self, x):
-        return (x > 0) & np.isfinite(x)
 
     def F(self, x):
         return _xlogx(x) - x
@@ -172,17 +180,13 @@ class KL(BregmanDivergence):
         return _xlogx_over(x, y) - x + y
 
 
-class ItakuraSaito(BregmanDivergence):
+class ItakuraSaito(_PositiveDomain):
     """F(x) = -log x on x > 0, f(x) = -1/x, F*(theta) = -1 - log(-theta) (theta < 0):
     x / y - log(x / y) - 1 (exponential clusters).  Not jointly convex, whatever the
     paper's Sec. 3.1 list says: at (x, y) = (2, 1) its Hessian has determinant -1/4."""
 
     name = "itakura-saito"
     jointly_convex = False
-    domain = "x > 0"
-
-    def in_domain(self, x):
-        return (x > 0) & np.isfinite(x)
 
     def F(self, x):
         return -np.log(x)
