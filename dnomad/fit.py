@@ -7,6 +7,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import platform
 import time
 from dataclasses import asdict
@@ -1504,50 +1505,65 @@ class BregmanClustering(_Estimator):
     Parameters
     ----------
     n_clusters : int, >= 2
-    model : {"cond-jc", "cond"}, default "cond-jc"
+    model : {"cond-jc", "cond", "disc", "joint"}, default "cond-jc"
         "cond-jc": min D_F(X, M X) over M in M1 by ADMM (Sec. 3.1; jointly convex
         divergences: Euclidean, KL, logistic); "cond": min D_F*(T, f(X)) + alpha/2 Xi^2(T)
-        over T = M A, M in M2, by generalized conditional gradient (Sec. 3.2; any of the
-        divergences whose conjugate is finite at 0).
+        over T = M A, M in M2 (Sec. 3.2; divergences whose conjugate is finite at 0);
+        "disc": the discriminative model (30) (softmax loss, gamma); "joint": the joint
+        model (34) with a learned cluster prior (alpha, beta), re-optimized with the prior.
+        The last three by generalized conditional gradient.
     divergence : {"euclidean", "logistic", "kl", "itakura-saito"} or BregmanDivergence
-    alpha : float, default 1e-5
-        The "cond" model's regularizer (the paper's values: 1e-5, 1e-9).
+        The divergence of the model and of the re-optimization ("disc" uses it only to
+        re-optimize; the paper uses the logistic one there).
+    alpha, beta, gamma : float
+        The regularizers (defaults: the paper's 1e-5, 1e-5 and 1e-6).  The discriminative
+        loss scales V by 1/t, so gamma's effect scales as gamma t^3.
     max_iter, tol : optional
         The relaxation's iterations and tolerance (defaults: 1000 and 1e-5 for ADMM,
         2000 and 1e-6 for conditional gradient).
     rounding_repeats : int, default 10
         Spectral-clustering roundings (k-means seeds), each re-optimized; the lowest hard
         objective wins.
+    chunk_rows : int, optional
+        "cond" only: rows per chunk when X is a Zarr array or path (T is kept in row
+        chunks next to X, out of core); default the Zarr chunking.
     random_state
 
     Attributes
     ----------
     labels_ : ndarray (t,)
     objective_ : float
-        D_F(X, Y Gamma), the hard objective of labels_ (after re-optimization).
+        The hard objective of labels_ after re-optimization: D_F(X, Y Gamma), and for
+        "joint" the negative log joint likelihood -1'Y log q + D_F(X, Y Gamma).
     rounded_objectives_, reoptimized_objectives_ : list of float
         Per rounding, before and after re-optimization.
+    rounded_labels_ : list of ndarray
+        The roundings (before re-optimization).
     M_ : ndarray (t, t) ("cond-jc") or (Phi, sigma) with M = Phi diag(sigma) Phi' + 1 1'/t
-        ("cond")
+    posteriors_ : ndarray (t, d), "joint" only
+        p(j | x_i) proportional to q_j exp(-D_F(x_i, mu_j)) at the final labels.
     relaxation_objective_, history_, stop_reason_, n_iter_, fit_seconds_
     """
 
-    MODELS = ("cond-jc", "cond")
+    MODELS = ("cond-jc", "cond", "disc", "joint")
 
-    def __init__(self, n_clusters=2, *, model="cond-jc", divergence="euclidean", alpha=1e-5, max_iter=None,
-                 tol=None, rounding_repeats=10, random_state=None):
+    def __init__(self, n_clusters=2, *, model="cond-jc", divergence="euclidean", alpha=1e-5, beta=1e-5,
+                 gamma=1e-6, max_iter=None, tol=None, rounding_repeats=10, chunk_rows=None, random_state=None):
         self.n_clusters = n_clusters
         self.model = model
         self.divergence = divergence
         self.alpha = alpha
+        self.beta = beta
+        self.gamma = gamma
         self.max_iter = max_iter
         self.tol = tol
         self.rounding_repeats = rounding_repeats
+        self.chunk_rows = chunk_rows
         self.random_state = random_state
 
     def fit(self, X, y=None, *, resume=False):
-        """Cluster the rows of X (points x features, in the divergence's domain).  Returns
-        self."""
+        """Cluster the rows of X (points x features, in the divergence's domain; NumPy,
+        or for model "cond" also a Zarr array or path read by row chunks).  Returns self."""
         from .solvers import bregman
         from .solvers._checks import check_choices, check_ints
 
@@ -1557,31 +1573,58 @@ class BregmanClustering(_Estimator):
         check_choices(self, {"model": self.MODELS})
         check_ints(self, ["n_clusters"], minimum=2)
         check_ints(self, ["rounding_repeats"])
+        if self.chunk_rows is not None:
+            check_ints(self, ["chunk_rows"])
+        for name in ("alpha", "beta", "gamma"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float, np.floating)) and 0 < value < math.inf):
+                raise InputValueError(f"{name} must be a finite number > 0; got {value!r}")
         div = bregman.get_divergence(self.divergence)
-        X = np.asarray(X, dtype=np.float64)
-        if X.ndim != 2:
-            raise InputValueError(f"X must be a 2-D array (points x features); got shape {X.shape}")
-        div.check_domain(X)
         d = self.n_clusters
         rng = np.random.default_rng(self.random_state)
+        chunked = isinstance(X, str) or hasattr(X, "__fspath__") or type(X).__module__.startswith("zarr")
+        if chunked and self.model != "cond":
+            raise InputValueError(f"X from Zarr is read by row chunks for model='cond' only; model="
+                                  f"{self.model!r} needs X in memory (np.asarray(zarr_array[:]))")
+        max_iter = self.max_iter or (1000 if self.model == "cond-jc" else 2000)
+        tol = self.tol or (1e-5 if self.model == "cond-jc" else 1e-6)
+        if chunked:
+            with blocks.single_threaded_blas(), blocks.RowChunks(X, chunk_rows=self.chunk_rows, center=False) as data:
+                res = bregman.cond(data, d, div, alpha=self.alpha, max_iter=max_iter, tol=tol)
+                X = data.gather()        # the rounding's re-optimization holds X in memory
+        else:
+            X = np.asarray(X, dtype=np.float64)
+            if X.ndim != 2:
+                raise InputValueError(f"X must be a 2-D array (points x features); got shape {X.shape}")
+            div.check_domain(X)
+            if self.model == "cond-jc":
+                res = bregman.cond_jc(X, d, div, max_iter=max_iter, tol=tol)
+            elif self.model == "cond":
+                res = bregman.cond(X, d, div, alpha=self.alpha, max_iter=max_iter, tol=tol)
+            elif self.model == "disc":
+                res = bregman.disc(X, d, gamma=self.gamma, max_iter=max_iter, tol=tol)
+            else:
+                res = bregman.joint(X, d, div, alpha=self.alpha, beta=self.beta, max_iter=max_iter, tol=tol)
         if self.model == "cond-jc":
-            res = bregman.cond_jc(X, d, div, max_iter=self.max_iter or 1000, tol=self.tol or 1e-5)
             self.M_ = res.M
             roundings = bregman.spectral_rounding(res.M, d, repeats=self.rounding_repeats, random_state=rng)
         else:
-            res = bregman.cond(X, d, div, alpha=self.alpha, max_iter=self.max_iter or 2000, tol=self.tol or 1e-6)
             self.M_ = (res.Phi, res.sigma)
             E = res.membership_eigenvectors(d)
             E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-300)
             roundings = [kmeans_rows(E, d, rng, n_init=1) for _ in range(self.rounding_repeats)]
-        self.rounded_objectives_, self.reoptimized_objectives_, best = [], [], None
+        joint = self.model == "joint"
+        self.rounded_labels_, self.rounded_objectives_, self.reoptimized_objectives_ = roundings, [], []
+        best = None
         for labels in roundings:
-            self.rounded_objectives_.append(float(np.sum(div(X, bregman.centroids_of(X, labels, d)[labels]))))
-            final, objective, _ = bregman.hard_clustering(X, d, div, labels)
+            self.rounded_objectives_.append(bregman.hard_objective(X, labels, d, div, joint=joint))
+            final, objective, _ = bregman.hard_clustering(X, d, div, labels, joint=joint)
             self.reoptimized_objectives_.append(objective)
             if best is None or objective < best[1]:
                 best = (final, objective)
         self.labels_, self.objective_ = best
+        if joint:
+            self.posteriors_ = bregman.cluster_posteriors(X, self.labels_, d, div)
         self.relaxation_objective_ = res.objective
         self.history_, self.stop_reason_, self.n_iter_ = res.history, res.stop_reason, res.n_iter
         self.fit_seconds_ = time.perf_counter() - start

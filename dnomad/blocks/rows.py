@@ -126,6 +126,10 @@ class RowChunks:
             return (self.source[0], self.source[1], r0, r1)
         return self._X[r0:r1] if self.backend == "local" else None     # workers hold theirs
 
+    def gather(self):
+        """X (n x d, uncentred) in memory: one pass."""
+        return np.concatenate(self.map(_chunk_rows), axis=0) + self.mean
+
     def put(self, name, A):
         """Store the rows of A (n x k) as state ``name``, chunk by chunk."""
         A = np.asarray(A)
@@ -238,6 +242,10 @@ def _chunk_task(state, index, kernel, rows, mean, args):
 
 def _state_bundle(index, name, block):
     return {} if name is None else {name: block}
+
+
+def _chunk_rows(chunk):
+    return chunk["X"]
 
 
 def _column_stats(chunk):
