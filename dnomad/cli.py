@@ -218,6 +218,12 @@ def cmd_fit(args):
             print(f"hottopixx: {est.n_epochs_} epochs, hott rows {est.hott_rows_.tolist()}, "
                   f"||X - F W||_inf,1 = {est.error_:.4g}; results in {run['store']}")
             return 0
+        if run["method"] == "bregman":
+            est = dnomad.fit(X, method="bregman", n_clusters=run["n_clusters"], store=run["store"],
+                             overwrite=run["overwrite"], **params)
+            print(f"bregman ({est.model}, {est.divergence}): relaxation {est.n_iter_} iterations "
+                  f"({est.stop_reason_}), hard objective {est.objective_:.6g}; labels in {run['store']}")
+            return 0
         if run["method"] in ("riemannian-kmeans", "nlr"):
             est = dnomad.fit(X, method=run["method"], n_clusters=run["n_clusters"], store=run["store"],
                              overwrite=run["overwrite"], backend=run["backend"], **params)
@@ -366,7 +372,7 @@ def build_parser():
     p = sub.add_parser("fit", help="fit a method on data (.npy, .csv or a Zarr path or URL)")
     p.add_argument("--config", help="run configuration (TOML or YAML); flags override it")
     p.add_argument("--input", help="data: .npy, .csv, or a Zarr path or URL (required)")
-    p.add_argument("--method", choices=["nomad", "symnmf", "hottopixx", "riemannian-kmeans", "nlr"],
+    p.add_argument("--method", choices=["nomad", "symnmf", "hottopixx", "riemannian-kmeans", "nlr", "bregman"],
                    help="default nomad")
     p.add_argument("--n-clusters", "--rank", dest="n_clusters", type=int,
                    help="K (nomad), k (symnmf) or the rank r (hottopixx: features x samples input); "

@@ -1527,6 +1527,10 @@ class BregmanClustering(_Estimator):
     chunk_rows : int, optional
         "cond" only: rows per chunk when X is a Zarr array or path (T is kept in row
         chunks next to X, out of core); default the Zarr chunking.
+    store : str, optional
+        A Zarr path or URL for the result (labels, the relaxation's history, a summary);
+        the run keeps no checkpoints (relaxations take seconds to minutes).
+    overwrite : bool, default False
     random_state
 
     Attributes
@@ -1548,7 +1552,8 @@ class BregmanClustering(_Estimator):
     MODELS = ("cond-jc", "cond", "disc", "joint")
 
     def __init__(self, n_clusters=2, *, model="cond-jc", divergence="euclidean", alpha=1e-5, beta=1e-5,
-                 gamma=1e-6, max_iter=None, tol=None, rounding_repeats=10, chunk_rows=None, random_state=None):
+                 gamma=1e-6, max_iter=None, tol=None, rounding_repeats=10, chunk_rows=None, store=None,
+                 overwrite=False, random_state=None):
         self.n_clusters = n_clusters
         self.model = model
         self.divergence = divergence
@@ -1559,6 +1564,8 @@ class BregmanClustering(_Estimator):
         self.tol = tol
         self.rounding_repeats = rounding_repeats
         self.chunk_rows = chunk_rows
+        self.store = store
+        self.overwrite = overwrite
         self.random_state = random_state
 
     def fit(self, X, y=None, *, resume=False):
@@ -1586,6 +1593,8 @@ class BregmanClustering(_Estimator):
         if chunked and self.model != "cond":
             raise InputValueError(f"X from Zarr is read by row chunks for model='cond' only; model="
                                   f"{self.model!r} needs X in memory (np.asarray(zarr_array[:]))")
+        if self.store is not None:
+            _start_run_without_checkpoints(self, "bregman", _jsonable_params(self.get_params()), X)
         max_iter = self.max_iter or (1000 if self.model == "cond-jc" else 2000)
         tol = self.tol or (1e-5 if self.model == "cond-jc" else 1e-6)
         if chunked:
@@ -1628,6 +1637,15 @@ class BregmanClustering(_Estimator):
         self.relaxation_objective_ = res.objective
         self.history_, self.stop_reason_, self.n_iter_ = res.history, res.stop_reason, res.n_iter
         self.fit_seconds_ = time.perf_counter() - start
+        if self.store is not None:
+            arrays = {"labels": self.labels_}
+            if joint:
+                arrays["posteriors"] = self.posteriors_
+            _write_result(self.store, arrays, {
+                "model": self.model, "divergence": div.name, "objective": self.objective_,
+                "relaxation_objective": self.relaxation_objective_, "stop_reason": self.stop_reason_,
+                "n_iter": self.n_iter_, "reoptimized_objectives": self.reoptimized_objectives_},
+                self.history_, self.fit_seconds_)
         return self
 
 

@@ -99,6 +99,14 @@ def test_projection_onto_m2_equals_a_generic_convex_solver(t, d, scale, rng):
     np.testing.assert_allclose(project_m2(Z, d), Z, atol=1e-10)
 
 
+@pytest.mark.parametrize("t,d,scale", [(60, 2, 1.0), (60, 3, 0.05), (80, 5, 0.3)])
+def test_projection_onto_m2_by_partial_eigendecomposition_equals_the_dense_one(t, d, scale, rng):
+    """Lanczos for the eigenvalues above the threshold only (scale 0.05: all eigenvalues
+    below 1, none clipped by the threshold: k must grow to reach them)."""
+    A = scale * rng.normal(size=(t, t)) + np.eye(t) * rng.uniform(0, 1, t)
+    np.testing.assert_allclose(project_m2(A, d, partial=True), project_m2(A, d, partial=False), atol=1e-9)
+
+
 def omega_by_sdp(T, d):
     """(17) as written: min tr(W) over M in M3 and [[M, T], [T', W]] PSD (Schur
     complement form of tr(T' M^+ T) with Im T in Im M), by a generic SDP solver."""
@@ -465,3 +473,24 @@ def test_estimator_cond_from_zarr_equals_in_memory(tmp_path, rng):
     assert b.relaxation_objective_ == pytest.approx(a.relaxation_objective_, abs=1e-9 * a.history_[0]["objective"])
     with pytest.raises(InputValueError, match="model='cond' only"):
         dnomad.fit(str(tmp_path / "X.zarr"), **{**kw, "model": "joint"})
+
+
+def test_command_line_fit_and_info(tmp_path, rng):
+    import subprocess
+    import sys
+
+    from dnomad.blocks import store as run_store
+    from dnomad.metrics import clustering_accuracy
+
+    X, y = blobs(rng, t=60, d=3, spread=1.0)
+    np.save(tmp_path / "X.npy", X)
+    store = str(tmp_path / "run.zarr")
+    cli = [sys.executable, "-m", "dnomad.cli"]
+    out = subprocess.run(cli + ["fit", "--input", str(tmp_path / "X.npy"), "--method", "bregman", "--n-clusters", "3",
+                                "--store", store, "--params", '{"model": "joint", "divergence": "kl"}'],
+                         capture_output=True, text=True, check=True).stdout
+    assert "bregman (joint, kl)" in out
+    assert clustering_accuracy(y, run_store.read_vector(store, "result/labels")) == 1.0
+    np.testing.assert_allclose(run_store.read_vector(store, "result/posteriors").sum(axis=1), 1.0, atol=1e-12)
+    info = subprocess.run(cli + ["info", store], capture_output=True, text=True, check=True).stdout
+    assert "bregman" in info and "model=joint" in info

@@ -21,7 +21,7 @@ class CondJCResult:
         self.__dict__.update(fields)
 
 
-def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-5, inner_iter=5,
+def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-5, inner_iter=5, partial=None,
             callback=None):
     """min D_F(X, M X) over M in M1 = {M : 0 <= M <= I, tr M <= d, rows of M on the
     simplex} (Sec. 3.1) by the ADMM of Sec. 3.1.1 for a jointly convex D_F:
@@ -59,7 +59,7 @@ def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-
     for it in range(1, max_iter + 1):
         M, step = _row_step(X, div, M, Z, Lam, mu, step, inner_iter)
         Z_prev = Z
-        Z = project_m2(M - mu * Lam, d, check=False)
+        Z = project_m2(M - mu * Lam, d, partial=partial, check=False)
         Lam = Lam + (Z - M) / mu
         primal = float(np.linalg.norm(M - Z)) / math.sqrt(t)
         dual = float(np.linalg.norm(Z - Z_prev)) / math.sqrt(t)

@@ -109,7 +109,12 @@ def gcg(problem, d, weight, *, max_iter=500, tol=1e-6, callback=None):
     eta2)^2 with r = Xi(W) (App. C step 7: the gauge of W is Xi(W)).  Stops when the
     Fenchel duality gap <G, W> + weight/2 Xi(W)^2 + Xi_*(G)^2 / (2 weight), an upper bound
     on the distance to the optimal value, is below tol (1 + |objective|); the paper's
-    (51) tests the same kind of quantity.  O(1/k) convergence."""
+    (51) tests the same kind of quantity.  O(1/k) convergence.
+
+    The line search is L-BFGS-B, over (eta1, eta2) and the extra variables: for cvxDisc
+    t + 2 variables, about 130 evaluations (t x t each) per iteration on spambase
+    (t = 1000); stopping it after 30 evaluations left the objective 3% higher after 60
+    iterations than the full search after 30."""
     from scipy.optimize import minimize
 
     t = problem.t
