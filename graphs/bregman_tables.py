@@ -16,14 +16,15 @@ of all entries; the paper does not say how it met the domain).
 Tables (each relaxation once; its 10 spectral-clustering roundings are the repeats):
   2  cvxCondJC (ADMM over M1, 500 iterations) + SC rounding, + re-optimization, against
      altCondJC (hard Bregman clustering from 30 random starts);
-  3  cvxCond (GCG over M2, alpha = 1e-5, 1000 iterations), same columns, against altCond;
+  3  cvxCond (GCG over M2, alpha = 1e-5, at most 300 iterations, each followed by App.
+     C's local refinement), same columns, against altCond;
   4  cvxDisc (gamma = 1e-9 on the unit-variance X, 30 iterations; re-optimization of the
      logistic D_F as the paper): relaxation seconds, objective and accuracy with SC
      rounding and with re-optimization (JB and GS, the paper's peers, have no public
      code: not run);
-  5  cvxJoint (alpha = beta = 1e-5, 1000 iterations): hard and soft accuracy after
-     rounding (cvxJoint1) and after re-optimizing the joint likelihood (cvxJoint2),
-     against soft Bregman EM from 20 random starts (LG and NB: no public code).
+  5  cvxJoint (alpha = beta = 1e-5, at most 300 refined iterations): hard and soft
+     accuracy after rounding (cvxJoint1) and after re-optimizing the joint likelihood
+     (cvxJoint2), against soft Bregman EM from 20 random starts (LG and NB: no public code).
 Objective: D_F(X, Y Gamma) (Table 5: accuracy only, as the paper).  Accuracy: the best
 matching of clusters to classes.  Soft accuracy: max over matchings of the mean
 posterior of the true class.  mean +- std over the repeats.
@@ -164,11 +165,11 @@ def relax(model, X, d, div, Xunit=None):
     if model == "cond-jc":
         res = bregman.cond_jc(X, d, div, max_iter=500)
     elif model == "cond":
-        res = bregman.cond(X, d, div, alpha=1e-5, max_iter=1000)
+        res = bregman.cond(X, d, div, alpha=1e-5, max_iter=300)
     elif model == "disc":
         res = bregman.disc(Xunit, d, gamma=1e-9, max_iter=30, tol=1e-9)
     else:
-        res = bregman.joint(X, d, div, alpha=1e-5, beta=1e-5, max_iter=1000)
+        res = bregman.joint(X, d, div, alpha=1e-5, beta=1e-5, max_iter=300)
     last = res.history[-1]
     info = {"seconds": time.perf_counter() - t0, "iterations": res.n_iter, "stop": res.stop_reason,
             "relaxation_objective": float(res.objective)}

@@ -442,7 +442,7 @@ def test_cond_from_zarr_row_chunks_equals_cond_in_memory(name, tmp_path, rng):
     X, _ = blobs(rng, t=150, d=3, spread=1.0)
     z = zarr.open_array(str(tmp_path / "X.zarr"), mode="w", shape=X.shape, chunks=(40, 4), dtype="f8")
     z[:] = X
-    ref = cond(X, 3, name, alpha=1e-3, max_iter=60, tol=1e-12)
+    ref = cond(X, 3, name, alpha=1e-3, max_iter=60, tol=1e-12, refine_iter=0)
     with RowChunks(str(tmp_path / "X.zarr"), center=False) as data:
         assert len(data.spans) == 4
         res = cond(data, 3, name, alpha=1e-3, max_iter=60, tol=1e-12)
@@ -469,8 +469,11 @@ def test_estimator_cond_from_zarr_equals_in_memory(tmp_path, rng):
     b = dnomad.fit(str(tmp_path / "X.zarr"), **kw)
     np.testing.assert_array_equal(a.labels_, b.labels_)
     assert b.objective_ == pytest.approx(a.objective_, rel=1e-12)
-    # (the relaxation's value falls from about 1e3 to 3e-3: compared at the first one's scale)
-    assert b.relaxation_objective_ == pytest.approx(a.relaxation_objective_, abs=1e-9 * a.history_[0]["objective"])
+    # In memory the relaxation is refined locally (App. C) and reaches the tolerance; from
+    # Zarr it is not, and its duality gap bounds how far above the optimum it stopped.
+    assert a.stop_reason_ == "tolerance"
+    gap = a.history_[-1]["gap"] + b.history_[-1]["gap"]
+    assert a.relaxation_objective_ - 1e-12 <= b.relaxation_objective_ <= a.relaxation_objective_ + gap
     with pytest.raises(InputValueError, match="model='cond' only"):
         dnomad.fit(str(tmp_path / "X.zarr"), **{**kw, "model": "joint"})
 
@@ -494,3 +497,20 @@ def test_command_line_fit_and_info(tmp_path, rng):
     np.testing.assert_allclose(run_store.read_vector(store, "result/posteriors").sum(axis=1), 1.0, atol=1e-12)
     info = subprocess.run(cli + ["info", store], capture_output=True, text=True, check=True).stdout
     assert "bregman" in info and "model=joint" in info
+
+
+def test_xi_squared_gradient_equals_finite_differences(rng):
+    """The envelope-theorem gradient of Xi^2 at a W whose H W has full column rank, in the
+    regimes k = 0 (all singular values share the budget) and k > 0 (the largest ones at
+    sigma = 1), against central differences; Xi^2 itself equals xi()^2."""
+    from dnomad.solvers.bregman import xi
+    from dnomad.solvers.bregman.norms import xi_squared_and_gradient
+
+    for spread, d in [(np.ones(4), 3), (np.array([20.0, 1.0, 0.5, 0.2]), 3), (np.array([5.0, 3, 1, 1]), 4)]:
+        W = rng.normal(size=(15, 4)) * spread
+        value, grad = xi_squared_and_gradient(W, d)
+        assert value == pytest.approx(xi(W, d) ** 2, rel=1e-12)
+        E = rng.normal(size=W.shape)
+        h = 1e-5
+        fd = (xi_squared_and_gradient(W + h * E, d)[0] - xi_squared_and_gradient(W - h * E, d)[0]) / (2 * h)
+        assert np.sum(grad * E) == pytest.approx(fd, rel=1e-6)

@@ -166,6 +166,26 @@ def xi_minimizer(T, d):
     return U, _alg2_weights(s, d)
 
 
+def xi_squared_and_gradient(W, d):
+    """(Xi^2(W), its gradient 2 (U diag(w) V' + 1 wbar')) for H W = U diag(s) V' and
+    wbar = W'1 / t: by the envelope theorem d Omega^2 / d s_i = 2 s_i / sigma_i at
+    Alg. 2's sigma, which is 2 s_i on the k largest and 2 sum_{j >= k} s_j / (d - 1 - k)
+    on the rest.  Differentiable where H W has full column rank (the rest's nuclear norm
+    is not, at zero singular values: there this is a subgradient)."""
+    W = np.asarray(W, dtype=np.float64)
+    wbar = W.mean(axis=0)
+    U, s, Vt = np.linalg.svd(W - wbar, full_matrices=False)
+    tail = np.cumsum(s[::-1])[::-1]
+    for k in range(d - 1):
+        if k >= len(s) or tail[k] >= (d - 1 - k) * s[k]:
+            break
+    w = s.copy()
+    if k < len(s):
+        w[k:] = tail[k] / (d - 1 - k)
+    value = omega_squared_from_singular_values(s, d) + W.shape[0] * float(wbar @ wbar)
+    return value, 2.0 * ((U * w) @ Vt + wbar[None])
+
+
 def _alg2_weights(s, d):
     """The sigma_i of (18)'s minimizer for singular values s (descending): 1 on the k
     largest, (d - 1 - k) s_i / sum_{j >= k} s_j on the rest."""
