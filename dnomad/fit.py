@@ -1520,8 +1520,8 @@ class BregmanClustering(_Estimator):
         loss scales V by 1/t, so gamma's effect scales as gamma t^3.
     max_iter, tol : optional
         The relaxation's iterations and tolerance (defaults: 1000 and 1e-5 for ADMM;
-        300 ("cond", "joint", with App. C's local refinement after every step) or 100
-        ("disc") and 1e-6 for conditional gradient).
+        300 ("cond", with App. C's local refinement after every step), 1000 ("joint")
+        or 100 ("disc") and 1e-6 for conditional gradient).
     rounding_repeats : int, default 10
         Spectral-clustering roundings (k-means seeds), each re-optimized; the lowest hard
         objective wins.
@@ -1596,7 +1596,7 @@ class BregmanClustering(_Estimator):
                                   f"{self.model!r} needs X in memory (np.asarray(zarr_array[:]))")
         if self.store is not None:
             _start_run_without_checkpoints(self, "bregman", _jsonable_params(self.get_params()), X)
-        max_iter = self.max_iter or {"cond-jc": 1000, "disc": 100}.get(self.model, 300)
+        max_iter = self.max_iter or {"cond-jc": 1000, "cond": 300, "disc": 100}.get(self.model, 1000)
         tol = self.tol or (1e-5 if self.model == "cond-jc" else 1e-6)
         if chunked:
             with blocks.single_threaded_blas(), blocks.RowChunks(X, chunk_rows=self.chunk_rows, center=False) as data:

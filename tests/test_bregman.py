@@ -514,3 +514,23 @@ def test_xi_squared_gradient_equals_finite_differences(rng):
         h = 1e-5
         fd = (xi_squared_and_gradient(W + h * E, d)[0] - xi_squared_and_gradient(W - h * E, d)[0]) / (2 * h)
         assert np.sum(grad * E) == pytest.approx(fd, rel=1e-6)
+
+
+@pytest.mark.parametrize("data,model,transfer", [("heart", "cond-jc", "sigm"), ("breast", "cond", "sigm"),
+                                                 ("spam", "cond", "lin")])
+def test_convex_models_match_the_best_of_30_restarts_on_uci_sets(data, model, transfer):
+    """The paper's Tables 2-3 claim on the shipped UCI sets (Sec. 6's preprocessing): the
+    best of 10 SC roundings, each re-optimized, is no worse than the best of 30 random
+    restarts of hard Bregman clustering.  (graphs/bregman_tables.py: it also holds for
+    cvxCondJC on diabetes/sigm and breast/sigm, not on the others, where the convex
+    models end 0.01% to 1.3% above the best restart; see the closing notes.)"""
+    import dnomad
+    import dnomad.data as dd
+    from dnomad.solvers.bregman import hard_clustering
+
+    X, y = {"heart": dd.heart, "breast": dd.breast_wisconsin, "spam": lambda: dd.spambase(1000)}[data]()
+    X = dd.nonnegative_unit_variance(X)
+    X, div = (X, "euclidean") if transfer == "lin" else (dd.into_unit_interval(X), "logistic")
+    est = dnomad.fit(X, method="bregman", model=model, divergence=div, n_clusters=2, max_iter=500, random_state=0)
+    best_alt = min(hard_clustering(X, 2, div, random_state=s)[1] for s in range(30))
+    assert est.objective_ <= best_alt * (1 + 1e-12)

@@ -130,6 +130,24 @@ def breast_wisconsin():
     return X, y
 
 
+def nonnegative_unit_variance(X):
+    """Features shifted to be nonnegative and scaled to unit variance (Cheng, Zhang and
+    Schuurmans, Sec. 6); constant features are dropped."""
+    X = np.asarray(X, dtype=np.float64)
+    X = X - X.min(axis=0)
+    std = X.std(axis=0)
+    return X[:, std > 0] / std[std > 0]
+
+
+def into_unit_interval(X, margin=0.05):
+    """One affine map of all entries into the open interval (0, 1), x -> (x + c) / (max X +
+    2 c) with c = margin * max X, for nonnegative X: the domain of the logistic (sigmoid
+    transfer) divergence."""
+    X = np.asarray(X, dtype=np.float64)
+    c = margin * X.max()
+    return (X + c) / (X.max() + 2 * c)
+
+
 def yeast():
     """UCI yeast, 10 classes, rebuilt from KEEL's binary variants: (1484, 8).
 

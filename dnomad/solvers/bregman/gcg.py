@@ -472,13 +472,15 @@ def _check_chunk_domain(chunk, div):
     div.check_domain(chunk["X"])
 
 
-def joint(X, d, divergence="euclidean", *, alpha=1e-5, beta=1e-5, max_iter=500, tol=1e-6, refine_iter=20,
+def joint(X, d, divergence="euclidean", *, alpha=1e-5, beta=1e-5, max_iter=500, tol=1e-6, refine_iter=0,
           callback=None):
     """cvxJoint (Sec. 5, (34) with M in M2): min over (u, T) of g(u/t) - 1'u/t + L(T)/t +
     1/2 Xi^2([sqrt(beta) u, sqrt(alpha) T]) by :func:`gcg`; g = log-sum-exp (the prior's
     log-partition), L as cvxCond's.  Returns the result with ``u`` and ``T`` split out.
-    ``refine_iter``: as :func:`cond` (heart: tolerance in 24-28 iterations, against a gap
-    of 5e-3 after 300 without)."""
+    ``refine_iter``: as :func:`cond`, off by default: on heart it reaches the tolerance in
+    24-28 iterations (a gap of 5e-3 after 300 without), but on spambase (t = 1000) 300
+    refined iterations took 287 s against 14 s for 1000 plain ones, with the same
+    labels after re-optimization."""
     div = get_divergence(divergence)
     _check_weight("alpha", alpha)
     _check_weight("beta", beta)
