@@ -9,7 +9,7 @@ Parts (one run, one machine; single-threaded BLAS, chunks on a thread per core):
           it: seconds per GCG iteration and passes over X per iteration (the first 6
           iterations), rows per second per pass, the resident memory's peak rise against
           X's size, and at t = 10^5 the same run with X in memory (ratio Zarr / memory).
-  condjc  cvxCondJC (ADMM, Euclidean, d = 3) at t = 250 ... 4000: seconds per ADMM
+  condjc  cvxCondJC (ADMM, Euclidean, d = 3) at t = 250 ... 2000: seconds per ADMM
           iteration (10 iterations) and the peak memory rise; its state is t x t
           matrices, so it stops fitting in this machine's memory at the t printed.
 Writes graphs/bregman_scaling.json and graphs/bregman_scaling.png.
@@ -133,7 +133,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", nargs="+", default=["cond", "condjc"], choices=["cond", "condjc"])
     ap.add_argument("--sizes", nargs="+", type=int, default=[10000, 100000, 1000000])
-    ap.add_argument("--jc-sizes", nargs="+", type=int, default=[250, 500, 1000, 2000, 4000])
+    ap.add_argument("--jc-sizes", nargs="+", type=int, default=[250, 500, 1000, 2000])
     ap.add_argument("--plot-only", action="store_true")
     args = ap.parse_args()
     if args.plot_only:

@@ -21,7 +21,7 @@ class CondJCResult:
         self.__dict__.update(fields)
 
 
-def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-5, inner_iter=5, partial=None,
+def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-5, inner_iter=5, partial=False,
             callback=None):
     """min D_F(X, M X) over M in M1 = {M : 0 <= M <= I, tr M <= d, rows of M on the
     simplex} (Sec. 3.1) by the ADMM of Sec. 3.1.1 for a jointly convex D_F:

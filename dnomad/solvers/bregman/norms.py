@@ -11,7 +11,7 @@ from ...errors import InputValueError
 
 
 # ------------------------------------------------------------ the spectral set M2
-def project_m2(A, d, *, partial=None, check=True):
+def project_m2(A, d, *, partial=False, check=True):
     """The Frobenius projection of a t x t matrix A onto
     M2 = {M : 0 <= M <= I (Loewner), tr M <= d, M 1 = 1} (Lemma 1 and (13)).
 
@@ -21,11 +21,12 @@ def project_m2(A, d, *, partial=None, check=True):
     (the solution of (13)); the eigenvalue 0 of the vector 1 stays 0.  (A's
     antisymmetric part is orthogonal to the symmetric set and drops out.)
 
-    Only the eigenvalues above theta matter.  ``partial`` (default: t >= 2000) computes
+    Only the eigenvalues above theta matter.  ``partial=True`` computes
     the leading ones by Lanczos (scipy's eigsh), d + 8 first and twice as many while the
     smallest computed is still above theta; else one dense eigendecomposition, O(t^3)
-    (as fast as Lanczos at t = 1000 inside cvxCondJC on spambase: 0.23 s per ADMM
-    iteration either way, most of it in the row step).
+    (the default: at t = 1000 inside cvxCondJC on spambase it is as fast as Lanczos,
+    0.23 s per ADMM iteration either way, most of it in the row step; at t = 2000 on
+    graphs/bregman_scaling.py's mixture, 10 ADMM iterations did not finish in 5 minutes).
     """
     A = np.asarray(A, dtype=np.float64)
     if check:
@@ -39,7 +40,7 @@ def project_m2(A, d, *, partial=None, check=True):
     HBH = B - B.mean(axis=0)[None] - B.mean(axis=1)[:, None] + B.mean()
     HBH = 0.5 * (HBH + HBH.T)
     sigma = None
-    if partial if partial is not None else t >= 2000:
+    if partial:
         from scipy.sparse.linalg import eigsh
 
         k = d + 8
