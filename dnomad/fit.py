@@ -7,7 +7,6 @@ import functools
 import hashlib
 import json
 import logging
-import math
 import platform
 import time
 from dataclasses import asdict
@@ -1573,7 +1572,7 @@ class BregmanClustering(_Estimator):
         """Cluster the rows of X (points x features, in the divergence's domain; NumPy,
         or for model "cond" also a Zarr array or path read by row chunks).  Returns self."""
         from .solvers import bregman
-        from .solvers._checks import check_choices, check_ints
+        from .solvers._checks import check_choices, check_ints, check_numbers
 
         if resume:
             raise InputValueError("BregmanClustering keeps no checkpoints to resume from: fit again")
@@ -1583,10 +1582,7 @@ class BregmanClustering(_Estimator):
         check_ints(self, ["rounding_repeats"])
         if self.chunk_rows is not None:
             check_ints(self, ["chunk_rows"])
-        for name in ("alpha", "beta", "gamma"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float, np.floating)) and 0 < value < math.inf):
-                raise InputValueError(f"{name} must be a finite number > 0; got {value!r}")
+        check_numbers(self, ["alpha", "beta", "gamma"], positive=True)
         div = bregman.get_divergence(self.divergence)
         d = self.n_clusters
         rng = np.random.default_rng(self.random_state)

@@ -66,6 +66,8 @@ def test_gradient_and_hessian_pass_taylor_slope_checks(rng):
         slope2, errs = taylor_slope(
             lambda t: abs(P.cost(M.retract(x, (t * v[0], t * v[1]))) - f0 - t * gv - 0.5 * t * t * vHv), ts)
         assert 1.9 < slope1 < 2.1, slope1
+        # The first-order term is not negligible (else any gradient would show slope 2).
+        assert abs(ts[0] * gv) > 10 * abs(P.cost(M.retract(x, (ts[0] * v[0], ts[0] * v[1]))) - f0 - ts[0] * gv)
         # A gradient without the barrier's part gives slope 1: the check can fail.
         GV, GQ = P.egrad(x)
         Ux = M.phi(x)

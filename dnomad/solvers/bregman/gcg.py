@@ -21,10 +21,12 @@ from __future__ import annotations
 import abc
 import math
 import time
+from types import SimpleNamespace
 
 import numpy as np
 
 from ...errors import InputValueError
+from .._checks import check_numbers
 from .divergences import get_divergence
 from .norms import _alg2_weights, omega_squared_from_singular_values, xi_squared_and_gradient
 
@@ -380,7 +382,8 @@ class ChunkedCondProblem(GCGProblem):
 
 
 def _cond_const(chunk, div):
-    X = chunk["X"]
+    """This chunk's part of L's constant, after checking that its rows lie in F's domain."""
+    X = div.check_domain(chunk["X"])
     theta = div.f(X)
     return float(np.sum(div.F_conj(theta) - theta * X))
 
@@ -437,8 +440,7 @@ def _check_conjugate_at_zero(div, name):
 
 
 def _check_weight(name, value):
-    if not (isinstance(value, (int, float, np.floating)) and value > 0 and math.isfinite(value)):
-        raise InputValueError(f"{name} must be a finite number > 0; got {value!r}")
+    check_numbers(SimpleNamespace(**{name: value}), [name], positive=True)
 
 
 def cond(X, d, divergence="euclidean", *, alpha=1e-5, max_iter=500, tol=1e-6, refine_iter=20, callback=None):
@@ -459,17 +461,12 @@ def cond(X, d, divergence="euclidean", *, alpha=1e-5, max_iter=500, tol=1e-6, re
     if isinstance(X, RowChunks):
         _check_clusters(d, X.n)
         _check_conjugate_at_zero(div, "cvxCond")
-        X.map(_check_chunk_domain, div)
         problem = ChunkedCondProblem(X, div)
     else:
         problem = CondProblem(_check(np.asarray(X, dtype=np.float64), d, div, "cvxCond"), div)
     res = gcg(problem, d, alpha, max_iter=max_iter, tol=tol, refine_iter=refine_iter, callback=callback)
     res.T = res.W
     return res
-
-
-def _check_chunk_domain(chunk, div):
-    div.check_domain(chunk["X"])
 
 
 def joint(X, d, divergence="euclidean", *, alpha=1e-5, beta=1e-5, max_iter=500, tol=1e-6, refine_iter=0,
