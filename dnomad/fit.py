@@ -1525,8 +1525,9 @@ class BregmanClustering(_Estimator):
         Spectral-clustering roundings (k-means seeds), each re-optimized; the lowest hard
         objective wins.
     chunk_rows : int, optional
-        "cond" only: rows per chunk when X is a Zarr array or path (T is kept in row
-        chunks next to X, out of core); default the Zarr chunking.
+        "cond": rows per chunk when X is a Zarr array or path (T is kept in row chunks
+        next to X, out of core; default the Zarr chunking).  "cond-jc": rows per chunk
+        of M and Lambda (t x t; default one chunk per thread).
     store : str, optional
         A Zarr path or URL for the result (labels, the relaxation's history, a summary);
         the run keeps no checkpoints (relaxations take seconds to minutes).
@@ -1543,7 +1544,8 @@ class BregmanClustering(_Estimator):
         Per rounding, before and after re-optimization.
     rounded_labels_ : list of ndarray
         The roundings (before re-optimization).
-    M_ : ndarray (t, t) ("cond-jc") or (Phi, sigma) with M = Phi diag(sigma) Phi' + 1 1'/t
+    M_ : (Phi, sigma), M = Phi diag(sigma) Phi' + 1 1'/t (for "cond-jc": Z, the
+        projection of ADMM's M onto M2, which equals M at convergence)
     posteriors_ : ndarray (t, d), "joint" only
         p(j | x_i) proportional to q_j exp(-D_F(x_i, mu_j)) at the final labels.
     relaxation_objective_, history_, stop_reason_, n_iter_, fit_seconds_
@@ -1587,9 +1589,15 @@ class BregmanClustering(_Estimator):
         d = self.n_clusters
         rng = np.random.default_rng(self.random_state)
         chunked = isinstance(X, str) or hasattr(X, "__fspath__") or type(X).__module__.startswith("zarr")
-        if chunked and self.model != "cond":
-            raise InputValueError(f"X from Zarr is read by row chunks for model='cond' only; model="
-                                  f"{self.model!r} needs X in memory (np.asarray(zarr_array[:]))")
+        if chunked and self.model in ("disc", "joint"):
+            raise InputValueError(f"X from Zarr is read by row chunks for model='cond' and 'cond-jc' only; "
+                                  f"model={self.model!r} needs X in memory (np.asarray(zarr_array[:]))")
+        if chunked and self.model == "cond-jc":
+            # cvxCondJC's state is t x t: X (t x n) is read whole, M and Lambda are chunked
+            from .blocks.engine import _open_zarr_array
+
+            source = _open_zarr_array(str(X), "", "input") if isinstance(X, str) or hasattr(X, "__fspath__") else X
+            X, chunked = np.asarray(source[:], dtype=np.float64), False
         if self.store is not None:
             _start_run_without_checkpoints(self, "bregman", _jsonable_params(self.get_params()), X)
         max_iter = self.max_iter or {"cond-jc": 1000, "cond": 300, "disc": 100}.get(self.model, 1000)
@@ -1604,21 +1612,20 @@ class BregmanClustering(_Estimator):
                 raise InputValueError(f"X must be a 2-D array (points x features); got shape {X.shape}")
             div.check_domain(X)
             if self.model == "cond-jc":
-                res = bregman.cond_jc(X, d, div, max_iter=max_iter, tol=tol)
+                with blocks.single_threaded_blas():
+                    res = bregman.cond_jc(X, d, div, max_iter=max_iter, tol=tol, chunk_rows=self.chunk_rows)
             elif self.model == "cond":
                 res = bregman.cond(X, d, div, alpha=self.alpha, max_iter=max_iter, tol=tol)
             elif self.model == "disc":
                 res = bregman.disc(X, d, gamma=self.gamma, max_iter=max_iter, tol=tol)
             else:
                 res = bregman.joint(X, d, div, alpha=self.alpha, beta=self.beta, max_iter=max_iter, tol=tol)
-        if self.model == "cond-jc":
-            self.M_ = res.M
-            roundings = bregman.spectral_rounding(res.M, d, repeats=self.rounding_repeats, random_state=rng)
-        else:
-            self.M_ = (res.Phi, res.sigma)
-            E = res.membership_eigenvectors(d)
-            E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-300)
-            roundings = [kmeans_rows(E, d, rng, n_init=1) for _ in range(self.rounding_repeats)]
+        # SC rounding from the top d eigenvectors of M (of Z, its projection onto M2, for
+        # "cond-jc"), which every model keeps factored
+        self.M_ = (res.Phi, res.sigma)
+        E = res.membership_eigenvectors(d)
+        E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-300)
+        roundings = [kmeans_rows(E, d, rng, n_init=1) for _ in range(self.rounding_repeats)]
         joint = self.model == "joint"
         self.rounded_labels_, self.rounded_objectives_, self.reoptimized_objectives_ = roundings, [], []
         best = None

@@ -196,6 +196,63 @@ def test_cond_jc_admm_reaches_the_optimum_over_m1(name, rng):
     assert res.M.min() >= 0 and np.abs(res.M - res.Z).max() < 1e-4
 
 
+def test_cond_jc_in_row_chunks_from_zarr_and_on_workers_equals_one_chunk_in_memory(tmp_path, rng,
+                                                                                     cluster_client):
+    """cvxCondJC with M and Lambda in row chunks (X from Zarr, 4 chunks; and on two
+    dask.distributed workers) and the partial projection ends where one chunk with the
+    dense projection does (each chunk backtracks its own step, here as the one chunk)."""
+    import zarr
+
+    from dnomad.blocks import RowChunks
+    from dnomad.solvers.bregman import cond_jc
+
+    X, _ = blobs(rng, t=30, spread=1.5)
+    kw = dict(tol=1e-5, max_iter=3000)
+    ref = cond_jc(X, 3, "kl", chunk_rows=60, projection="dense", **kw)
+    assert ref.stop_reason == "tolerance"
+    z = zarr.open_array(str(tmp_path / "X.zarr"), mode="w", shape=X.shape, chunks=(8, 4), dtype="f8")
+    z[:] = X
+    # to the tolerance from Zarr; the first 60 iterations on the workers (a round trip
+    # per pass makes each iteration slower there)
+    short = cond_jc(X, 3, "kl", chunk_rows=30, projection="dense", tol=0.0, max_iter=60)
+    for make, ref, kw in ((lambda: RowChunks(str(tmp_path / "X.zarr"), center=False), ref, kw),
+                          (lambda: RowChunks(X, chunk_rows=12, center=False, client=cluster_client), short,
+                           dict(tol=0.0, max_iter=60))):
+        with make() as data:
+            assert len(data.spans) > 1
+            res = cond_jc(data, 3, "kl", projection="partial", **kw)
+            M = data.get("M")
+        assert res.stop_reason == ref.stop_reason and res.n_iter == ref.n_iter and res.M is None
+        assert res.objective == pytest.approx(ref.objective, rel=1e-6)
+        np.testing.assert_allclose(res.Z, ref.Z, atol=1e-5)
+        np.testing.assert_allclose(M, ref.M, atol=1e-5)
+        np.testing.assert_allclose(M.sum(axis=1), 1, atol=1e-12)
+        assert max(h["eig_passes"] for h in res.history) > 1        # the Krylov path ran
+
+
+def test_partial_projection_within_its_error_bound_and_in_m2(rng):
+    """project_m2_factor's Krylov answer is within its stated bound (tol sqrt(t)) of the
+    dense projection, stays in M2 exactly, and a warm start from the answer converges
+    in one block."""
+    from dnomad.solvers.bregman.norms import project_m2_factor
+
+    t, d = 300, 4
+    B = rng.normal(size=(t, 6))
+    S = B @ B.T / t + 0.01 * rng.normal(size=(t, t)) / np.sqrt(t)
+    S = 0.5 * (S + S.T)
+    tol = 1e-6
+    Phi, mu, passes = project_m2_factor(lambda V: S @ V, t, d, tol=tol)
+    P, m, _ = project_m2_factor(None, t, d, dense=lambda: S)
+    Z, Zd = (Phi * mu) @ Phi.T, (P * m) @ P.T
+    assert np.linalg.norm(Z - Zd) <= tol * np.sqrt(t)
+    np.testing.assert_allclose(Phi.T @ Phi, np.eye(mu.size), atol=1e-10)
+    np.testing.assert_allclose(Phi.T @ np.ones(t), 0, atol=1e-9)
+    assert mu.min() > 0 and mu.max() <= 1 and mu.sum() <= d - 1 + 1e-12
+    assert passes > 1
+    _, _, warm = project_m2_factor(lambda V: S @ V, t, d, tol=tol, start=Phi)
+    assert warm < passes
+
+
 @pytest.mark.parametrize("name", ["euclidean", "kl", "logistic"])
 def test_cond_jc_with_rounding_and_reoptimization_recovers_planted_clusters(name, rng):
     from dnomad.metrics import clustering_accuracy
@@ -474,8 +531,15 @@ def test_estimator_cond_from_zarr_equals_in_memory(tmp_path, rng):
     assert a.stop_reason_ == "tolerance"
     gap = a.history_[-1]["gap"] + b.history_[-1]["gap"]
     assert a.relaxation_objective_ - 1e-12 <= b.relaxation_objective_ <= a.relaxation_objective_ + gap
-    with pytest.raises(InputValueError, match="model='cond' only"):
+    with pytest.raises(InputValueError, match="model='cond' and 'cond-jc' only"):
         dnomad.fit(str(tmp_path / "X.zarr"), **{**kw, "model": "joint"})
+    # cvxCondJC reads X whole from Zarr (its state is t x t): the same fit as in memory
+    kw = {**kw, "model": "cond-jc", "max_iter": 300}
+    a, b = dnomad.fit(X, **kw), dnomad.fit(z, **kw)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    assert b.relaxation_objective_ == a.relaxation_objective_
+    Phi, sigma = a.M_
+    assert Phi.shape[0] == 90 and np.all(np.diff(sigma) <= 0) and a.objective_ == b.objective_
 
 
 def test_command_line_fit_and_info(tmp_path, rng):

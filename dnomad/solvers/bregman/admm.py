@@ -8,21 +8,35 @@ import numpy as np
 
 from ...errors import InputValueError
 from .divergences import get_divergence
-from .norms import project_m2
+from .norms import project_m2_factor
 
 
 # ------------------------------------------------------------ cvxCondJC (Sec. 3.1)
 class CondJCResult:
-    """M (t x t, rows on the simplex), Z (its projection onto M2), objective D_F(X, M X)
-    of M, history rows (iteration, objective, primal residual ||M - Z||_F / sqrt(t),
-    dual residual ||Z - Z_prev||_F / sqrt(t), seconds), stop reason, iterations."""
+    """The ADMM's answer: Z, the projection onto M2 of its last iterate, factored as
+    Phi diag(sigma) Phi' + 1 1' / t (``Phi``, ``sigma``; :meth:`membership_eigenvectors`
+    for rounding); M (t x t, rows on the simplex) when X was given in memory, else None
+    (it stays in the row chunks as state "M"); the objective D_F(X, M X); history rows
+    (iteration, objective, primal residual ||M - Z||_F / sqrt(t), dual residual
+    ||Z - Z_prev||_F / sqrt(t), rank of Z - 1 1'/t, eigensolver passes, seconds); stop
+    reason; iterations; the final ADMM parameter ``admm_mu``."""
 
     def __init__(self, **fields):
         self.__dict__.update(fields)
 
+    @property
+    def Z(self):
+        """Z as a dense t x t matrix."""
+        return (self.Phi * self.sigma) @ self.Phi.T + 1.0 / self.Phi.shape[0]
 
-def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-5, inner_iter=5, partial=False,
-            callback=None):
+    def membership_eigenvectors(self, d):
+        """The top d eigenvectors of Z: 1 / sqrt(t) and the d - 1 leading Phi columns."""
+        t = self.Phi.shape[0]
+        return np.hstack([np.full((t, 1), 1.0 / math.sqrt(t)), self.Phi[:, : d - 1]])
+
+
+def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-5, inner_iter=5,
+            projection="auto", eig_tol=None, chunk_rows=None, callback=None):
     """min D_F(X, M X) over M in M1 = {M : 0 <= M <= I, tr M <= d, rows of M on the
     simplex} (Sec. 3.1) by the ADMM of Sec. 3.1.1 for a jointly convex D_F:
 
@@ -30,41 +44,86 @@ def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-
        (row-separable; ``inner_iter`` steps of accelerated projected gradient with
        backtracking, warm-started: ADMM tolerates the inexact step, and on the heart data
        5 steps reach the same iterates' objective as 50 in a tenth of the time);
-    2. Z <- the projection of M - mu Lambda onto M2 (:func:`project_m2`);
+    2. Z <- the projection of M - mu Lambda onto M2 (:func:`project_m2_factor`), kept
+       factored (its rank above 1 1'/t is small: 14-17 for 3 clusters at t = 1000);
     3. Lambda <- Lambda + (Z - M) / mu.
+
+    M and Lambda (t x t) live in row chunks of X: ``X`` is a t x n array (cut into
+    ``chunk_rows``-row chunks, by default one per thread) or a
+    :class:`dnomad.blocks.RowChunks` built with ``center=False`` (its chunks may sit in
+    dask.distributed workers' memory; X itself is gathered once, t x n, as every row
+    of M X needs all of it).  Steps 1 and 3 are one pass each; step 2 is one pass per
+    LOBPCG iteration (``projection="partial"``), or one pass gathering M - mu Lambda
+    for a dense eigendecomposition (``"dense"``, O(t^3)); ``"auto"`` is dense up to
+    t = 500.
 
     Stops when both residuals (divided by sqrt(t)) fall below ``tol``.  ``admm_mu``:
     default 1 / (the mean of F''(X) times ||X||_2^2), balancing the two terms.
     """
-    import time
+    from ...blocks.rows import RowChunks
 
     div = get_divergence(divergence)
     if not div.jointly_convex:
         raise InputValueError(f"the ADMM of cvxCondJC needs a jointly convex divergence; {div.name} is not "
                               f"(use model='cond', which takes any Bregman divergence)")
-    X = div.check_domain(X)
-    if X.ndim != 2:
-        raise InputValueError(f"X must be a 2-D array (points x features); got shape {X.shape}")
+    if projection not in ("auto", "dense", "partial"):
+        raise InputValueError(f"projection must be 'auto', 'dense' or 'partial'; got {projection!r}")
+    if isinstance(X, RowChunks):
+        if np.any(X.mean != 0):
+            raise InputValueError("the row chunks for cvxCondJC must be built with center=False")
+        data, owned, Xall = X, False, None
+    else:
+        Xall = np.asarray(X, dtype=np.float64)
+        if Xall.ndim != 2:
+            raise InputValueError(f"X must be a 2-D array (points x features); got shape {Xall.shape}")
+        Xall = div.check_domain(Xall)
+        from ...blocks.engine import _n_threads
+
+        rows = chunk_rows or max(64, -(-Xall.shape[0] // _n_threads()))
+        data, owned = RowChunks(Xall, chunk_rows=rows, center=False), True
+    try:
+        if Xall is None:
+            Xall = div.check_domain(data.gather())
+        res = _admm(data, Xall, d, div, admm_mu, max_iter, tol, inner_iter, projection, eig_tol, callback)
+        res.M = data.get("M") if owned else None
+        return res
+    finally:
+        if owned:
+            data.close()
+
+
+def _admm(data, X, d, div, admm_mu, max_iter, tol, inner_iter, projection, eig_tol, callback):
+    import time
+
     t = X.shape[0]
     if not (isinstance(d, (int, np.integer)) and 2 <= d < t):
         raise InputValueError(f"d (n_clusters) must be an integer with 2 <= d < t = {t}; got {d!r}")
+    dense = projection == "dense" or (projection == "auto" and t <= 500)
     scale = float(np.mean(div.curvature(X))) * float(np.linalg.norm(X, 2)) ** 2
     mu = 1.0 / scale if admm_mu is None else float(admm_mu)
-    M = np.full((t, t), 1.0 / t)
-    Z = M.copy()
-    Lam = np.zeros((t, t))
-    step = 1.0 / (scale + 1.0 / mu)
+    data.put("row", np.arange(t)[:, None])
+    data.map(_init_kernel, t, 1.0 / (scale + 1.0 / mu))
+    Phi, sigma = np.zeros((t, 0)), np.zeros(0)            # Z = 1 1' / t
     history, stop = [], "max_iter"
     t0 = time.perf_counter()
     for it in range(1, max_iter + 1):
-        M, step = _row_step(X, div, M, Z, Lam, mu, step, inner_iter)
-        Z_prev = Z
-        Z = project_m2(M - mu * Lam, d, partial=partial, check=False)
-        Lam = Lam + (Z - M) / mu
-        primal = float(np.linalg.norm(M - Z)) / math.sqrt(t)
-        dual = float(np.linalg.norm(Z - Z_prev)) / math.sqrt(t)
-        row = {"iteration": it, "objective": float(np.sum(div(X, M @ X))), "primal_residual": primal,
-               "dual_residual": dual, "seconds": time.perf_counter() - t0}
+        objective = sum(data.map(_row_step_kernel, div, X, Phi, sigma, mu, inner_iter))
+
+        def products(V):
+            parts = data.map(_matmat_kernel, mu, V)
+            return 0.5 * (np.concatenate([p[0] for p in parts]) + sum(p[1] for p in parts))
+
+        def assemble():
+            A = np.concatenate(data.map(_rows_kernel, mu))
+            return 0.5 * (A + A.T)
+
+        Phi_prev, sigma_prev = Phi, sigma
+        Phi, sigma, eig_passes = project_m2_factor(None if dense else products, t, d, start=Phi_prev,
+                                                   tol=eig_tol or 0.1 * tol, dense=assemble)
+        primal = math.sqrt(sum(data.map(_multiplier_kernel, Phi, sigma, mu))) / math.sqrt(t)
+        dual = _factored_distance(Phi, sigma, Phi_prev, sigma_prev) / math.sqrt(t)
+        row = {"iteration": it, "objective": objective, "primal_residual": primal, "dual_residual": dual,
+               "rank": int(sigma.size), "eig_passes": eig_passes, "seconds": time.perf_counter() - t0}
         history.append(row)
         if callback is not None and callback(dict(row)) is True:
             stop = "callback"
@@ -81,25 +140,71 @@ def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-
                 mu /= 2
             elif dual / mu > 10 * primal:
                 mu *= 2
-    return CondJCResult(M=M, Z=Z, objective=history[-1]["objective"], history=history, stop_reason=stop,
-                        n_iter=it, admm_mu=mu)
+    return CondJCResult(Phi=Phi, sigma=sigma, objective=history[-1]["objective"], history=history,
+                        stop_reason=stop, n_iter=it, admm_mu=mu)
 
 
-def _row_step(X, div, M, Z, Lam, mu, step, iters):
-    """Step 1 of the ADMM: FISTA over the rows of M (each on the simplex) for
-    phi(M) = D_F(X, M X) - <Lambda, M> + ||M - Z||^2 / (2 mu), from the current M, with
-    a backtracking step shared by all rows (the rows are independent, so one step that
-    decreases the sum's quadratic model is valid for each)."""
+def _factored_distance(P, p, Q, q):
+    """||P diag(p) P' - Q diag(q) Q'||_F for P, Q with orthonormal columns."""
+    C = P.T @ Q
+    value = float(p @ p) + float(q @ q) - 2.0 * float(p @ (C * C) @ q)
+    return math.sqrt(max(value, 0.0))
+
+
+# ------------------------------------------------------------ the chunks' kernels
+# Module-level so that dask.distributed workers import them.  A chunk holds its rows of
+# X ("X"), of M and Lambda, their global indices ("row") and its own FISTA step.
+def _z_rows(chunk, Phi, sigma, t):
+    return (Phi[chunk["row"][:, 0]] * sigma) @ Phi.T + 1.0 / t
+
+
+def _init_kernel(chunk, t, step):
+    r = chunk["X"].shape[0]
+    chunk["M"], chunk["Lam"], chunk["step"] = np.full((r, t), 1.0 / t), np.zeros((r, t)), np.array(step)
+
+
+def _row_step_kernel(chunk, div, X, Phi, sigma, mu, inner_iter):
+    """Step 1 on this chunk's rows; returns their part of D_F(X, M X)."""
+    M, step = _row_step(chunk["X"], X, div, chunk["M"], _z_rows(chunk, Phi, sigma, X.shape[0]), chunk["Lam"],
+                        mu, float(chunk["step"]), inner_iter)
+    chunk["M"], chunk["step"] = M, np.array(step)
+    return float(np.sum(div(chunk["X"], M @ X)))
+
+
+def _matmat_kernel(chunk, mu, V):
+    """(A_r V, A_r' V_r) for this chunk's rows A_r of A = M - mu Lambda."""
+    A = chunk["M"] - mu * chunk["Lam"]
+    return A @ V, A.T @ V[chunk["row"][:, 0]]
+
+
+def _rows_kernel(chunk, mu):
+    return chunk["M"] - mu * chunk["Lam"]
+
+
+def _multiplier_kernel(chunk, Phi, sigma, mu):
+    """Step 3 on this chunk's rows; returns their part of ||Z - M||_F^2."""
+    R = _z_rows(chunk, Phi, sigma, chunk["M"].shape[1]) - chunk["M"]
+    chunk["Lam"] = chunk["Lam"] + R / mu
+    return float(np.sum(R * R))
+
+
+def _row_step(Xr, X, div, M, Z, Lam, mu, step, iters):
+    """Step 1 of the ADMM on some rows (of X: Xr; of M, Z, Lambda: M, Z, Lam): FISTA for
+    phi(M) = D_F(Xr, M X) - <Lambda, M> + ||M - Z||^2 / (2 mu) over rows on the simplex,
+    from the current M, with a backtracking step shared by these rows (the rows are
+    independent, so one step that decreases the sum's quadratic model is valid for each)."""
     def value(A):
-        return float(np.sum(div(X, A @ X))) - float(np.sum(Lam * A)) + float(np.sum((A - Z) ** 2)) / (2 * mu)
+        return float(np.sum(div(Xr, A @ X))) - float(np.sum(Lam * A)) + float(np.sum((A - Z) ** 2)) / (2 * mu)
 
     def grad(A):
         Y = A @ X
-        return -(div.curvature(Y) * (X - Y)) @ X.T - Lam + (A - Z) / mu
+        return -(div.curvature(Y) * (Xr - Y)) @ X.T - Lam + (A - Z) / mu
 
     x_prev = M
     y = M
     theta = 1.0
+    step *= 1.5                      # let the step grow back, once per call (Beck-Teboulle's
+                                     # steps then only shrink: each shrink is one more value)
     for _ in range(iters):
         g = grad(y)
         fy = value(y)
@@ -113,7 +218,6 @@ def _row_step(X, div, M, Z, Lam, mu, step, iters):
         y = x + ((theta - 1) / theta_next) * (x - x_prev)
         y = project_simplex_rows(y) if (y < 0).any() else y
         x_prev, theta = x, theta_next
-        step *= 1.5                  # let the step grow back
     return x_prev, step
 
 

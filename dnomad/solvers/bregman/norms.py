@@ -13,20 +13,15 @@ from ...errors import InputValueError
 # ------------------------------------------------------------ the spectral set M2
 def project_m2(A, d, *, partial=False, check=True):
     """The Frobenius projection of a t x t matrix A onto
-    M2 = {M : 0 <= M <= I (Loewner), tr M <= d, M 1 = 1} (Lemma 1 and (13)).
+    M2 = {M : 0 <= M <= I (Loewner), tr M <= d, M 1 = 1} (Lemma 1 and (13)), dense.
 
     With H = I - 1 1^T / t and B = sym(A) - 1 1^T / t, the answer is T + 1 1^T / t where
     T keeps the eigenvectors of H B H and moves its eigenvalues sigma_i to
     mu_i = clip(sigma_i - theta, 0, 1), theta >= 0 the smallest with sum mu_i <= d - 1
     (the solution of (13)); the eigenvalue 0 of the vector 1 stays 0.  (A's
     antisymmetric part is orthogonal to the symmetric set and drops out.)
-
-    Only the eigenvalues above theta matter.  ``partial=True`` computes
-    the leading ones by Lanczos (scipy's eigsh), d + 8 first and twice as many while the
-    smallest computed is still above theta; else one dense eigendecomposition, O(t^3)
-    (the default: at t = 1000 inside cvxCondJC on spambase it is as fast as Lanczos,
-    0.23 s per ADMM iteration either way, most of it in the row step; at t = 2000 on
-    graphs/bregman_scaling.py's mixture, 10 ADMM iterations did not finish in 5 minutes).
+    ``partial=True``: only the eigenpairs above theta, by :func:`project_m2_factor`'s
+    block eigensolver; else one dense eigendecomposition, O(t^3).
     """
     A = np.asarray(A, dtype=np.float64)
     if check:
@@ -36,26 +31,98 @@ def project_m2(A, d, *, partial=False, check=True):
             raise InputValueError(f"d (the number of clusters) must be an integer in [1, t = {A.shape[0]}]; "
                                   f"got {d!r}")
     t = A.shape[0]
-    B = 0.5 * (A + A.T) - 1.0 / t
-    HBH = B - B.mean(axis=0)[None] - B.mean(axis=1)[:, None] + B.mean()
-    HBH = 0.5 * (HBH + HBH.T)
-    sigma = None
-    if partial:
-        from scipy.sparse.linalg import eigsh
+    S = 0.5 * (A + A.T)
+    Phi, mu, _ = project_m2_factor((lambda V: S @ V) if partial else None, t, d, dense=lambda: S)
+    return (Phi * mu) @ Phi.T + 1.0 / t
 
-        k = d + 8
-        while 2 * k < t:
-            sigma, phi = eigsh(HBH, k=k, which="LA")
+
+def project_m2_factor(sym_matmat, t, d, *, start=None, tol=1e-9, dense=None, max_block=None, seed=0,
+                      max_depth=6, max_rounds=50):
+    """The projection of Lemma 1 onto M2 of a symmetric t x t matrix S given by its
+    products, in factored form: (Phi, mu, passes) with the projection
+    Phi diag(mu) Phi' + 1 1' / t, Phi's columns orthonormal and orthogonal to 1, mu in
+    (0, 1] descending, ``passes`` the calls of ``sym_matmat(V)`` (= S V for t x k V).
+
+    Only the eigenpairs of H S H above the shift theta enter (:func:`project_m2`), and
+    inside ADMM they are few (14 to 17 for 3 clusters at t = 1000).  They come from a
+    block Krylov space on the complement of 1: from a block Q (``start``, the previous
+    projection's Phi, plus as many random columns and 8 more), [Q, S Q, S^2 Q, ...]
+    orthonormalized as it grows (one call of ``sym_matmat`` per block, on an orthonormal
+    block) with Rayleigh-Ritz after each block, restarted from the leading Ritz vectors
+    after ``max_depth`` blocks with a block half as wide again (twice, when as many Ritz
+    values as its width lie above theta), until the leading pairs above theta have
+    residuals R with sqrt(2) ||R||_F + ||mu of the rest|| <= ``tol`` sqrt(t) (a bound
+    on the error of the projection, in the units of ADMM's residuals) and fewer Ritz
+    values than the block's width lie above theta (the pairs never computed are
+    assumed below the largest Ritz value left out, as for any Krylov method).
+    ``dense``: a callable returning S, for one dense eigendecomposition instead when
+    ``sym_matmat`` is None, or the block would pass ``max_block`` (t / 5 by default) or
+    ``max_rounds`` restarts."""
+    one = np.full((t, 1), 1.0 / math.sqrt(t))
+    calls = [0]
+    rng = np.random.default_rng(seed)
+
+    def op(V):
+        calls[0] += 1
+        W = np.asarray(sym_matmat(V), dtype=np.float64)
+        return W - one @ (one.T @ W)
+
+    def orthonormal_to(N, basis):
+        """N orthonormalized against ``basis`` (and 1), twice for stability; columns
+        that vanish (an invariant subspace was reached) are replaced by random ones."""
+        for _ in range(2):
+            N = N - one @ (one.T @ N) - basis @ (basis.T @ N)
+            Q, R = np.linalg.qr(N)
+            small = np.abs(np.diag(R)) <= 1e-10 * max(1.0, float(np.abs(R).max()) if R.size else 1.0)
+            if small.any():
+                Q[:, small] = rng.standard_normal((t, int(small.sum())))
+            N = Q
+        return N
+
+    max_block = max_block or max(d + 8, t // 5)
+    Q = np.zeros((t, 0)) if start is None else np.asarray(start, dtype=np.float64).reshape(t, -1)
+    k = max(2 * Q.shape[1] + 8, d + 8)
+    rounds = 0
+    while sym_matmat is not None and k <= max_block and rounds < max_rounds:
+        rounds += 1
+        blocks = [orthonormal_to(np.hstack([Q, rng.standard_normal((t, k - Q.shape[1]))]), np.zeros((t, 0)))]
+        images = [op(blocks[0])]
+        while True:
+            basis, image = np.hstack(blocks), np.hstack(images)
+            sigma, Y = np.linalg.eigh(0.5 * (basis.T @ image + image.T @ basis))
+            sigma, Y = sigma[::-1], Y[:, ::-1]
             mu, theta = _capped_simplex_shift(sigma, d - 1)
-            if sigma.min() <= theta:        # the eigenvalues not computed are all clipped to 0
+            above = int(np.sum(sigma > theta + tol))
+            keep = np.flatnonzero(mu > 0)
+            U = basis @ Y[:, : max(k, keep.size)]
+            # With R the residuals of the first j pairs, S - (R U' + U R') has their
+            # span as an invariant subspace, and the projection is nonexpansive:
+            # keeping those j is within sqrt(2) ||R||_F + ||mu_{j+1..}|| of the exact
+            # projection (pairs just above theta converge slowly but weigh little).
+            R2 = np.linalg.norm(image @ Y[:, keep] - U[:, keep] * sigma[keep], axis=0) ** 2
+            bound = (math.sqrt(2.0) * np.sqrt(np.concatenate([[0.0], np.cumsum(R2)]))
+                     + np.sqrt(np.concatenate([np.cumsum(mu[keep][::-1] ** 2)[::-1], [0.0]])))
+            j = int(np.argmin(bound))
+            if above < k and bound[j] <= tol * math.sqrt(t):
+                keep = keep[:j]
+                return U[:, keep], mu[keep], calls[0]
+            if above >= k or len(blocks) == max_depth:
                 break
-            sigma, k = None, 2 * k
-    if sigma is None:
-        sigma, phi = np.linalg.eigh(HBH)
-        mu, _ = _capped_simplex_shift(sigma, d - 1)
-    keep = mu > 0
-    T = (phi[:, keep] * mu[keep]) @ phi[:, keep].T
-    return T + 1.0 / t
+            blocks.append(orthonormal_to(images[-1], basis))
+            images.append(op(blocks[-1]))
+        Q = U[:, :k]
+        # a wider block next round: more room below theta speeds up the pairs near it
+        k = 2 * k if above >= k else k + k // 2
+    if dense is None:
+        raise InputValueError(f"the projection onto M2 needs more than {max_block} eigenpairs at t = {t} "
+                              f"(max_block); give dense= or a larger max_block")
+    S = np.asarray(dense(), dtype=np.float64)
+    B = S - 1.0 / t
+    HBH = B - B.mean(axis=0)[None] - B.mean(axis=1)[:, None] + B.mean()
+    sigma, phi = np.linalg.eigh(0.5 * (HBH + HBH.T))
+    mu, _ = _capped_simplex_shift(sigma, d - 1)
+    keep = np.flatnonzero(mu > 0)[::-1]
+    return phi[:, keep], mu[keep], calls[0] + 1
 
 
 def _capped_simplex_shift(sigma, budget):
