@@ -1602,10 +1602,18 @@ class BregmanClustering(_Estimator):
             _start_run_without_checkpoints(self, "bregman", _jsonable_params(self.get_params()), X)
         max_iter = self.max_iter or {"cond-jc": 1000, "cond": 300, "disc": 100}.get(self.model, 1000)
         tol = self.tol or (1e-5 if self.model == "cond-jc" else 1e-6)
+        chunks = None
         if chunked:
-            with blocks.single_threaded_blas(), blocks.RowChunks(X, chunk_rows=self.chunk_rows, center=False) as data:
-                res = bregman.cond(data, d, div, alpha=self.alpha, max_iter=max_iter, tol=tol)
-                X = data.gather()        # the rounding's re-optimization holds X in memory
+            # X stays in Zarr: the relaxation, the rounding's objectives and the
+            # re-optimization all read it by row chunks
+            chunks = blocks.RowChunks(X, chunk_rows=self.chunk_rows, center=False)
+            try:
+                with blocks.single_threaded_blas():
+                    res = bregman.cond(chunks, d, div, alpha=self.alpha, max_iter=max_iter, tol=tol)
+            except BaseException:
+                chunks.close()
+                raise
+            X = chunks
         else:
             X = np.asarray(X, dtype=np.float64)
             if X.ndim != 2:
@@ -1629,12 +1637,16 @@ class BregmanClustering(_Estimator):
         joint = self.model == "joint"
         self.rounded_labels_, self.rounded_objectives_, self.reoptimized_objectives_ = roundings, [], []
         best = None
-        for labels in roundings:
-            self.rounded_objectives_.append(bregman.hard_objective(X, labels, d, div, joint=joint))
-            final, objective, _ = bregman.hard_clustering(X, d, div, labels, joint=joint)
-            self.reoptimized_objectives_.append(objective)
-            if best is None or objective < best[1]:
-                best = (final, objective)
+        try:
+            for labels in roundings:
+                self.rounded_objectives_.append(bregman.hard_objective(X, labels, d, div, joint=joint))
+                final, objective, _ = bregman.hard_clustering(X, d, div, labels, joint=joint)
+                self.reoptimized_objectives_.append(objective)
+                if best is None or objective < best[1]:
+                    best = (final, objective)
+        finally:
+            if chunks is not None:
+                chunks.close()
         self.labels_, self.objective_ = best
         if joint:
             self.posteriors_ = bregman.cluster_posteriors(X, self.labels_, d, div)

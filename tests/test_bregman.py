@@ -282,6 +282,32 @@ def test_hard_clustering_refills_empty_clusters_and_cond_jc_refuses_itakura_sait
         cond_jc(-X, 4, "kl")
 
 
+@pytest.mark.parametrize("joint", [False, True])
+def test_hard_clustering_on_row_chunks_from_zarr_equals_in_memory(joint, tmp_path, rng):
+    """Hard (and hard joint) Bregman clustering with the labels in row chunks of X read
+    from Zarr (4 chunks): the same labels, objective and iterations as in memory, from
+    random labels and from labels with empty clusters (refilled, or kept empty when
+    joint)."""
+    import zarr
+
+    from dnomad.blocks import RowChunks
+    from dnomad.solvers.bregman import hard_clustering
+
+    X, _ = blobs(rng, t=90, d=3, spread=1.0)
+    z = zarr.open_array(str(tmp_path / "X.zarr"), mode="w", shape=X.shape, chunks=(25, 4), dtype="f8")
+    z[:] = X
+    starts = [rng.integers(0, 4, size=90), np.zeros(90, int), np.where(np.arange(90) < 45, 0, 2)]
+    with RowChunks(str(tmp_path / "X.zarr"), center=False) as data:
+        assert len(data.spans) == 4
+        for start in starts:
+            want = hard_clustering(X, 4, "kl", start, joint=joint)
+            got = hard_clustering(data, 4, "kl", start, joint=joint)
+            np.testing.assert_array_equal(got[0], want[0])
+            assert got[1] == pytest.approx(want[1], rel=1e-12) and got[2] == want[2]
+            if not joint:                   # the empty clusters were refilled
+                assert len(np.unique(got[0])) == 4
+
+
 def xi_by_sdp(T, d):
     """(38) as written, with M in M2 (M 1 = 1, 0 <= M <= I, tr M <= d)."""
     import cvxpy as cp

@@ -49,15 +49,19 @@ def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-
     3. Lambda <- Lambda + (Z - M) / mu.
 
     M and Lambda (t x t) live in row chunks of X: ``X`` is a t x n array (cut into
-    ``chunk_rows``-row chunks, by default one per thread) or a
+    ``chunk_rows``-row chunks, by default one per thread and at most 64 MiB of M each) or a
     :class:`dnomad.blocks.RowChunks` built with ``center=False`` (its chunks may sit in
     dask.distributed workers' memory; X itself is gathered once, t x n, as every row
     of M X needs all of it).  Steps 1 and 3 are one pass each; step 2 is one pass per
     LOBPCG iteration (``projection="partial"``), or one pass gathering M - mu Lambda
     for a dense eigendecomposition (``"dense"``, O(t^3)); ``"auto"`` is dense up to
-    t = 500.
+    t = 2000 (graphs/bregman_scaling.py, iterations 21-40 on one thread per chunk: the
+    dense projection takes 0.36, 0.72 and 0.81 of the Krylov one's time per iteration at
+    t = 500, 1000, 2000, where the first iterations' Z has rank up to 2t/3 and the
+    Krylov path falls back to dense).
 
-    Stops when both residuals (divided by sqrt(t)) fall below ``tol``.  ``admm_mu``:
+    Stops when both residuals (divided by sqrt(t)) fall below ``tol``.  ``eig_tol``: the
+    partial projection's error bound (default tol / 10; 1e-7 for tol = 0).  ``admm_mu``:
     default 1 / (the mean of F''(X) times ||X||_2^2), balancing the two terms.
     """
     from ...blocks.rows import RowChunks
@@ -79,7 +83,10 @@ def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-
         Xall = div.check_domain(Xall)
         from ...blocks.engine import _n_threads
 
-        rows = chunk_rows or max(64, -(-Xall.shape[0] // _n_threads()))
+        # one chunk per thread, at most 64 MiB per chunk row block (the row step holds
+        # about ten r x t temporaries per chunk)
+        t = Xall.shape[0]
+        rows = chunk_rows or max(16, min(-(-t // _n_threads()), (64 << 20) // (8 * t)))
         data, owned = RowChunks(Xall, chunk_rows=rows, center=False), True
     try:
         if Xall is None:
@@ -98,7 +105,9 @@ def _admm(data, X, d, div, admm_mu, max_iter, tol, inner_iter, projection, eig_t
     t = X.shape[0]
     if not (isinstance(d, (int, np.integer)) and 2 <= d < t):
         raise InputValueError(f"d (n_clusters) must be an integer with 2 <= d < t = {t}; got {d!r}")
-    dense = projection == "dense" or (projection == "auto" and t <= 500)
+    dense = projection == "dense" or (projection == "auto" and t <= 2000)
+    # the projection's error bound, in the units of the residuals (tol = 0 runs max_iter)
+    eig_tol = eig_tol or (0.1 * tol if tol > 0 else 1e-7)
     scale = float(np.mean(div.curvature(X))) * float(np.linalg.norm(X, 2)) ** 2
     mu = 1.0 / scale if admm_mu is None else float(admm_mu)
     data.put("row", np.arange(t)[:, None])
@@ -119,7 +128,7 @@ def _admm(data, X, d, div, admm_mu, max_iter, tol, inner_iter, projection, eig_t
 
         Phi_prev, sigma_prev = Phi, sigma
         Phi, sigma, eig_passes = project_m2_factor(None if dense else products, t, d, start=Phi_prev,
-                                                   tol=eig_tol or 0.1 * tol, dense=assemble)
+                                                   tol=eig_tol, dense=assemble)
         primal = math.sqrt(sum(data.map(_multiplier_kernel, Phi, sigma, mu))) / math.sqrt(t)
         dual = _factored_distance(Phi, sigma, Phi_prev, sigma_prev) / math.sqrt(t)
         row = {"iteration": it, "objective": objective, "primal_residual": primal, "dual_residual": dual,

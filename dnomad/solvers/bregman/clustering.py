@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import InputValueError
 from .divergences import get_divergence
 
 
@@ -21,8 +22,18 @@ def hard_clustering(X, d, divergence, labels=None, *, joint=False, max_iter=300,
     cluster's share of the rows, and the objective is the negative log joint likelihood
     -1'Y log q + D_F(X, Y Gamma) (up to the base measure).  A cluster that empties stays
     empty (its share is 0): the prior can make one cluster absorb another, as in the
-    paper's Table 5."""
+    paper's Table 5.
+
+    X may be a :class:`dnomad.blocks.RowChunks` (``center=False``; from Zarr, out of
+    core) holding the labels beside X's rows: one pass per iteration (assign, then the
+    new clusters' sums), the same iterates as in memory."""
+    from ...blocks.rows import RowChunks
+
     div = get_divergence(divergence)
+    if isinstance(X, RowChunks):
+        if labels is None:
+            raise InputValueError("hard clustering on row chunks starts from labels (give labels=)")
+        return _hard_clustering_chunks(X, d, div, labels, joint, max_iter)
     X = div.check_domain(X)
     t = X.shape[0]
     rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
@@ -46,9 +57,121 @@ def hard_clustering(X, d, divergence, labels=None, *, joint=False, max_iter=300,
     return labels, hard_objective(X, labels, d, div, joint=joint), it
 
 
+def _hard_clustering_chunks(data, d, div, labels, joint, max_iter):
+    if np.any(data.mean != 0):
+        raise InputValueError("the row chunks for hard clustering must be built with center=False")
+    labels = np.asarray(labels)
+    if labels.shape != (data.n,):
+        raise InputValueError(f"labels must have shape ({data.n},); got {labels.shape}")
+    data.put("row", np.arange(data.n)[:, None])
+    data.put("labels", labels[:, None].astype(np.int64))
+    sums, counts, _, _ = _reduce(data.map(_hard_kernel, div, d, None, None, None))
+    total = sums.sum(axis=0) / data.n
+    objective = None
+    for it in range(1, max_iter + 1):
+        centroids = _centroids_from(sums, counts, total)
+        empty = [j for j in range(d) if counts[j] == 0]
+        if empty and not joint:
+            # the rows farthest from their centroids, largest first, ties to the lower row
+            parts = data.map(_farthest_kernel, div, centroids, len(empty))
+            gaps = np.concatenate([p[0] for p in parts])
+            rows = np.concatenate([p[1] for p in parts])
+            order = np.lexsort((rows, -gaps))[: len(empty)]
+            patch = dict(zip(rows[order].tolist(), empty))
+            sums, counts, _, _ = _reduce(data.map(_hard_kernel, div, d, None, None, patch))
+            centroids = _centroids_from(sums, counts, total)
+        log_prior = _log_prior_from(counts) if joint else None
+        sums_new, counts_new, changed, objective = _reduce(data.map(_hard_kernel, div, d, centroids, log_prior, None))
+        if changed == 0:
+            # unchanged labels: their centroids are the ones just used
+            if joint:
+                objective -= _prior_term(counts)
+            break
+        sums, counts = sums_new, counts_new
+        objective = None
+    labels = data.get("labels")[:, 0]
+    if objective is None:           # max_iter ran out: the objective at the last labels
+        centroids = _centroids_from(sums, counts, total)
+        objective = sum(data.map(_objective_kernel, div, centroids))
+        if joint:
+            objective -= _prior_term(counts)
+    return labels, float(objective), it
+
+
+def _centroids_from(sums, counts, total):
+    out = np.tile(total, (len(counts), 1))
+    filled = counts > 0
+    out[filled] = sums[filled] / counts[filled, None]
+    return out
+
+
+def _log_prior_from(counts):
+    with np.errstate(divide="ignore"):
+        return np.log(counts / counts.sum())
+
+
+def _prior_term(counts):
+    """sum_j n_j log q_j for cluster sizes n_j and shares q_j (empty clusters add 0)."""
+    return float(np.sum(counts * np.where(counts > 0, _log_prior_from(counts), 0.0)))
+
+
+def _reduce(parts):
+    return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts),
+            sum(p[3] for p in parts))
+
+
+def _hard_kernel(chunk, div, d, centroids, log_prior, patch):
+    """Assign this chunk's rows (with ``centroids``; keep the labels when None; then set
+    the rows in ``patch``, global row -> label); return the clusters' row sums and
+    counts, the labels changed and D_F to the centroids used."""
+    X, labels = chunk["X"], chunk["labels"][:, 0]
+    objective = 0.0
+    new = labels
+    if centroids is not None:
+        D = np.stack([div(X, c[None]) for c in centroids], axis=1)
+        new = np.argmin(D if log_prior is None else D - log_prior[None], axis=1)
+        objective = float(np.sum(D[np.arange(len(new)), new]))
+    if patch:
+        new = new.copy()
+        rows = chunk["row"][:, 0]
+        hit = np.isin(rows, np.fromiter(patch, dtype=np.int64))
+        new[hit] = [patch[int(r)] for r in rows[hit]]
+    changed = int(np.sum(new != labels))
+    chunk["labels"] = new[:, None]
+    sums = np.zeros((d, X.shape[1]))
+    np.add.at(sums, new, X)
+    return sums, np.bincount(new, minlength=d), changed, objective
+
+
+def _farthest_kernel(chunk, div, centroids, m):
+    """This chunk's ``m`` largest D_F(x_i, mu_{label_i}) and their global rows."""
+    labels = chunk["labels"][:, 0]
+    gap = div(chunk["X"], centroids[labels])
+    top = np.lexsort((chunk["row"][:, 0], -gap))[:m]
+    return gap[top], chunk["row"][top, 0]
+
+
+def _objective_kernel(chunk, div, centroids):
+    return float(np.sum(div(chunk["X"], centroids[chunk["labels"][:, 0]])))
+
+
 def hard_objective(X, labels, d, divergence, *, joint=False):
-    """D_F(X, Y Gamma) at the centroids of ``labels`` (with ``joint``, plus -1'Y log q)."""
+    """D_F(X, Y Gamma) at the centroids of ``labels`` (with ``joint``, plus -1'Y log q).
+    X may be a :class:`dnomad.blocks.RowChunks` (``center=False``): two passes."""
+    from ...blocks.rows import RowChunks
+
     div = get_divergence(divergence)
+    if isinstance(X, RowChunks):
+        labels = np.asarray(labels)
+        if np.any(X.mean != 0) or labels.shape != (X.n,):
+            raise InputValueError(f"hard_objective on row chunks needs center=False chunks and labels of shape "
+                                  f"({X.n},); got labels of shape {labels.shape}")
+        X.put("labels", labels[:, None].astype(np.int64))
+        sums, counts, _, _ = _reduce(X.map(_hard_kernel, div, d, None, None, None))
+        objective = sum(X.map(_objective_kernel, div, _centroids_from(sums, counts, sums.sum(axis=0) / X.n)))
+        if joint:
+            objective -= _prior_term(counts)
+        return float(objective)
     objective = float(np.sum(div(X, centroids_of(X, labels, d)[labels])))
     if joint:
         objective -= float(np.sum(_log_prior(labels, d)[labels]))

@@ -102,8 +102,9 @@ def project_m2_factor(sym_matmat, t, d, *, start=None, tol=1e-9, dense=None, max
             R2 = np.linalg.norm(image @ Y[:, keep] - U[:, keep] * sigma[keep], axis=0) ** 2
             bound = (math.sqrt(2.0) * np.sqrt(np.concatenate([[0.0], np.cumsum(R2)]))
                      + np.sqrt(np.concatenate([np.cumsum(mu[keep][::-1] ** 2)[::-1], [0.0]])))
-            j = int(np.argmin(bound))
-            if above < k and bound[j] <= tol * math.sqrt(t):
+            met = np.flatnonzero(bound <= tol * math.sqrt(t))
+            j = int(met[0]) if met.size else -1      # the fewest pairs that meet the bound
+            if above < k and met.size:
                 keep = keep[:j]
                 return U[:, keep], mu[keep], calls[0]
             if above >= k or len(blocks) == max_depth:
