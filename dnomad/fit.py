@@ -1592,14 +1592,12 @@ class BregmanClustering(_Estimator):
         if chunked and self.model in ("disc", "joint"):
             raise InputValueError(f"X from Zarr is read by row chunks for model='cond' and 'cond-jc' only; "
                                   f"model={self.model!r} needs X in memory (np.asarray(zarr_array[:]))")
-        if chunked and self.model == "cond-jc":
-            # cvxCondJC's state is t x t: X (t x n) is read whole, M and Lambda are chunked
-            from .blocks.engine import _open_zarr_array
-
-            source = _open_zarr_array(str(X), "", "input") if isinstance(X, str) or hasattr(X, "__fspath__") else X
-            X, chunked = np.asarray(source[:], dtype=np.float64), False
         if self.store is not None:
             _start_run_without_checkpoints(self, "bregman", _jsonable_params(self.get_params()), X)
+        if chunked and self.model == "cond-jc":
+            # cvxCondJC's state is t x t: X (t x n) is read whole, M and Lambda are chunked
+            with blocks.RowChunks(X, center=False) as whole:
+                X, chunked = whole.gather(), False
         max_iter = self.max_iter or {"cond-jc": 1000, "cond": 300, "disc": 100}.get(self.model, 1000)
         tol = self.tol or (1e-5 if self.model == "cond-jc" else 1e-6)
         chunks = None

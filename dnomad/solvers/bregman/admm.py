@@ -3,11 +3,13 @@ divergences."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
 from ...errors import InputValueError
 from .divergences import get_divergence
+from .gcg import _check_clusters
 from .norms import project_m2_factor
 
 
@@ -53,7 +55,8 @@ def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-
     :class:`dnomad.blocks.RowChunks` built with ``center=False`` (its chunks may sit in
     dask.distributed workers' memory; X itself is gathered once, t x n, as every row
     of M X needs all of it).  Steps 1 and 3 are one pass each; step 2 is one pass per
-    LOBPCG iteration (``projection="partial"``), or one pass gathering M - mu Lambda
+    block of the Krylov method (``projection="partial"``; 5 to 6 per iteration once Z's
+    rank has settled), or one pass gathering M - mu Lambda
     for a dense eigendecomposition (``"dense"``, O(t^3)); ``"auto"`` is dense up to
     t = 2000 (graphs/bregman_scaling.py, iterations 21-40 on one thread per chunk: the
     dense projection takes 0.36, 0.72 and 0.81 of the Krylov one's time per iteration at
@@ -75,18 +78,19 @@ def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-
     if isinstance(X, RowChunks):
         if np.any(X.mean != 0):
             raise InputValueError("the row chunks for cvxCondJC must be built with center=False")
+        _check_clusters(d, X.n)
         data, owned, Xall = X, False, None
     else:
         Xall = np.asarray(X, dtype=np.float64)
         if Xall.ndim != 2:
             raise InputValueError(f"X must be a 2-D array (points x features); got shape {Xall.shape}")
         Xall = div.check_domain(Xall)
-        from ...blocks.engine import _n_threads
-
+        t = Xall.shape[0]
+        _check_clusters(d, t)
         # one chunk per thread, at most 64 MiB per chunk row block (the row step holds
         # about ten r x t temporaries per chunk)
-        t = Xall.shape[0]
-        rows = chunk_rows or max(16, min(-(-t // _n_threads()), (64 << 20) // (8 * t)))
+        threads = len(os.sched_getaffinity(0))
+        rows = chunk_rows or max(16, min(-(-t // threads), (64 << 20) // (8 * t)))
         data, owned = RowChunks(Xall, chunk_rows=rows, center=False), True
     try:
         if Xall is None:
@@ -103,8 +107,6 @@ def _admm(data, X, d, div, admm_mu, max_iter, tol, inner_iter, projection, eig_t
     import time
 
     t = X.shape[0]
-    if not (isinstance(d, (int, np.integer)) and 2 <= d < t):
-        raise InputValueError(f"d (n_clusters) must be an integer with 2 <= d < t = {t}; got {d!r}")
     dense = projection == "dense" or (projection == "auto" and t <= 2000)
     # the projection's error bound, in the units of the residuals (tol = 0 runs max_iter)
     eig_tol = eig_tol or (0.1 * tol if tol > 0 else 1e-7)
