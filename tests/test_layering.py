@@ -18,8 +18,8 @@ def imported_modules(path):
             yield node.module.split(".")[0]
 
 
-@pytest.mark.parametrize("path", sorted((PKG / "solvers").glob("*.py")) + sorted((PKG / "linalg").glob("*.py")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((PKG / "solvers").rglob("*.py")) + sorted((PKG / "linalg").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(PKG)))
 def test_solvers_and_linalg_do_not_import_dask_zarr_cupy(path):
     bad = {"dask", "distributed", "zarr", "cupy"} & set(imported_modules(path))
     assert not bad, f"{path.name} imports {bad}"
@@ -28,3 +28,9 @@ def test_solvers_and_linalg_do_not_import_dask_zarr_cupy(path):
 def test_kernels_do_not_import_dask():
     bad = {"dask", "distributed", "zarr"} & set(imported_modules(PKG / "blocks" / "kernels.py"))
     assert not bad
+
+
+def test_cupy_is_imported_in_one_place():
+    """CuPy is imported lazily by dnomad.blocks.device alone."""
+    importers = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py") if "cupy" in set(imported_modules(p)))
+    assert importers == ["blocks/device.py"]

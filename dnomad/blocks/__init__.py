@@ -5,6 +5,7 @@ from .builders import (as_data_matrix, check_dtype, choose_block_size, from_arra
 from .columns import (FeatureColumns, SparseColumns, ZarrColumns, blocked_column_order,
                       default_row_block, feature_columns, hottopixx_epoch,
                       squish_columns)
+from . import device
 from .engine import BACKENDS, BlockGroup, PassRecord, single_threaded_blas
 from .kernels import clip_phi
 from .layout import BlockLayout
@@ -16,7 +17,7 @@ from .passes import (DataPanels, label_sums, line_search_pass, matmat, nomad_pas
 __all__ = [
     "BACKENDS", "BlockGroup", "BlockLayout", "BlockMatrix", "DataPanels", "FeatureColumns",
     "PassRecord", "RowChunks", "SparseColumns", "ZarrColumns", "as_data_matrix", "blocked_column_order",
-    "check_dtype", "choose_block_size", "clip_phi", "default_row_block", "feature_columns",
+    "check_dtype", "choose_block_size", "clip_phi", "device", "default_row_block", "feature_columns",
     "from_array", "from_zarr", "gaussian_affinity", "gram", "hottopixx_epoch", "label_sums",
     "line_search_pass", "matmat", "new_group", "nomad_pass", "prepare_gram_data", "shifted_copy",
     "single_threaded_blas", "squish_columns", "summary", "zeros_like_layout",

@@ -1,0 +1,83 @@
+"""Device resolution and host/device transfers (dnomad.blocks.device).  The parts that
+need no GPU run everywhere; the CuPy cases are marked gpu_test and skip cleanly where
+CuPy or a CUDA device is missing (CI has neither)."""
+import numpy as np
+import pytest
+
+from dnomad.blocks import device as dev
+from dnomad.errors import InputValueError
+
+needs_gpu = pytest.mark.skipif(not dev.cuda_available(), reason=dev.cuda_status()[1])
+
+
+def test_explicit_device_wins_over_dask_config():
+    import dask.config
+
+    assert dev.resolve_device("cpu") == "cpu"
+    assert dev.resolve_device("CPU") == "cpu"
+    with dask.config.set({"dnomad.device": "cuda"}):
+        assert dev.resolve_device("cpu") == "cpu"
+
+
+def test_dask_config_and_its_environment_variable_set_the_default(monkeypatch):
+    import dask.config
+
+    assert dev.resolve_device() == "cpu"                     # nothing set
+    with dask.config.set({"dnomad.device": "auto"}):
+        assert dev.resolve_device() == ("cuda" if dev.cuda_available() else "cpu")
+    monkeypatch.setenv("DASK_DNOMAD__DEVICE", "auto")
+    # dask reads the environment when its configuration is refreshed
+    config = dask.config.collect(env=dict(__import__("os").environ))
+    assert config["dnomad"]["device"] == "auto"
+
+
+def test_bad_device_values_name_the_source_and_the_choices():
+    import dask.config
+
+    with pytest.raises(InputValueError, match=r"device must be one of \('cpu', 'cuda', 'auto'\); got 'gpu'"):
+        dev.resolve_device("gpu")
+    with pytest.raises(InputValueError, match="must be one of"):
+        dev.resolve_device(0)
+    with dask.config.set({"dnomad.device": "tpu"}):
+        with pytest.raises(InputValueError, match="dask config 'dnomad.device' must be one of"):
+            dev.resolve_device()
+
+
+@pytest.mark.skipif(dev.cuda_available(), reason="a GPU is present: cuda resolves")
+def test_cuda_without_cupy_or_a_gpu_is_a_clear_error_and_auto_falls_back():
+    import dask.config
+
+    with pytest.raises(InputValueError, match="asks for 'cuda', but (CuPy is not installed|CuPy is installed but)"):
+        dev.resolve_device("cuda")
+    with dask.config.set({"dnomad.device": "cuda"}):
+        with pytest.raises(InputValueError, match="dask config 'dnomad.device' asks for 'cuda'"):
+            dev.resolve_device()
+    assert dev.resolve_device("auto") == "cpu"
+    with pytest.raises(InputValueError, match="needs CuPy and a GPU"):
+        dev.cupy()
+    with pytest.raises(InputValueError, match="needs CuPy and a GPU"):
+        dev.to_device(np.ones(3), "cuda")
+
+
+def test_host_arrays_stay_numpy():
+    a = np.arange(6.0).reshape(2, 3)
+    assert dev.array_module(a) is np and dev.device_of(a) == "cpu" and not dev.is_device_array(a)
+    assert dev.to_host(a) is a and dev.to_device(a, "cpu") is a
+    assert dev.resolve_device(None, a, [1, 2]) == "cpu"          # host inputs ask for nothing
+    with pytest.raises(InputValueError, match="resolved"):
+        dev.to_device(a, "auto")
+
+
+@pytest.mark.gpu_test
+@needs_gpu
+def test_cupy_inputs_ask_for_cuda_and_round_trip():
+    import cupy
+
+    a = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    d = dev.to_device(a, "cuda")
+    assert isinstance(d, cupy.ndarray) and dev.is_device_array(d) and dev.device_of(d) == "cuda"
+    assert dev.array_module(d) is cupy
+    assert dev.resolve_device(None, d) == "cuda"
+    assert dev.resolve_device("cpu", d) == "cpu"                 # an explicit device wins
+    np.testing.assert_array_equal(dev.to_host(d), a)
+    assert dev.to_device(d, "cuda") is d
