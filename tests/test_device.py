@@ -81,3 +81,41 @@ def test_cupy_inputs_ask_for_cuda_and_round_trip():
     assert dev.resolve_device("cpu", d) == "cpu"                 # an explicit device wins
     np.testing.assert_array_equal(dev.to_host(d), a)
     assert dev.to_device(d, "cuda") is d
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu_test, needs_gpu])])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matmat_pass_on_each_device_equals_the_dense_product(device, dtype):
+    """One matmat pass over the symmetric blocks (stored i <= j, mirrored) on the host
+    and on the GPU: A V for a host V (host answer) and for a device V (device answer)."""
+    from dnomad.blocks import from_array
+
+    rng = np.random.default_rng(3)
+    n = 300
+    B = rng.normal(size=(n, n))
+    A = (B + B.T).astype(dtype)
+    V = rng.normal(size=(n, 5))
+    bm = from_array(A, block_size=64, dtype=dtype, device=device)
+    assert bm.device == device and bm.group.layout.nblocks == 5
+    rtol = 1e-4 if dtype == np.float32 else 1e-10
+    want = A.astype(np.float64) @ V
+    got = bm.matmat(V)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max())
+    np.testing.assert_allclose(bm.matmat(V[:, 0]), want[:, 0], rtol=rtol, atol=rtol * np.abs(want).max())
+    if device == "cuda":
+        Vd = dev.to_device(V, "cuda")
+        Yd = bm.matmat(Vd)
+        assert dev.is_device_array(Yd)
+        np.testing.assert_allclose(dev.to_host(Yd), want, rtol=rtol, atol=rtol * np.abs(want).max())
+        with pytest.raises(InputValueError, match="has no CUDA kernel yet"):
+            bm.summary()
+
+
+def test_cuda_blocks_need_the_local_backend_and_a_gpu():
+    from dnomad.blocks import BlockGroup, BlockLayout
+
+    layout = BlockLayout(100, 50, symmetric=True)
+    expected = "runs with backend='local'" if dev.cuda_available() else "asks for 'cuda', but"
+    with pytest.raises(InputValueError, match=expected):
+        BlockGroup(layout, backend="zarr", store="memory://x", device="cuda")

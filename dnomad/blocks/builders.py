@@ -50,13 +50,20 @@ def check_block_size(block_size, n, dtype, min_per_side=1):
 
 
 def new_group(n, *, block_size=None, dtype=np.float32, backend="local", client=None, store=None,
-              prefix="state"):
+              prefix="state", device=None):
+    from .device import resolve_device
+
     dtype = check_dtype(dtype)
+    device = resolve_device(device)
     # In this process, passes run one thread per block: 4 blocks per side (10 stored) keep
     # every core busy.
     per_side = 4 if backend == "local" else 1
-    layout = BlockLayout(int(n), check_block_size(block_size, n, dtype, per_side), symmetric=True)
-    return BlockGroup(layout, dtype, backend=backend, client=client, store=store, prefix=prefix)
+    # On the GPU every block is stored: an off-diagonal block of the symmetric layout is
+    # read twice there (A V and A' V are two cuBLAS GEMMs), which held a matmat pass to
+    # 34-46% of the H100's copy bandwidth (graphs/gpu_matmat.py); one GEMM per block
+    # reads it once.
+    layout = BlockLayout(int(n), check_block_size(block_size, n, dtype, per_side), symmetric=device != "cuda")
+    return BlockGroup(layout, dtype, backend=backend, client=client, store=store, prefix=prefix, device=device)
 
 
 # ------------------------------------------------------------------ data

@@ -53,6 +53,7 @@ def cupy():
     if not available:
         raise InputValueError(f"the CUDA device path needs CuPy and a GPU: {reason}")
     import cupy as cp
+    import cupy.cublas  # noqa: F401  (a submodule: cp.cublas.gemm accumulates in place)
 
     return cp
 

@@ -39,6 +39,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import InputValueError, StoreError, WorkerLostError
+from .device import to_device
 from .layout import BlockLayout
 
 BACKENDS = ("local", "distributed", "zarr")
@@ -244,12 +245,22 @@ class BlockGroup:
         Zarr store URL (any fsspec URL); required for "zarr".
     prefix : str
         Group path inside the store for the working arrays.
+    device : {"cpu", "cuda", "auto"}, optional
+        Where the blocks compute (:func:`dnomad.blocks.device.resolve_device`; default
+        dask config ``dnomad.device``, else "cpu").  "cuda" keeps the blocks as CuPy
+        arrays on the GPU; it runs with the "local" backend in this version.
     """
 
     def __init__(self, layout: BlockLayout, dtype=np.float32, *, backend="local", client=None,
-                 store=None, prefix="state"):
+                 store=None, prefix="state", device=None):
+        from .device import resolve_device
+
         if backend not in BACKENDS:
             raise InputValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+        self.device = resolve_device(device)
+        if self.device == "cuda" and backend != "local":
+            raise InputValueError(f"device='cuda' runs with backend='local' (blocks in this process's GPU); "
+                                  f"got backend={backend!r}")
         if backend == "distributed" and client is None:
             raise InputValueError("backend='distributed' needs a dask.distributed Client")
         if backend == "zarr" and store is None:
@@ -355,6 +366,8 @@ class BlockGroup:
         if self.backend == "local":
             def run(key):
                 bundle = builder(key, *args_for(key))
+                if self.device == "cuda":      # built on the host, then moved once
+                    bundle = {name: to_device(block, "cuda") for name, block in bundle.items()}
                 with self._lock:
                     self._bundles.setdefault(key, {}).update(bundle)
             list(self._executor().map(run, self.layout.keys))
@@ -394,6 +407,9 @@ class BlockGroup:
         missing = [n for n in reads if n not in self.names]
         if missing:
             raise InputValueError(f"pass {name!r} reads matrices {missing} that the group does not hold")
+        if self.device == "cuda":
+            raise InputValueError(f"pass {name!r} has no CUDA kernel yet: device='cuda' runs matmat passes "
+                                  f"only in this version; use device='cpu'")
         for w in writes:
             if w not in self.names:
                 self._add_name(w)

@@ -5,6 +5,7 @@ import numpy as np
 
 from ..errors import InputValueError
 from . import passes
+from .device import is_device_array
 from .engine import BlockGroup
 
 
@@ -60,9 +61,14 @@ class BlockMatrix:
     def backend(self):
         return self.group.backend
 
+    @property
+    def device(self):
+        return self.group.device
+
     def matmat(self, V):
-        """A @ V for V of shape (n, k) or (n,); one read of A (see ``passes.matmat``)."""
-        V = np.asarray(V)
+        """A @ V for V of shape (n, k) or (n,); one read of A (see ``passes.matmat``).
+        A CuPy V (device blocks) gets a CuPy answer without leaving the device."""
+        V = V if is_device_array(V) else np.asarray(V)
         if V.shape[0] != self.n or V.ndim > 2:
             raise InputValueError(f"matmat needs V of shape ({self.n},) or ({self.n}, k); got {V.shape}")
         return passes.matmat(self.group, self.name, V)
@@ -125,4 +131,4 @@ class BlockMatrix:
 
     def __repr__(self):
         return (f"BlockMatrix(n={self.n}, block_size={self.block_size}, dtype={self.dtype}, "
-                f"backend={self.backend!r})")
+                f"backend={self.backend!r}, device={self.device!r})")
