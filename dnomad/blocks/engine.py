@@ -39,7 +39,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import InputValueError, StoreError, WorkerLostError
-from .device import to_device
+from .device import resolve_device, to_device
 from .layout import BlockLayout
 
 BACKENDS = ("local", "distributed", "zarr")
@@ -253,8 +253,6 @@ class BlockGroup:
 
     def __init__(self, layout: BlockLayout, dtype=np.float32, *, backend="local", client=None,
                  store=None, prefix="state", device=None):
-        from .device import resolve_device
-
         if backend not in BACKENDS:
             raise InputValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
         self.device = resolve_device(device)
