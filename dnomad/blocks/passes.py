@@ -182,10 +182,12 @@ def matmat(group: BlockGroup, name: str, V: np.ndarray):
 def _device_matmat(group, name, V):
     """A @ V on the GPU: one cuBLAS GEMM per block, accumulated in place into its block
     row of Y (beta = 1), issued from this thread in layout order: the GPU runs them in
-    order on one stream, and a thread pool would only add launch contention.  On an
-    H100 (graphs/gpu_matmat.py, n = 32768 float32, blocks of 8192) a pass reads at 76%
-    of the copy bandwidth for k = 1 and 59% for k = 8 (one GEMM over the whole matrix:
-    100% and 72%); with the pool and a sum of per-block partials it was 61% and 42%."""
+    order on one stream, and a thread pool would only add launch contention.  One
+    float32 vector (k = 1) goes through :func:`kernels.device_matvec_accumulate`.  On an
+    H100 (graphs/gpu_matmat.py, n = 32768 float32, blocks of 8192) a pass reads at 87%
+    of the copy bandwidth for k = 1 (cuBLAS per block: 76%) and 57-59% for k = 8 (one
+    GEMM over the whole matrix: 98% and 72%); with a thread pool and a sum of per-block
+    partials it was 61% and 42%."""
     import time
 
     from .device import cupy
@@ -199,7 +201,11 @@ def _device_matmat(group, name, V):
     Y = cp.zeros(V.shape, dtype=V.dtype)
     for key in layout.keys:
         (r0, r1), (c0, c1) = layout.bounds(key[0]), layout.bounds(key[1])
-        cp.cublas.gemm("N", "N", group._bundles[key][name], V[c0:c1], out=Y[r0:r1], beta=1.0)
+        A = group._bundles[key][name]
+        if V.shape[1] == 1 and c0 % 4 == 0 and kernels.device_matvec_fits(A, V):    # 16-byte aligned
+            kernels.device_matvec_accumulate(A, V[c0:c1, 0], Y[r0:r1, 0])
+        else:
+            cp.cublas.gemm("N", "N", A, V[c0:c1], out=Y[r0:r1], beta=1.0)
     cp.cuda.get_current_stream().synchronize()          # the record times the work, not its launch
     group.passes.add(PassRecord("matmat", len(layout.keys), group.matrix_nbytes, 0, time.perf_counter() - t0))
     return Y
