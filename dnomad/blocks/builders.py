@@ -7,6 +7,7 @@ import numpy as np
 
 from ..errors import InputTypeError, InputValueError
 from . import kernels
+from .device import resolve_device
 from .engine import BlockGroup
 from .layout import BlockLayout
 from .matrix import BlockMatrix
@@ -51,8 +52,6 @@ def check_block_size(block_size, n, dtype, min_per_side=1):
 
 def new_group(n, *, block_size=None, dtype=np.float32, backend="local", client=None, store=None,
               prefix="state", device=None):
-    from .device import resolve_device
-
     dtype = check_dtype(dtype)
     device = resolve_device(device)
     # In this process, passes run one thread per block: 4 blocks per side (10 stored) keep

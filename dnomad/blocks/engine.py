@@ -475,7 +475,8 @@ class BlockGroup:
 
     # ------------------------------------------------------------ in/out
     def block(self, name, key):
-        """One block, as a NumPy array in this process (for tests and small reads)."""
+        """One block in this process (for tests and small reads): the stored array itself
+        for the local backend (a CuPy array for device blocks), else a NumPy copy."""
         if self.backend == "local":
             return self._bundles[key][name]
         if self.backend == "distributed":

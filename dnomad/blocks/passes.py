@@ -201,7 +201,7 @@ def _device_matmat(group, name, V):
     Y = cp.zeros(V.shape, dtype=V.dtype)
     for key in layout.keys:
         (r0, r1), (c0, c1) = layout.bounds(key[0]), layout.bounds(key[1])
-        A = group._bundles[key][name]
+        A = group.block(name, key)
         if V.shape[1] == 1 and c0 % 4 == 0 and kernels.device_matvec_fits(A, V):    # 16-byte aligned
             kernels.device_matvec_accumulate(A, V[c0:c1, 0], Y[r0:r1, 0])
         else:

@@ -10,11 +10,11 @@ import numpy as np
 from ...errors import InputValueError
 from .divergences import get_divergence
 from .gcg import _check_clusters
-from .norms import project_m2_factor
+from .norms import FactoredM, project_m2_factor
 
 
 # ------------------------------------------------------------ cvxCondJC (Sec. 3.1)
-class CondJCResult:
+class CondJCResult(FactoredM):
     """The ADMM's answer: Z, the projection onto M2 of its last iterate, factored as
     Phi diag(sigma) Phi' + 1 1' / t (``Phi``, ``sigma``; :meth:`membership_eigenvectors`
     for rounding); M (t x t, rows on the simplex) when X was given in memory, else None
@@ -23,18 +23,10 @@ class CondJCResult:
     ||Z - Z_prev||_F / sqrt(t), rank of Z - 1 1'/t, eigensolver passes, seconds); stop
     reason; iterations; the final ADMM parameter ``admm_mu``."""
 
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
-
     @property
     def Z(self):
         """Z as a dense t x t matrix."""
         return (self.Phi * self.sigma) @ self.Phi.T + 1.0 / self.Phi.shape[0]
-
-    def membership_eigenvectors(self, d):
-        """The top d eigenvectors of Z: 1 / sqrt(t) and the d - 1 leading Phi columns."""
-        t = self.Phi.shape[0]
-        return np.hstack([np.full((t, 1), 1.0 / math.sqrt(t)), self.Phi[:, : d - 1]])
 
 
 def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-5, inner_iter=5,
@@ -117,17 +109,17 @@ def _admm(data, X, d, div, admm_mu, max_iter, tol, inner_iter, projection, eig_t
     Phi, sigma = np.zeros((t, 0)), np.zeros(0)            # Z = 1 1' / t
     history, stop = [], "max_iter"
     t0 = time.perf_counter()
+
+    def products(V):                    # sym(M - mu Lambda) V, one pass
+        parts = data.map(_matmat_kernel, mu, V)
+        return 0.5 * (np.concatenate([p[0] for p in parts]) + sum(p[1] for p in parts))
+
+    def assemble():                     # sym(M - mu Lambda), one pass
+        A = np.concatenate(data.map(_rows_kernel, mu))
+        return 0.5 * (A + A.T)
+
     for it in range(1, max_iter + 1):
         objective = sum(data.map(_row_step_kernel, div, X, Phi, sigma, mu, inner_iter))
-
-        def products(V):
-            parts = data.map(_matmat_kernel, mu, V)
-            return 0.5 * (np.concatenate([p[0] for p in parts]) + sum(p[1] for p in parts))
-
-        def assemble():
-            A = np.concatenate(data.map(_rows_kernel, mu))
-            return 0.5 * (A + A.T)
-
         Phi_prev, sigma_prev = Phi, sigma
         Phi, sigma, eig_passes = project_m2_factor(None if dense else products, t, d, start=Phi_prev,
                                                    tol=eig_tol, dense=assemble)

@@ -174,13 +174,12 @@ def hard_objective(X, labels, d, divergence, *, joint=False):
         return float(objective)
     objective = float(np.sum(div(X, centroids_of(X, labels, d)[labels])))
     if joint:
-        objective -= float(np.sum(_log_prior(labels, d)[labels]))
+        objective -= _prior_term(np.bincount(labels, minlength=d))
     return objective
 
 
 def _log_prior(labels, d):
-    with np.errstate(divide="ignore"):
-        return np.log(np.bincount(labels, minlength=d) / len(labels))
+    return _log_prior_from(np.bincount(labels, minlength=d))
 
 
 def cluster_posteriors(X, labels, d, divergence):

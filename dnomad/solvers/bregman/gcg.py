@@ -28,23 +28,14 @@ import numpy as np
 from ...errors import InputValueError
 from .._checks import check_numbers
 from .divergences import get_divergence
-from .norms import _alg2_weights, omega_squared_from_singular_values, xi_squared_and_gradient
+from .norms import FactoredM, _alg2_weights, omega_squared_from_singular_values, xi_squared_and_gradient
 
 
-class GCGResult:
+class GCGResult(FactoredM):
     """W (t x n; T for cvxCond and cvxJoint's [sqrt(beta) u, sqrt(alpha) T], V for
     cvxDisc), the optimal M in factored form (Phi, sigma: M = Phi diag(sigma) Phi' +
     1 1' / t), the objective, history rows (iteration, objective, duality gap, xi,
     passes, seconds), stop reason, iterations, and ``extra`` (cvxDisc's offsets tau)."""
-
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
-
-    def membership_eigenvectors(self, d):
-        """The top d eigenvectors of M: 1 / sqrt(t) and the d - 1 leading Phi columns
-        (sigma is in descending order)."""
-        t = self.Phi.shape[0]
-        return np.hstack([np.full((t, 1), 1.0 / math.sqrt(t)), self.Phi[:, : d - 1]])
 
 
 class GCGProblem(abc.ABC):

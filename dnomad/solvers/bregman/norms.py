@@ -10,6 +10,20 @@ import numpy as np
 from ...errors import InputValueError
 
 
+class FactoredM:
+    """A result holding an equivalence matrix in M2 factored as
+    Phi diag(sigma) Phi' + 1 1' / t (Phi orthonormal, orthogonal to 1; sigma descending)."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    def membership_eigenvectors(self, d):
+        """The top d eigenvectors of the matrix: 1 / sqrt(t) and the d - 1 leading Phi
+        columns (for spectral rounding)."""
+        t = self.Phi.shape[0]
+        return np.hstack([np.full((t, 1), 1.0 / math.sqrt(t)), self.Phi[:, : d - 1]])
+
+
 # ------------------------------------------------------------ the spectral set M2
 def project_m2(A, d, *, partial=False, check=True):
     """The Frobenius projection of a t x t matrix A onto
