@@ -251,6 +251,11 @@ class NOMAD(_Estimator):
         one machine a LocalCluster only adds round trips: graphs/backend_threshold.py),
         else the current client's workers hold the blocks; in Zarr (needs ``store``)
         when the state does not fit in half of the memory that would hold it.
+    device : {"cpu", "cuda", "auto"}, optional
+        (cgm) Where the blocks compute: "cuda" keeps D's panels, P, Gamma and G on the
+        GPU as CuPy blocks, in this process (backend "local"), forms D's blocks from X
+        there, and keeps the eigensolver's vectors there too.  Default: dask config
+        ``dnomad.device``, else "cpu" (:func:`dnomad.blocks.device.resolve_device`).
     store : str, optional
         Zarr store (path or fsspec URL) for Q, the history and checkpoints.
     overwrite : bool, default False
@@ -315,9 +320,9 @@ class NOMAD(_Estimator):
                  penalty_schedule="sqrt", tau="scale", step_rule="global", eigen_tol="inner",
                  eigen_ncv=4, rmse_tol=1e-4, min_tol=1e-2, objective_tol=1e-3, precomputed=False,
                  center=True, normalize=True, dtype=np.float32, block_size=None, backend="auto",
-                 store=None, overwrite=False, checkpoint_every=None, label_method="components",
-                 component_threshold=0.5, n_groups=None, n_components=2, random_state=None,
-                 callback=None):
+                 device=None, store=None, overwrite=False, checkpoint_every=None,
+                 label_method="components", component_threshold=0.5, n_groups=None, n_components=2,
+                 random_state=None, callback=None):
         self.n_clusters = n_clusters
         self.solver = solver
         self.rank = rank
@@ -340,6 +345,7 @@ class NOMAD(_Estimator):
         self.dtype = dtype
         self.block_size = block_size
         self.backend = backend
+        self.device = device
         self.store = store
         self.overwrite = overwrite
         self.checkpoint_every = checkpoint_every
@@ -455,14 +461,16 @@ class NOMAD(_Estimator):
     # ------------------------------------------------ conditional gradient
     def _fit_cgm(self, source, params_list, dtype, resume, start):
         n, store, last = source.n, self.store, len(params_list) - 1
-        backend = self._resolve_backend(source, dtype)
+        device = blocks.device.resolve_device(self.device)
+        backend = "local" if device == "cuda" and self.backend == "auto" else \
+            self._resolve_backend(source, dtype)
 
         def attempt(resume):
             done = finished_layers(store) if resume else 0
             self.layers_ = _layer_records(store, done)
             with _client_context(backend, n) as client:
                 kw = dict(backend=backend, client=client if backend != "local" else None, store=store,
-                          dtype=dtype, block_size=self.block_size)
+                          dtype=dtype, block_size=self.block_size, device=device)
                 if done:
                     # Layers 0..done-1 finished: the next one starts from the last one's Q.
                     group = blocks.from_zarr(store, f"layers/{done - 1}/Q", **kw).group
@@ -782,10 +790,10 @@ class _InputSource:
             return hashlib.sha1(np.ascontiguousarray(self.array).tobytes()).hexdigest()[:16]
         return json.dumps(self.describe(), sort_keys=True)
 
-    def build(self, *, backend, client, store, dtype, block_size):
+    def build(self, *, backend, client, store, dtype, block_size, device=None):
         """The block group holding D (or ready to form it from data panels)."""
         kw = dict(block_size=block_size, dtype=dtype, backend=backend,
-                  client=client if backend != "local" else None, store=store)
+                  client=client if backend != "local" else None, store=store, device=device)
         if self.matrix is not None:
             return self.matrix.group, None
         if self.url is not None:
@@ -793,7 +801,10 @@ class _InputSource:
         if self.array is not None:
             return blocks.from_array(self.array, check=False, **kw).group, None
         F = self.features
-        if F.shape[1] <= blocks.kernels.INLINE_GRAM_MAX_FEATURES:
+        if F.shape[1] <= blocks.kernels.INLINE_GRAM_MAX_FEATURES or \
+                blocks.device.resolve_device(device) == "cuda":
+            # On the GPU, D's blocks are formed from the panels in every pass (a GEMM per
+            # block): P, Gamma and G fill the device, and D would be a fourth n x n matrix.
             group = blocks.new_group(self.n, **kw)
             return group, blocks.DataPanels(group, F.astype(group.dtype))
         D = blocks.gram(F, center=False, normalize=False, **kw)

@@ -1,8 +1,11 @@
 """The engine: passes equal the NumPy expressions, and results agree across layouts
-(in process, Zarr on disk, a real 2-worker cluster; block sizes dividing n or not)."""
+(in process, Zarr on disk, a real 2-worker cluster, CuPy blocks on a GPU; block sizes
+dividing n or not).  The "cuda" backend is the in-process one with device blocks; its
+cases skip where no GPU is present."""
 import numpy as np
 import pytest
 
+from devices import CUDA
 from dnomad import blocks
 from dnomad.solvers.nomad import NomadParams, nomad_cgm
 
@@ -12,6 +15,8 @@ TOL = {np.float32: 1e-5, np.float64: 1e-12}
 
 
 def make_group(backend, block_size, dtype, tmp_path, client):
+    if backend == "cuda":
+        return dict(block_size=block_size, dtype=dtype, backend="local", device="cuda")
     kw = dict(block_size=block_size, dtype=dtype, backend=backend)
     if backend == "zarr":
         kw["store"] = str(tmp_path / "state.zarr")
@@ -20,7 +25,7 @@ def make_group(backend, block_size, dtype, tmp_path, client):
     return kw
 
 
-@pytest.fixture(params=["local", "zarr", "distributed"])
+@pytest.fixture(params=["local", "zarr", "distributed", CUDA])
 def backend(request):
     return request.param
 
@@ -68,10 +73,11 @@ def test_label_sums_equal_one_hot_product(backend, client_for, block_size, dtype
 
 
 @pytest.mark.parametrize("block_size", [N, 16])
-@pytest.mark.parametrize("from_data", [True, False])
-def test_nomad_pass_equals_numpy(backend, client_for, block_size, from_data, tmp_path, rng):
+@pytest.mark.parametrize("from_data,d", [(True, 3), (True, 12), (False, 3)])
+def test_nomad_pass_equals_numpy(backend, client_for, block_size, from_data, d, tmp_path, rng):
+    """D given, or formed in the pass from few features (inline) or many (a GEMM per block)."""
     dtype = np.float64
-    X = rng.standard_normal((N, 3))
+    X = rng.standard_normal((N, d))
     F = blocks.prepare_gram_data(X)
     D = F @ F.T
     kw = make_group(backend, block_size, dtype, tmp_path, client_for)
@@ -150,3 +156,4 @@ def test_one_vs_two_workers_equal(tmp_path):
         one, _ = short_run(np.float64, backend="distributed", block_size=20, client=client)
     two, _ = short_run(np.float64, backend="local", block_size=20)
     assert np.linalg.norm(one - two) / np.linalg.norm(two) <= 1e-10
+

@@ -1,8 +1,17 @@
 import numpy as np
 import pytest
 
+from devices import DEVICES
+from dnomad.blocks import device as dev
 from dnomad.errors import InputValueError
 from dnomad.linalg import ComplementBasis, extreme_eigenvector, top_eigenvectors
+from dnomad.linalg.eigen import lanczos_extreme
+
+
+def on(device, a):
+    """``a`` where the test computes: NumPy for "cpu" (ARPACK's path), CuPy for "cuda"
+    (the eigensolver's own Lanczos, vectors kept on the GPU)."""
+    return dev.to_device(a, device)
 
 
 def path_laplacian(n):
@@ -21,28 +30,60 @@ def test_complement_basis_is_orthonormal_and_orthogonal(rng):
     np.testing.assert_allclose(B.restrict(x), E.T @ x, atol=1e-12)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("n", [6, 50, 200])
-def test_smallest_on_complement_of_ones_is_fiedler_vector(n):
+def test_smallest_on_complement_of_ones_is_fiedler_vector(n, device):
     # Path-graph Laplacian: eigenvalues 2 - 2 cos(pi k / n), k = 0..n-1; k = 0 is the ones vector.
     L = path_laplacian(n)
+    Ld = on(device, L)
     ones = np.ones(n) / np.sqrt(n)
-    res = extreme_eigenvector(lambda x: L @ x, n, which="SA", deflate=ones, tol=1e-12)
+    res = extreme_eigenvector(lambda x: Ld @ x, n, which="SA", deflate=on(device, ones), tol=1e-12)
+    assert dev.device_of(res.vector) == device
+    v = dev.to_host(res.vector)
     lam1 = 2 - 2 * np.cos(np.pi / n)
     assert res.value == pytest.approx(lam1, rel=1e-9)
-    assert abs(res.vector @ ones) < 1e-12
-    np.testing.assert_allclose(L @ res.vector, lam1 * res.vector, atol=1e-8)
+    assert abs(v @ ones) < 1e-12
+    np.testing.assert_allclose(L @ v, lam1 * v, atol=1e-8)
     assert res.matvecs > 0 and res.converged
 
 
-def test_warm_start_needs_fewer_matvecs(rng):
+@pytest.mark.parametrize("device", DEVICES)
+def test_warm_start_needs_fewer_matvecs(rng, device):
     n = 300
     A = rng.standard_normal((n, n))
-    A = (A + A.T) / 2
-    ones = np.ones(n) / np.sqrt(n)
+    A = on(device, (A + A.T) / 2)
+    ones = on(device, np.ones(n) / np.sqrt(n))
     cold = extreme_eigenvector(lambda x: A @ x, n, deflate=ones, tol=1e-8, ncv=8)
     warm = extreme_eigenvector(lambda x: A @ x, n, deflate=ones, v0=cold.vector, tol=1e-8, ncv=8)
     assert warm.value == pytest.approx(cold.value, rel=1e-7)
     assert warm.matvecs < cold.matvecs
+
+
+@pytest.mark.parametrize("which", ["SA", "LA"])
+@pytest.mark.parametrize("tol", [1e-2, 1e-10])
+def test_lanczos_meets_its_stopping_rule_against_eigh(rng, which, tol):
+    """The device eigensolver's Lanczos, run here on NumPy vectors: its residual is within
+    ARPACK's bound tol |theta|, and theta is then within tol^2-order of the true extreme
+    eigenvalue (Rayleigh quotient of a vector with residual r: error <= |r|^2 / gap)."""
+    n = 400
+    A = rng.standard_normal((n, n))
+    A = (A + A.T) / 2
+    w, V = np.linalg.eigh(A)
+    matvecs = [0]
+
+    def op(x):
+        matvecs[0] += 1
+        return A @ x
+
+    theta, x, converged = lanczos_extreme(op, np.ones(n), which=which, tol=tol, ncv=6)
+    assert converged
+    assert np.linalg.norm(x) == pytest.approx(1, rel=1e-12)
+    assert np.linalg.norm(A @ x - theta * x) <= tol * abs(theta) * (1 + 1e-9)
+    exact = w[0] if which == "SA" else w[-1]
+    gap = abs(w[1] - w[0]) if which == "SA" else abs(w[-1] - w[-2])
+    assert abs(theta - exact) <= (tol * abs(theta)) ** 2 / gap * (1 + 1e-6) + 1e-12
+    if tol < 1e-6:
+        assert abs(abs(x @ V[:, 0 if which == "SA" else -1]) - 1) < 1e-8
 
 
 def test_top_eigenvectors_match_dense(rng):

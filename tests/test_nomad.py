@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import dnomad
+from devices import DEVICES
 from dnomad import blocks
 from dnomad.data import gaussian_blobs, trefoil_knot, two_rings
 from dnomad.errors import InputTypeError, InputValueError, StoreError
@@ -43,10 +44,11 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("make,K,options,q_bound", list(CASES.values()), ids=list(CASES))
-def test_matches_exact_sdp(make, K, options, q_bound):
+def test_matches_exact_sdp(make, K, options, q_bound, device):
     X = make()
-    est = dnomad.NOMAD(n_clusters=K, dtype=np.float64, **options).fit(X)
+    est = dnomad.NOMAD(n_clusters=K, dtype=np.float64, device=device, **options).fit(X)
     Q = np.asarray(est.Q_)
     D = blocks.prepare_gram_data(X) @ blocks.prepare_gram_data(X).T
     Qs = exact_nomad(D, K)
@@ -118,10 +120,11 @@ class Interrupt(Exception):
     pass
 
 
-def test_resume_after_kill_matches_uninterrupted(tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_resume_after_kill_matches_uninterrupted(tmp_path, device):
     X = two_rings(100)[0]
     kw = dict(n_clusters=6, dtype=np.float64, max_iter=25, checkpoint_every=5, rmse_tol=0, min_tol=0,
-              objective_tol=0)
+              objective_tol=0, device=device)
     with pytest.warns(dnomad.ConvergenceWarning):
         full = dnomad.NOMAD(**kw).fit(X)
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import InputTypeError, InputValueError
 from . import kernels
-from .device import resolve_device
+from .device import cupy, resolve_device
 from .engine import BlockGroup
 from .layout import BlockLayout
 from .matrix import BlockMatrix
@@ -19,6 +19,10 @@ SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # block's own streaming time (~5 ms at 13 GB/s) and a worker's footprint at a few blocks.
 TARGET_BLOCK_BYTES = 64 << 20
 MIN_BLOCK_SIDE = 512
+# On a GPU, blocks of 8192^2 float32 (256 MiB): a matmat pass over 4096-blocks read at 40%
+# of an H100's copy bandwidth at k = 8, over 8192-blocks at 57% (graphs/gpu_matmat.py),
+# and fewer blocks mean fewer kernel launches per pass.
+DEVICE_BLOCK_BYTES = 256 << 20
 
 
 def check_dtype(dtype):
@@ -56,7 +60,11 @@ def new_group(n, *, block_size=None, dtype=np.float32, backend="local", client=N
     device = resolve_device(device)
     # In this process, passes run one thread per block: 4 blocks per side (10 stored) keep
     # every core busy.
-    per_side = 4 if backend == "local" else 1
+    per_side = 4 if backend == "local" and device == "cpu" else 1
+    if block_size is None and device == "cuda":
+        # A multiple of 32 columns keeps every block's rows 16-byte aligned for the
+        # row-dot matvec kernel (kernels.device_matvec_accumulate).
+        block_size = min(int(n), -(-choose_block_size(n, dtype, target_bytes=DEVICE_BLOCK_BYTES) // 32) * 32)
     # On the GPU every block is stored: an off-diagonal block of the symmetric layout is
     # read twice there (A V and A' V are two cuBLAS GEMMs), which held a matmat pass to
     # 34-46% of the H100's copy bandwidth (graphs/gpu_matmat.py); one GEMM per block
@@ -116,8 +124,9 @@ def _gaussian_builder(key, Xi, Xj, bandwidth, dtype, name):
     return {name: kernels.gaussian_block(Xi, Xj, bandwidth, dtype)}
 
 
-def _zeros_builder(key, shapes, dtype, names):
-    return {name: np.zeros(shapes[key], dtype) for name in names}
+def _zeros_builder(key, shapes, dtype, names, device="cpu"):
+    xp = cupy() if device == "cuda" else np           # device zeros are made there, not copied
+    return {name: xp.zeros(shapes[key], dtype) for name in names}
 
 
 def _array_builder(key, block, name):
@@ -147,7 +156,7 @@ def gaussian_affinity(X, bandwidth=1.0, *, name="A", **group_kw):
 
 def zeros_like_layout(group, names):
     shapes = {k: group.layout.block_shape(k) for k in group.layout.keys}
-    group.build(list(names), _zeros_builder, lambda k: (shapes, group.dtype, list(names)))
+    group.build(list(names), _zeros_builder, lambda k: (shapes, group.dtype, list(names), group.device))
 
 
 def check_square_symmetric(A, name="D", rtol=1e-6):

@@ -39,7 +39,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import InputValueError, StoreError, WorkerLostError
-from .device import resolve_device, to_device
+from .device import is_device_array, resolve_device, to_device, to_host
 from .layout import BlockLayout
 
 BACKENDS = ("local", "distributed", "zarr")
@@ -137,7 +137,7 @@ def _zarr_read(url, path, gen, key, layout):
 def _zarr_write(url, path, gen, key, layout, block):
     arr = _open_zarr_array(url, path, gen)
     (r0, r1), (c0, c1) = layout.bounds(key[0]), layout.bounds(key[1])
-    arr[r0:r1, c0:c1] = block
+    arr[r0:r1, c0:c1] = to_host(block)         # device blocks are staged through host memory
 
 
 # ------------------------------------------------------------ task functions
@@ -405,15 +405,18 @@ class BlockGroup:
         missing = [n for n in reads if n not in self.names]
         if missing:
             raise InputValueError(f"pass {name!r} reads matrices {missing} that the group does not hold")
-        if self.device == "cuda":
-            raise InputValueError(f"pass {name!r} has no CUDA kernel yet: device='cuda' runs matmat passes "
-                                  f"only in this version; use device='cpu'")
         for w in writes:
             if w not in self.names:
                 self._add_name(w)
         keys = self.layout.keys
         t0 = time.perf_counter()
-        if self.backend == "local":
+        if self.device == "cuda":
+            # The GPU runs the blocks' kernels in order on one stream: they are issued
+            # from this thread, and the small results come to the host after the last
+            # one (one synchronization per pass, not per block).
+            results = [_results_to_host(r) for r in
+                       [func(self._bundles[k], k, *args_for(k)) for k in keys]]
+        elif self.backend == "local":
             results = list(self._executor().map(
                 lambda k: func(self._bundles[k], k, *args_for(k)), keys))
         elif self.backend == "distributed":
@@ -566,6 +569,13 @@ def _is_lost_worker_error(exc):
     from distributed.comm.core import CommClosedError
 
     return isinstance(exc, (CommClosedError, FutureCancelledError)) or "Actor was lost" in str(exc)
+
+
+def _results_to_host(result):
+    """A task's small result with its CuPy arrays copied to the host."""
+    if isinstance(result, tuple):
+        return tuple(_results_to_host(r) for r in result)
+    return to_host(result) if is_device_array(result) else result
 
 
 def _save_blocks(bundle, key, dest, layout, mirror):

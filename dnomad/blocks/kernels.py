@@ -12,6 +12,8 @@ import functools
 import numba
 import numpy as np
 
+from .device import is_device_array
+
 # Layout of the statistics vector returned by ``nomad_block``; sums are already
 # weighted (an off-diagonal block of a symmetric layout stands for two blocks).
 NOMAD_STATS = (
@@ -146,6 +148,10 @@ def nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, 
     which lets its loop vectorize (about 3x faster).  Reads P, Gam (and D) once,
     writes P, G (and Gam) once; no b x b temporary unless D is formed by GEMM.
     """
+    if is_device_array(P):
+        return device_nomad_block(P, Gam, G, D=D, Xi=Xi, Xj=Xj, vi=vi, vj=vj, step=step, vv_scale=vv_scale,
+                                  gamma=gamma, tau=tau, inv_n=inv_n, update_gamma=update_gamma,
+                                  write_g=write_g, weight=weight, full_stats=full_stats)
     dtype = P.dtype
     empty = _EMPTY_2D[dtype]
     use_x = D is None
@@ -247,6 +253,8 @@ def _block_stats(A, weight, out):
 
 def block_stats(A, weight):
     """(weighted sum, weighted sum of squares, min, max) of one block, one read."""
+    if is_device_array(A):
+        return device_block_stats(A, float(weight))
     out = np.empty(4, np.float64)
     _block_stats(A, float(weight), out)
     return out
@@ -313,6 +321,8 @@ def _line_search_block(P, vi, vj, vv_scale, inv_n, per_octave, nbins, weight, ou
 def line_search_block(P, *, vi, vj, vv_scale, inv_n, weight):
     """Binned sums for the exact line search of NOMAD's augmented Lagrangian along
     Delta = vv_scale vi vj^T - P (see ``passes.line_search_pass``).  Reads P once."""
+    if is_device_array(P):
+        return device_line_search_block(P, vi=vi, vj=vj, vv_scale=vv_scale, inv_n=inv_n, weight=weight)
     dtype = P.dtype
     out = np.zeros(2 + 4 * (LS_BINS + 1), np.float64)
     _line_search_block(P, vi.astype(dtype, copy=False), vj.astype(dtype, copy=False),
@@ -403,6 +413,8 @@ def label_sum_block(A, li, lj, k, *, mirror):
     n x k one-hot matrix they define.  Reads the block once, no b x b temporary;
     accumulates in float64.  Returns (Yi (b_i x k), Yj (b_j x k) or None).
     """
+    if is_device_array(A):
+        return device_label_sum_block(A, li, lj, k, mirror=mirror)
     bi, bj = A.shape
     li = np.ascontiguousarray(li, dtype=np.int64)
     lj = np.ascontiguousarray(lj, dtype=np.int64)
@@ -666,3 +678,224 @@ def device_matvec_accumulate(A, v, y):
     rows = ROW_DOT_ROWS_PER_WARP * ROW_DOT_WARPS
     _row_dot_kernel()(((A.shape[0] + rows - 1) // rows,), (32 * ROW_DOT_WARPS,),
                       (A, v, y, np.int32(A.shape[0]), np.int32(A.shape[1])))
+
+
+# NOMAD's fused pass on one CuPy block (the same update and statistics as ``nomad_block``).
+# One thread block per row (grid-stride over rows), threads along the row: coalesced
+# reads of P, Gamma and D.  Statistics are summed in double per thread, reduced per
+# thread block, and the per-block partials reduced on the device by the caller.  The
+# flags are compile-time: each combination is its own kernel, with no branch per entry.
+_NOMAD_CUDA = r"""
+#define NSTAT 6
+__device__ __forceinline__ double warp_sum(double s) {
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffff, s, o);
+    return s;
+}
+__device__ __forceinline__ double warp_min(double s) {
+    for (int o = 16; o > 0; o >>= 1) s = fmin(s, __shfl_down_sync(0xffffffff, s, o));
+    return s;
+}
+extern "C" __global__ void nomad_fused(real_t* __restrict__ P, real_t* __restrict__ Gam, real_t* __restrict__ G,
+        const real_t* __restrict__ D, const real_t* __restrict__ Xi, const real_t* __restrict__ Xj, const int d,
+        const real_t* __restrict__ vi, const real_t* __restrict__ vj, const int nr, const int nc,
+        const real_t keep, const real_t step_scale, const real_t gamma, const real_t tau, const real_t inv_n,
+        double* __restrict__ partial) {
+    double s_dq = 0, s_gp = 0, n_neg = 0, s_neg = 0, s_q2 = 0, q_min = 1e300;
+    for (int r = blockIdx.x; r < nr; r += gridDim.x) {
+        const real_t av = step_scale * vi[r];
+        const size_t base = (size_t)r * nc;
+        for (int c = threadIdx.x; c < nc; c += blockDim.x) {
+            const real_t p = keep * P[base + c] + av * vj[c];
+            P[base + c] = p;
+            const real_t q = p + inv_n;
+            const real_t qneg = q < (real_t)0 ? q : (real_t)0;
+#if D_FROM_X
+            real_t dval = 0;
+            for (int k = 0; k < d; ++k) dval += Xi[(size_t)r * d + k] * Xj[(size_t)c * d + k];
+#else
+            const real_t dval = D[base + c];
+#endif
+#if UPDATE_GAMMA
+            real_t gam = Gam[base + c] + tau * q;
+            gam = gam < (real_t)0 ? gam : (real_t)0;
+            Gam[base + c] = gam;
+#else
+            const real_t gam = Gam[base + c];
+#endif
+#if WRITE_G
+            const real_t g = gam + gamma * qneg - dval;
+            G[base + c] = g;
+            s_gp += (double)g * (double)p;
+#endif
+#if FULL_STATS
+            s_dq += (double)dval * (double)q;
+            s_q2 += (double)q * (double)q;
+            n_neg += q < (real_t)0 ? 1.0 : 0.0;
+            s_neg += (double)qneg * (double)qneg;
+            q_min = fmin(q_min, (double)q);
+#endif
+        }
+    }
+    __shared__ double red[NSTAT][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    double vals[NSTAT] = {s_dq, s_gp, n_neg, s_neg, q_min, s_q2};
+    #pragma unroll
+    for (int s = 0; s < NSTAT; ++s) {
+        const double w = s == 4 ? warp_min(vals[s]) : warp_sum(vals[s]);
+        if (lane == 0) red[s][warp] = w;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        #pragma unroll
+        for (int s = 0; s < NSTAT; ++s) {
+            double w = lane < nwarps ? red[s][lane] : (s == 4 ? 1e300 : 0.0);
+            w = s == 4 ? warp_min(w) : warp_sum(w);
+            if (lane == 0) partial[(size_t)blockIdx.x * NSTAT + s] = w;
+        }
+    }
+}
+"""
+# 256 threads per row; up to 4096 thread blocks, each taking every 4096-th row.
+DEVICE_PASS_THREADS = 256
+DEVICE_PASS_MAX_GRID = 4096
+
+_CUDA_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+
+
+@functools.lru_cache(maxsize=64)
+def _nomad_kernel(dtype, d_from_x, update_gamma, write_g, full_stats):
+    from .device import cupy
+
+    options = (f"-Dreal_t={_CUDA_TYPES[np.dtype(dtype)]}", f"-DD_FROM_X={int(d_from_x)}",
+               f"-DUPDATE_GAMMA={int(update_gamma)}", f"-DWRITE_G={int(write_g)}",
+               f"-DFULL_STATS={int(full_stats)}")
+    return cupy().RawKernel(_NOMAD_CUDA, "nomad_fused", options=options)
+
+
+def device_nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, gamma, tau,
+                       inv_n, update_gamma, write_g, weight, full_stats=True):
+    """:func:`nomad_block` for CuPy blocks, in place, on the GPU.  Returns the statistics as
+    a CuPy float64 vector (``NOMAD_STATS``; NaN where the gap-only pass skips them), so a
+    pass gathers them once.  D's block is ``D``, else formed from the panels: inline for
+    up to INLINE_GRAM_MAX_FEATURES features, else by one cuBLAS GEMM into a b x b buffer."""
+    from .device import cupy
+
+    cp = cupy()
+    dtype = P.dtype
+    d_from_x = D is None and Xi.shape[1] <= INLINE_GRAM_MAX_FEATURES
+    if D is None and not d_from_x:
+        D = cp.matmul(Xi, Xj.T)
+    gap_only = write_g and not update_gamma and not full_stats
+    full = not gap_only
+    nr, nc = P.shape
+    grid = min(nr, DEVICE_PASS_MAX_GRID)
+    partial = cp.empty((grid, N_NOMAD_STATS), np.float64)
+    null = P[:0]
+    t = dtype.type
+    _nomad_kernel(dtype, d_from_x, bool(update_gamma), bool(write_g), full)(
+        (grid,), (DEVICE_PASS_THREADS,),
+        (P, Gam, G if write_g else null, null if d_from_x else D,
+         Xi if d_from_x else null, Xj if d_from_x else null, np.int32(Xi.shape[1] if d_from_x else 0),
+         vi, vj, np.int32(nr), np.int32(nc), t(1.0 - step), t(step * vv_scale), t(gamma), t(tau),
+         t(inv_n), partial))
+    sums = partial.sum(axis=0) * weight
+    if gap_only:
+        out = cp.full(N_NOMAD_STATS, np.nan)
+        out[SUM_GP] = sums[SUM_GP]
+        return out
+    sums[MIN_Q] = partial[:, MIN_Q].min()
+    return sums
+
+
+# The line search's binned sums (``line_search_block``) on a CuPy block: each thread
+# block bins into a shared-memory histogram, then adds it to the output once.
+_LINE_SEARCH_CUDA = r"""
+extern "C" __global__ void nomad_line_search(const real_t* __restrict__ P, const real_t* __restrict__ vi,
+        const real_t* __restrict__ vj, const int nr, const int nc, const double vv_scale,
+        const double inv_n, const double per_octave, const int nbins, const double weight,
+        double* __restrict__ out) {
+    extern __shared__ double hist[];
+    const int m1 = nbins + 1, nh = 2 + 4 * m1;
+    for (int i = threadIdx.x; i < nh; i += blockDim.x) hist[i] = 0.0;
+    __syncthreads();
+    for (int r = blockIdx.x; r < nr; r += gridDim.x) {
+        const double sv = vv_scale * (double)vi[r];
+        const size_t base = (size_t)r * nc;
+        for (int c = threadIdx.x; c < nc; c += blockDim.x) {
+            const double p = (double)P[base + c];
+            const double q = p + inv_n;
+            const double dl = sv * (double)vj[c] - p;
+            const double qe = q + dl;
+            if (q >= 0.0 && qe >= 0.0) continue;
+            const double a = weight * q * dl, b = weight * dl * dl;
+            if (q < 0.0 && qe < 0.0) {
+                atomicAdd(&hist[0], a);
+                atomicAdd(&hist[1], b);
+                continue;
+            }
+            const double beta = -q / dl;
+            int k = nbins;
+            if (beta > 0.0) k = min((int)(-per_octave * log2(beta)), nbins);
+            const int off = q < 0.0 ? 2 : 2 + 2 * m1;
+            atomicAdd(&hist[off + k], a);
+            atomicAdd(&hist[off + m1 + k], b);
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh; i += blockDim.x)
+        if (hist[i] != 0.0) atomicAdd(&out[i], hist[i]);
+}
+"""
+
+
+@functools.lru_cache(maxsize=4)
+def _line_search_kernel(dtype):
+    from .device import cupy
+
+    return cupy().RawKernel(_LINE_SEARCH_CUDA, "nomad_line_search",
+                            options=(f"-Dreal_t={_CUDA_TYPES[np.dtype(dtype)]}",))
+
+
+def device_line_search_block(P, *, vi, vj, vv_scale, inv_n, weight):
+    """:func:`line_search_block` for a CuPy block (a CuPy float64 result)."""
+    from .device import cupy
+
+    cp = cupy()
+    nh = 2 + 4 * (LS_BINS + 1)
+    out = cp.zeros(nh, np.float64)
+    grid = min(P.shape[0], 1024)
+    _line_search_kernel(P.dtype)((grid,), (DEVICE_PASS_THREADS,),
+                                 (P, vi, vj, np.int32(P.shape[0]), np.int32(P.shape[1]), float(vv_scale),
+                                  float(inv_n), float(LS_BINS_PER_OCTAVE), np.int32(LS_BINS),
+                                  float(weight), out), shared_mem=8 * nh)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _sumsq_kernel():
+    from .device import cupy
+
+    return cupy().ReductionKernel("T x", "float64 y", "(double)x * (double)x", "a + b", "y = a", "0",
+                                  "dnomad_sumsq")
+
+
+def device_block_stats(A, weight):
+    """:func:`block_stats` for a CuPy block: a CuPy float64 vector (sum, sum of squares,
+    min, max), the sums weighted."""
+    from .device import cupy
+
+    cp = cupy()
+    return cp.stack([A.sum(dtype=np.float64) * weight, _sumsq_kernel()(A) * weight,
+                     A.min().astype(np.float64), A.max().astype(np.float64)])
+
+
+def device_label_sum_block(A, li, lj, k, *, mirror):
+    """:func:`label_sum_block` for a CuPy block: one GEMM with the one-hot slice, in
+    float64 (the host kernel's accumulation), so a float32 block is widened first."""
+    from .device import cupy
+
+    cp = cupy()
+    A64 = A.astype(np.float64, copy=False)
+    Sj = cp.eye(k, dtype=np.float64)[cp.asarray(lj)]
+    Yj = A64.T @ cp.eye(k, dtype=np.float64)[cp.asarray(li)] if mirror else None
+    return A64 @ Sj, Yj

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..errors import InputValueError
 from . import passes
-from .device import is_device_array
+from .device import is_device_array, to_host
 from .engine import BlockGroup
 
 
@@ -122,7 +122,7 @@ class BlockMatrix:
         layout = self.group.layout
         arr = create_zarr_array(url, path, self.n, layout.block_size, self.dtype)
         for key in layout.keys:
-            blk = self.group.block(self.name, key)
+            blk = to_host(self.group.block(self.name, key))
             ri, ci = slice(*layout.bounds(key[0])), slice(*layout.bounds(key[1]))
             arr[ri, ci] = blk
             if layout.symmetric and key[0] != key[1]:

@@ -10,13 +10,21 @@ import numpy as np
 
 from ..errors import InputValueError
 from . import kernels
-from .device import is_device_array, to_device, to_host
+from .device import array_module, is_device_array, to_device, to_host
 from .engine import BlockGroup
 
 
 # ------------------------------------------------------------------ helpers
 def _weight(layout, key):
     return 2.0 if (layout.symmetric and key[0] != key[1]) else 1.0
+
+
+def group_vector(group, v):
+    """``v`` (length n) in the group's dtype, where its blocks compute (a CuPy vector for
+    device blocks: one host-to-device copy when it came from the host)."""
+    if group.device == "cuda":
+        return to_device(v, "cuda").astype(group.dtype, copy=False).reshape(group.n)
+    return np.asarray(to_host(v), dtype=group.dtype).reshape(group.n)
 
 
 def row_slices(layout, V, key):
@@ -39,6 +47,9 @@ class DataPanels:
         self.X = X
         self.layout = group.layout
         panels = [X[slice(*self.layout.bounds(i))] for i in range(self.layout.nblocks)]
+        if group.device == "cuda":
+            # Device blocks form D's blocks on the GPU: the panels are copied there once.
+            panels = [to_device(np.ascontiguousarray(p, dtype=group.dtype), "cuda") for p in panels]
         if group.client is not None and group.backend != "distributed":
             # Scheduled tasks (Zarr backend) take the panels as futures, sent once: task
             # results, not scattered data, so that a panel whose worker dies is made
@@ -59,7 +70,7 @@ def _nomad_block_task(bundle, key, vi, vj, Xi, Xj, params, weight, has_d):
     if params["write_g"]:
         G = bundle.get("G")
         if G is None or G.shape != P.shape:
-            G = np.empty_like(P)
+            G = array_module(P).empty_like(P)
             bundle["G"] = G
     stats = kernels.nomad_block(
         P, bundle["Gamma"], G, D=bundle["D"] if has_d else None, Xi=Xi, Xj=Xj, vi=vi, vj=vj,
@@ -89,7 +100,7 @@ def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma
     if v is None:
         v = np.zeros(n, group.dtype)
         step = 0.0
-    v = np.asarray(v, dtype=group.dtype).reshape(n)
+    v = group_vector(group, v)
     params = dict(step=float(step), vv_scale=float(vv_scale), gamma=float(gamma), tau=float(tau),
                   inv_n=1.0 / n, update_gamma=bool(update_gamma), write_g=bool(write_g),
                   full_stats=bool(full_stats))
@@ -125,7 +136,7 @@ def line_search_pass(group: BlockGroup, *, v, vv_scale, name="P"):
     """
     layout = group.layout
     n = layout.n
-    v = np.asarray(v, dtype=group.dtype).reshape(n)
+    v = group_vector(group, v)
 
     def args(key):
         vi, vj = row_slices(layout, v, key)
@@ -251,7 +262,7 @@ def label_sums(group: BlockGroup, name: str, labels: np.ndarray, n_labels: int):
 def _diag_task(bundle, key, name):
     if key[0] != key[1]:
         return None
-    return np.array(np.diagonal(bundle[name]))
+    return array_module(bundle[name]).diagonal(bundle[name]).copy()
 
 
 def diagonal(group: BlockGroup, name: str):
@@ -289,7 +300,7 @@ def _full_assemble(group, name):
     for key in layout.keys:
         blk = group.block(name, key)
         ri, ci = slice(*layout.bounds(key[0])), slice(*layout.bounds(key[1]))
-        A[ri, ci] = blk
+        A[ri, ci] = to_host(blk)
         if layout.symmetric and key[0] != key[1]:
             A[ci, ri] = blk.T
     return A
@@ -297,7 +308,7 @@ def _full_assemble(group, name):
 
 # ------------------------------------------------------------------ graph components
 def _components_task(bundle, key, name, threshold):
-    return block_component_edges(bundle[name] > threshold)
+    return block_component_edges(to_host(bundle[name] > threshold))
 
 
 def block_component_edges(mask):

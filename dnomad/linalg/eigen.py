@@ -5,6 +5,11 @@ process.  The vectors of length n live on the client; ARPACK (``scipy eigsh``)
 drives the Lanczos iteration on the (n - m)-dimensional complement of the given
 vectors, represented exactly by Householder reflectors (no shift to guess, no
 drift back into the deflated directions).
+
+Vectors that live on a GPU (CuPy arrays, for an operator over device blocks) stay
+there: :func:`extreme_eigenvector` then runs its own thick-restart Lanczos
+(:func:`lanczos_extreme`) with the same stopping rule as ARPACK's, and only scalars
+and the small projected matrix come to the host.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse.linalg as sla
 
+from ..blocks.device import array_module, is_device_array
 from ..errors import InputValueError
 
 
@@ -25,7 +31,8 @@ class ComplementBasis:
     """
 
     def __init__(self, U):
-        U = np.asarray(U, dtype=np.float64)
+        xp = self.xp = array_module(U)        # the reflectors live where U does
+        U = xp.asarray(U, dtype=np.float64)
         if U.ndim == 1:
             U = U[:, None]
         n, m = U.shape
@@ -35,18 +42,19 @@ class ComplementBasis:
         self.reflectors = []
         for j in range(m):
             x = W[j:, j]
-            norm = np.linalg.norm(x)
+            norm = float(xp.linalg.norm(x))
             if norm == 0:
                 raise InputValueError("deflation vectors must be linearly independent")
             v = x.copy()
-            v[0] += np.copysign(norm, x[0] if x[0] != 0 else 1.0)
-            v /= np.linalg.norm(v)
-            W[j:] -= 2.0 * np.outer(v, v @ W[j:])
+            x0 = float(x[0])
+            v[0] += np.copysign(norm, x0 if x0 != 0 else 1.0)
+            v /= xp.linalg.norm(v)
+            W[j:] -= 2.0 * xp.outer(v, v @ W[j:])
             self.reflectors.append(v)
         self.n, self.m = n, m
 
     def lift(self, x):
-        z = np.zeros(self.n)
+        z = self.xp.zeros(self.n)
         z[self.m:] = x
         for j in reversed(range(self.m)):
             v = self.reflectors[j]
@@ -54,7 +62,7 @@ class ComplementBasis:
         return z
 
     def restrict(self, y):
-        z = np.array(y, dtype=np.float64, copy=True)
+        z = self.xp.array(y, dtype=np.float64, copy=True)
         for j in range(self.m):
             v = self.reflectors[j]
             z[j:] -= 2.0 * v * (v @ z[j:])
@@ -102,33 +110,40 @@ def extreme_eigenvector(matvec, n, *, which="SA", deflate=None, v0=None, tol=1e-
     """
     if which not in ("SA", "LA"):
         raise InputValueError(f"which must be 'SA' or 'LA'; got {which!r}")
+    on_device = any(is_device_array(a) for a in (deflate, v0))
+    xp = array_module(deflate if is_device_array(deflate) else v0)
     basis = ComplementBasis(deflate) if deflate is not None else None
     dim = n - (basis.m if basis else 0)
     count = [0]
 
     def op(x):
         count[0] += 1
-        x = np.asarray(x, dtype=np.float64).reshape(-1)
+        x = xp.asarray(x, dtype=np.float64).reshape(-1)
         if basis is None:
-            return np.asarray(matvec(x), dtype=np.float64).reshape(-1)
-        return basis.restrict(np.asarray(matvec(basis.lift(x)), dtype=np.float64).reshape(-1))
+            return xp.asarray(matvec(x), dtype=np.float64).reshape(-1)
+        return basis.restrict(xp.asarray(matvec(basis.lift(x)), dtype=np.float64).reshape(-1))
 
     start = None
     if v0 is not None:
-        v0 = np.asarray(v0, dtype=np.float64).reshape(-1)
+        v0 = xp.asarray(v0, dtype=np.float64).reshape(-1)
         start = basis.restrict(v0) if basis else v0
-        if not np.linalg.norm(start) > 0:
+        if not float(xp.linalg.norm(start)) > 0:
             start = None
     if start is None:
         # Deterministic start with weight in every direction.
-        start = np.cos(np.arange(dim) * 0.7 + 0.3) + 1.5
+        start = xp.cos(xp.arange(dim) * 0.7 + 0.3) + 1.5
 
     if dim <= 3:
         # ARPACK needs ncv < dim; a dense eigensolve of the tiny operator is exact.
-        M = np.column_stack([op(e) for e in np.eye(dim)])
+        M = np.column_stack([_host(op(e)) for e in xp.eye(dim)])
         w, V = np.linalg.eigh((M + M.T) / 2)
         idx = 0 if which == "SA" else -1
-        return _finish(w[idx], V[:, idx], basis, count[0], True)
+        return _finish(w[idx], xp.asarray(V[:, idx]), basis, count[0], True)
+
+    if on_device:
+        value, x, converged = lanczos_extreme(op, start, which=which, tol=tol, ncv=ncv or 20,
+                                              maxiter=maxiter)
+        return _finish(value, x, basis, count[0], converged)
 
     if ncv is not None:
         ncv = int(min(max(ncv, 3), dim - 1))
@@ -147,11 +162,70 @@ def extreme_eigenvector(matvec, n, *, which="SA", deflate=None, v0=None, tol=1e-
 
 
 def _finish(value, x, basis, matvecs, converged):
-    v = basis.lift(x) if basis else np.asarray(x, dtype=np.float64)
-    v /= np.linalg.norm(v)
-    if v[np.argmax(np.abs(v))] < 0:
+    xp = array_module(x)
+    v = basis.lift(x) if basis else xp.asarray(x, dtype=np.float64)
+    v /= xp.linalg.norm(v)
+    if float(v[int(xp.argmax(xp.abs(v)))]) < 0:
         v = -v
     return EigResult(float(value), v, matvecs, converged)
+
+
+def _host(a):
+    return a.get() if is_device_array(a) else np.asarray(a)
+
+
+def lanczos_extreme(op, start, *, which="SA", tol=1e-3, ncv=20, maxiter=None):
+    """The smallest ("SA") or largest ("LA") eigenpair of a symmetric operator by Lanczos
+    with thick restarts, on the device of ``start`` (NumPy or CuPy vectors alike).
+
+    The basis (``ncv`` vectors, fully reorthogonalized) and its products with the
+    operator are kept, so the Rayleigh-Ritz step is exact; a restart keeps the Ritz
+    vector and its residual, which continues the same Krylov space (thick restart
+    with one kept vector, as ARPACK's implicit restart for one eigenpair).  Stops when
+    ||A x - theta x|| <= tol max(|theta|, eps^(2/3)) (ARPACK's rule; or when it reaches
+    the rounding level 8 eps ||H|| sqrt(dim)) or after ``maxiter`` restarts (default 10 dim).  Only scalars and the ncv x ncv projected
+    matrix come to the host.  Returns (theta, x, converged)."""
+    xp = array_module(start)
+    dim = start.shape[0]
+    ncv = int(min(max(ncv, 2), dim))
+    maxiter = 10 * dim if maxiter is None else int(maxiter)
+    V = xp.empty((ncv, dim))
+    W = xp.empty((ncv, dim))
+    V[0] = start / xp.linalg.norm(start)
+    W[0] = op(V[0])
+    m = 1
+    floor = np.finfo(np.float64).eps ** (2.0 / 3.0)
+    theta, x = float(V[0] @ W[0]), V[0]
+    for _ in range(maxiter + 1):
+        while m < ncv:
+            u = W[m - 1] - V[:m].T @ (V[:m] @ W[m - 1])
+            u -= V[:m].T @ (V[:m] @ u)                # twice is enough (Kahan-Parlett)
+            norm_u = float(xp.linalg.norm(u))
+            if norm_u <= 1e-12 * float(xp.linalg.norm(W[m - 1])):
+                break                                   # an invariant subspace: Ritz pairs are exact
+            V[m] = u / norm_u
+            W[m] = op(V[m])
+            m += 1
+        H = _host(V[:m] @ W[:m].T)
+        w, S = np.linalg.eigh((H + H.T) / 2)
+        idx = 0 if which == "SA" else m - 1
+        theta = float(w[idx])
+        y = xp.asarray(S[:, idx])
+        x, ax = y @ V[:m], y @ W[:m]
+        r = ax - theta * x
+        res = float(xp.linalg.norm(r))
+        # Below about eps ||A|| sqrt(dim) the computed residual is rounding: a tighter tol
+        # stops there (ARPACK's Ritz estimate would go lower, but not its true residual).
+        noise = 8 * np.finfo(np.float64).eps * float(np.abs(w).max()) * np.sqrt(dim)
+        if res <= max(tol * max(abs(theta), floor), noise) or m < ncv:
+            return theta, x, True
+        # Restart from [x, r / |r|]: r is orthogonal to the basis's Ritz vectors.
+        V[0], W[0] = x, ax
+        r -= x * (x @ r)
+        V[1] = r / xp.linalg.norm(r)
+        W[1] = op(V[1])
+        m = 2
+    return theta, x, False
 
 
 def top_eigenvectors(matmat, n, k, *, deflate=None, tol=1e-6, ncv=None, maxiter=None):

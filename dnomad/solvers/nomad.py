@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import blocks
 from ..blocks import store as run_store
+from ..blocks.device import to_device, to_host
 from ..errors import ConvergenceWarning, InputValueError
 from ..linalg import extreme_eigenvector
 from ._checks import check_choices, check_ints
@@ -283,7 +284,8 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
 def _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key):
     layout = group.layout
     n, K = layout.n, params.n_clusters
-    ones = np.ones(n) / math.sqrt(n)
+    # On device blocks the eigensolver's vectors stay on the GPU with the blocks.
+    ones = to_device(np.ones(n) / math.sqrt(n), group.device)
     vv_scale = float(K - 1)
 
     start_t, k_total, v, history = 0, 0, None, []
@@ -294,7 +296,7 @@ def _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key):
         group.load(["P", "Gamma"], store, ck["prefix"])
         start_t, k_total, history = ck["iteration"], ck["k_total"], ck["history"]
         penalty, tau = ck["penalty_value"], ck["tau_value"]
-        v = run_store.read_vector(store, f"{ck['prefix']}/v") if ck["has_v"] else None
+        v = to_device(run_store.read_vector(store, f"{ck['prefix']}/v"), group.device) if ck["has_v"] else None
         logger.info("resuming NOMAD from outer iteration %d", start_t)
     else:
         penalty, tau = resolve_penalty(params, group, data)
@@ -344,6 +346,9 @@ def _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key):
         warnings.warn(f"NOMAD stopped at max_iter={params.max_iter} before meeting the tolerances "
                       f"(last: rmse_neg={history[-1]['rmse_neg']:.3g}, max_violation="
                       f"{history[-1]['max_violation']:.3g})", ConvergenceWarning, stacklevel=2)
+    # G is the solver's scratch: freed before Q takes its place (on one GPU, P, Gamma,
+    # G and Q of n = 70,000 would not fit together).
+    group.drop(["G"])
     blocks.shifted_copy(group, "P", "Q", 1.0 / n)
     return NomadResult(Q=blocks.BlockMatrix(group, "Q"), P=blocks.BlockMatrix(group, "P"),
                        history=history, n_iter=len(history), stop_reason=stop_reason,
@@ -377,4 +382,4 @@ def _checkpoint(group, store, key, t, k_total, v, history, params, penalty, tau)
     with run_store.Checkpoints(store, key).write(record, history) as prefix:
         group.save(["P", "Gamma"], store, prefix)
         if v is not None:
-            run_store.write_vector(store, f"{prefix}/v", v)
+            run_store.write_vector(store, f"{prefix}/v", to_host(v))
