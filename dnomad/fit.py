@@ -800,15 +800,10 @@ class _InputSource:
             return blocks.from_zarr(self.url, **kw).group, None
         if self.array is not None:
             return blocks.from_array(self.array, check=False, **kw).group, None
-        F = self.features
-        if F.shape[1] <= blocks.kernels.INLINE_GRAM_MAX_FEATURES or \
-                blocks.device.resolve_device(device) == "cuda":
-            # On the GPU, D's blocks are formed from the panels in every pass (a GEMM per
-            # block): P, Gamma and G fill the device, and D would be a fourth n x n matrix.
-            group = blocks.new_group(self.n, **kw)
-            return group, blocks.DataPanels(group, F.astype(group.dtype))
-        D = blocks.gram(F, center=False, normalize=False, **kw)
-        return D.group, None
+        # NOMAD never forms D = F F^T: its passes leave D out and the solver adds the
+        # low-rank part (nomad_cgm), so the panels are all the group needs.
+        group = blocks.new_group(self.n, **kw)
+        return group, blocks.DataPanels(group, self.features.astype(group.dtype))
 
 
 def _run_id(method, params, source, dtype, block_size, **extra):

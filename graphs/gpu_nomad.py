@@ -13,7 +13,8 @@ Measured in one run on the GPU:
     fused pass and a matvec timed alone, as bytes moved per second over the copy
     bandwidth;
   * mnist: all 70,000 digits (dnomad.data.mnist, D = F F^T of the centered, scaled
-    784-pixel images, formed per block by a GEMM on the GPU in every pass), K = 256,
+    784-pixel images, never formed: NOMAD keeps F; the json's row until rerun is from
+    commit 8ba0478, which formed D per block by a GEMM in every pass), K = 256,
     float32, for --mnist-seconds (then stopped by the callback) or to the stopping rule:
     seconds, outer iterations, passes, the stopping rule's quantities per outer
     iteration, peak device memory (CuPy's pool, sampled every 20 ms), the 2-D embedding
@@ -177,6 +178,7 @@ def run_mnist(seconds, max_outer):
     h = est.history_
     solve = sum(r["seconds"] for r in h)
     out = {"n": len(X), "d": X.shape[1], "K": MNIST_K, "block_size": est.Q_.block_size,
+           "d_formed": False,
            "seconds_total": time.perf_counter() - t0, "solve_seconds": solve,
            "outer_iterations": est.n_iter_, "stop_reason": est.stop_reason_,
            "seconds_per_outer": solve / len(h), **per_step(h, est.n_inner),

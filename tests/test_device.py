@@ -125,3 +125,34 @@ def test_cuda_blocks_need_the_local_backend_and_a_gpu():
     expected = "runs with backend='local'" if dev.cuda_available() else "asks for 'cuda', but"
     with pytest.raises(InputValueError, match=expected):
         BlockGroup(layout, backend="zarr", store="memory://x", device="cuda")
+
+
+def _visible_device():
+    import os
+
+    import dask.config
+
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), dask.config.get("dnomad.device", None)
+
+
+def test_gpu_worker_layout_pins_one_worker_per_device():
+    """The GPU layout without dask-cuda: one worker process per GPU, each seeing only its
+    device and defaulting dnomad's blocks to it, each offering one GPU resource.  Runs on
+    any machine (no CUDA call is made); on a GPU machine each worker's device 0 is its GPU."""
+    from distributed import Client
+
+    with dev.gpu_cluster(2, prefer_dask_cuda=False, dashboard_address=None) as cluster, Client(cluster) as client:
+        assert sorted(client.run(_visible_device).values()) == [("0", "cuda"), ("1", "cuda")]
+        workers = client.scheduler_info(n_workers=-1)["workers"].values()
+        assert [w["resources"] for w in workers] == [{"GPU": 1}, {"GPU": 1}]
+        assert all(w["nthreads"] == 1 for w in workers)
+        futures = [client.submit(_visible_device, resources={"GPU": 1}, pure=False) for _ in range(4)]
+        assert {seen for seen, _ in client.gather(futures)} <= {"0", "1"}
+
+
+def test_gpu_cluster_errors_before_starting_anything():
+    with pytest.raises(InputValueError, match="n_gpus must be a positive integer; got 0"):
+        dev.gpu_worker_specs(0)
+    if not dev.cuda_available():
+        with pytest.raises(InputValueError, match="gpu_cluster needs a CUDA GPU"):
+            dev.gpu_cluster()

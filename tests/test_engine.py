@@ -157,3 +157,42 @@ def test_one_vs_two_workers_equal(tmp_path):
     two, _ = short_run(np.float64, backend="local", block_size=20)
     assert np.linalg.norm(one - two) / np.linalg.norm(two) <= 1e-10
 
+
+
+@pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
+@pytest.mark.parametrize("d", [2, 12])
+def test_factored_gram_leaves_d_out_and_tracks_its_inner_product(d, tmp_path, rng):
+    """With data panels NOMAD never forms D = F F^T: the pass writes G' = Gamma + gamma [Q]_-
+    and the solver tracks <D, P> along the Frank-Wolfe steps.  The run equals one over the
+    stored D (iterates to round-off), and the tracked <D, P> (kept in the checkpoint, or
+    recomputed from P) equals the dense value."""
+    import math
+
+    from dnomad.blocks import store as run_store
+    from dnomad.solvers.nomad import CHECKPOINT_KEY, _FactoredGram
+
+    F = blocks.prepare_gram_data(rng.standard_normal((N, d)))
+    D = F @ F.T
+    params = NomadParams(n_clusters=4, max_iter=4, n_inner=5, rmse_tol=0, min_tol=0, objective_tol=0,
+                         checkpoint_every=2)
+    group = blocks.new_group(N, dtype=np.float64, backend="local", block_size=16)
+    data = blocks.DataPanels(group, F)
+    store = str(tmp_path / "run.zarr")
+    res = nomad_cgm(group, params, data=data, store=store)
+    assert "D" not in group.names
+    stored = blocks.from_array(D, dtype=np.float64, block_size=16)
+    ref = nomad_cgm(stored.group, params)
+    np.testing.assert_allclose(np.asarray(res.Q), np.asarray(ref.Q), rtol=0, atol=1e-12)
+    for key in ("objective", "fw_gap", "rmse_neg"):
+        assert res.history[-1][key] == pytest.approx(ref.history[-1][key], rel=1e-9), key
+    P = np.asarray(res.P)
+    want = np.sum(D * P)
+    assert run_store.Checkpoints(store, CHECKPOINT_KEY).latest()["gram_inner_p"] == pytest.approx(want, rel=1e-10)
+    ones = np.ones(N) / math.sqrt(N)
+    assert _FactoredGram(data, group, ones, None).inner_p == pytest.approx(want, rel=1e-10)
+    # The pass itself: G' leaves D out.
+    blocks.nomad_pass(group, v=None, step=0.0, vv_scale=3.0, gamma=1.3, tau=0.9, update_gamma=False,
+                      data=data, exclude_d=True)
+    Gam = np.asarray(blocks.BlockMatrix(group, "Gamma"))
+    np.testing.assert_allclose(np.asarray(blocks.BlockMatrix(group, "G")),
+                               Gam + 1.3 * np.minimum(P + 1.0 / N, 0), rtol=0, atol=1e-13)

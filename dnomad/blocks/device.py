@@ -110,3 +110,53 @@ def to_device(a, device):
 def to_host(a):
     """``a`` as a NumPy array (a device-to-host copy for a CuPy array)."""
     return a.get() if is_device_array(a) else np.asarray(a)
+
+
+# ------------------------------------------------------------------ GPU workers
+def gpu_worker_specs(n_gpus, *, nthreads=1, memory_limit="auto"):
+    """Worker specs for :class:`distributed.SpecCluster`: one worker process per GPU.
+
+    Worker i runs under a Nanny with ``CUDA_VISIBLE_DEVICES=i`` (so CuPy's device 0 in
+    that process is GPU i and no other GPU's memory is touched), advertises the
+    resource ``GPU=1`` (tasks submitted with ``resources={"GPU": 1}`` run one per GPU),
+    and has dask config ``dnomad.device="cuda"`` in its environment, so blocks built
+    there default to the GPU.  One thread each: a GPU runs one stream of block kernels.
+    """
+    from distributed import Nanny
+
+    if not isinstance(n_gpus, int) or isinstance(n_gpus, bool) or n_gpus < 1:
+        raise InputValueError(f"n_gpus must be a positive integer; got {n_gpus!r}")
+    return {f"gpu-{i}": {"cls": Nanny, "options": {
+        "nthreads": int(nthreads), "memory_limit": memory_limit, "resources": {"GPU": 1},
+        "env": {"CUDA_VISIBLE_DEVICES": str(i), "DASK_DNOMAD__DEVICE": "cuda"}}}
+        for i in range(n_gpus)}
+
+
+def gpu_cluster(n_gpus=None, *, prefer_dask_cuda=True, **cluster_kw):
+    """A dask cluster on this machine with one worker per GPU (``n_gpus``: default all).
+
+    dask-cuda's ``LocalCUDACluster`` when it is installed (it also pins each worker to
+    its device and knows NVLink/UCX), with the ``GPU=1`` resource added; else a
+    :class:`distributed.SpecCluster` of :func:`gpu_worker_specs`.  Extra keywords go to
+    the cluster class (e.g. ``dashboard_address``).  Raises where CUDA is unusable.
+    """
+    available, reason = cuda_status()
+    if n_gpus is None:
+        if not available:
+            raise InputValueError(f"gpu_cluster needs a CUDA GPU: {reason}")
+        n_gpus = cupy().cuda.runtime.getDeviceCount()
+    if prefer_dask_cuda:
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:
+            pass
+        else:
+            import dask.config
+
+            with dask.config.set({CONFIG_KEY: "cuda"}):
+                return LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(n_gpus)), resources={"GPU": 1},
+                                        threads_per_worker=1, **cluster_kw)
+    from distributed import Scheduler, SpecCluster
+
+    scheduler = {"cls": Scheduler, "options": {"dashboard_address": cluster_kw.pop("dashboard_address", ":0")}}
+    return SpecCluster(workers=gpu_worker_specs(n_gpus), scheduler=scheduler, **cluster_kw)

@@ -62,6 +62,24 @@ class DataPanels:
     def pair(self, key):
         return self.panels[key[0]], self.panels[key[1]]
 
+    def _features_like(self, x):
+        """X in float64 where ``x`` lives (copied to the GPU once, for a CuPy ``x``)."""
+        if not is_device_array(x):
+            return np.asarray(self.X, dtype=np.float64)
+        if getattr(self, "_X_device", None) is None:
+            self._X_device = to_device(np.asarray(self.X, dtype=np.float64), "cuda")
+        return self._X_device
+
+    def gram_product(self, x):
+        """D x = X (X^T x) for D = X X^T, in float64 on ``x``'s device: O(n d), no pass."""
+        F = self._features_like(x)
+        return F @ (F.T @ x)
+
+    def gram_quadratic(self, v):
+        """v^T D v = ||X^T v||^2 (a float)."""
+        w = self._features_like(v).T @ v
+        return float(w @ w)
+
 
 # ------------------------------------------------------------------ NOMAD's fused pass
 def _nomad_block_task(bundle, key, vi, vj, Xi, Xj, params, weight, has_d):
@@ -81,14 +99,17 @@ def _nomad_block_task(bundle, key, vi, vj, Xi, Xj, params, weight, has_d):
 
 
 def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma, write_g=True,
-               full_stats=True, data: DataPanels | None = None):
+               full_stats=True, data: DataPanels | None = None, exclude_d=False):
     """NOMAD's fused pass (Alg. 2 of Tepper et al.), one read of D, P, Gamma:
 
     P <- (1 - step) P + step * vv_scale * v v^T      (the pending Frank-Wolfe step)
     Gamma <- [Gamma + tau (P + E_n)]_-               (only when ``update_gamma``)
     G <- -D + Gamma + gamma [P + E_n]_-              (the gradient, for the eigensolver)
 
-    D is the group's matrix "D", or formed per block from ``data`` panels.
+    D is the group's matrix "D", or formed per block from ``data`` panels; with
+    ``exclude_d`` the pass leaves D out (G <- Gamma + gamma [P + E_n]_-, and ``sum_DQ`` is 0):
+    a caller that knows D = X X^T adds its low-rank part itself, and the pass neither
+    reads nor forms an n x n D.
     Returns a dict of the statistics of Q = P + E_n (``kernels.NOMAD_STATS``); with
     ``full_stats=False`` (the inner passes, which need only <G, P>) a pass that writes G
     and leaves Gamma reduces ``sum_GP`` alone and the others are NaN: its loop vectorizes.
@@ -96,18 +117,25 @@ def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma
     """
     layout = group.layout
     n = layout.n
-    has_d = data is None
+    has_d = data is None and not exclude_d
     if v is None:
         v = np.zeros(n, group.dtype)
         step = 0.0
     v = group_vector(group, v)
+    if exclude_d:
+        # Zero-width panels: the kernels' inline D = X_i X_j^T over no features is 0.
+        xp = array_module(v)
+        data = [xp.zeros((layout.size(i), 0), group.dtype) for i in range(layout.nblocks)]
+        pair = lambda key: (data[key[0]], data[key[1]])        # noqa: E731
+    elif data is not None:
+        pair = data.pair
     params = dict(step=float(step), vv_scale=float(vv_scale), gamma=float(gamma), tau=float(tau),
                   inv_n=1.0 / n, update_gamma=bool(update_gamma), write_g=bool(write_g),
                   full_stats=bool(full_stats))
 
     def args(key):
         vi, vj = row_slices(layout, v, key)
-        Xi, Xj = data.pair(key) if data is not None else (None, None)
+        Xi, Xj = (None, None) if has_d else pair(key)
         return (vi, vj, Xi, Xj, params, _weight(layout, key), has_d)
 
     reads = ["P", "Gamma"] + (["D"] if has_d else [])
