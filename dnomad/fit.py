@@ -800,10 +800,19 @@ class _InputSource:
             return blocks.from_zarr(self.url, **kw).group, None
         if self.array is not None:
             return blocks.from_array(self.array, check=False, **kw).group, None
-        # NOMAD never forms D = F F^T: its passes leave D out and the solver adds the
-        # low-rank part (nomad_cgm), so the panels are all the group needs.
-        group = blocks.new_group(self.n, **kw)
-        return group, blocks.DataPanels(group, self.features.astype(group.dtype))
+        F = self.features
+        if F.shape[1] <= blocks.kernels.INLINE_GRAM_MAX_FEATURES or \
+                blocks.device.resolve_device(device) == "cuda":
+            # NOMAD keeps D = F F^T as its factor: the passes leave D out and each matvec
+            # adds F (F^T x) (nomad_cgm).  On the host that is cheaper than reading a stored
+            # D only for few features (each matvec reads F twice, a pass reads D once:
+            # MNIST zeros, n = 6,903, d = 784, took 80 ms per inner step factored against
+            # 29 ms stored); on the GPU a stored D would be a fourth n x n matrix (20 GB
+            # at n = 70,000) and forming it a GEMM per block in every pass.
+            group = blocks.new_group(self.n, **kw)
+            return group, blocks.DataPanels(group, F.astype(group.dtype))
+        D = blocks.gram(F, center=False, normalize=False, **kw)
+        return D.group, None
 
 
 def _run_id(method, params, source, dtype, block_size, **extra):
