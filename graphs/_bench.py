@@ -20,6 +20,19 @@ def memory_bandwidth(nbytes=1 << 30, repeat=5):
     return 2 * nbytes / best
 
 
+def pass_rate(group, run, repeat):
+    """(seconds, bytes moved per second) of ``run()``, one or more passes over ``group``'s
+    blocks, from the group's pass records: mean over ``repeat`` calls after one that
+    compiles and touches the blocks."""
+    run()
+    mark = group.passes.mark()
+    for _ in range(repeat):
+        run()
+    tot = group.passes.since(mark)
+    seconds = tot["seconds"] / repeat
+    return seconds, (tot["bytes_read"] + tot["bytes_written"]) / repeat / seconds
+
+
 def write_result(here, name, result, plot):
     """Save ``result`` as ``name``.json beside the script and draw ``name``.png from it."""
     import json

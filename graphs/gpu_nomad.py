@@ -38,7 +38,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _bench import write_result  # noqa: E402
+from _bench import pass_rate, write_result  # noqa: E402
 
 import dnomad  # noqa: E402
 
@@ -120,17 +120,10 @@ def pass_rates(device, n, copy_Bps, repeat=5):
             group, v=v, step=0.01, vv_scale=RINGS_K - 1, gamma=1.0, tau=1.0, update_gamma=False,
             full_stats=False, data=data)),
         ("matvec G v", lambda: blocks.matmat(group, "G", v))]:
-        run()
-        mark = group.passes.mark()
-        for _ in range(repeat):
-            run()
-        tot = group.passes.since(mark)
-        moved = (tot["bytes_read"] + tot["bytes_written"]) / repeat
-        sec = tot["seconds"] / repeat
-        out[label] = {"seconds": sec, "bytes_per_s": moved / sec,
-                      "over_copy": moved / sec / copy_Bps if copy_Bps else None}
-        print(f"  {label}: {sec * 1e3:.2f} ms, {moved / sec / 1e9:.0f} GB/s"
-              + (f" = {moved / sec / copy_Bps:.0%} of copy" if copy_Bps else ""), flush=True)
+        sec, rate = pass_rate(group, run, repeat)
+        out[label] = {"seconds": sec, "bytes_per_s": rate, "over_copy": rate / copy_Bps if copy_Bps else None}
+        print(f"  {label}: {sec * 1e3:.2f} ms, {rate / 1e9:.0f} GB/s"
+              + (f" = {rate / copy_Bps:.0%} of copy" if copy_Bps else ""), flush=True)
     group.close()
     return out
 

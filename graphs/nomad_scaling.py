@@ -26,7 +26,7 @@ import sys
 import time
 
 import numpy as np
-from _bench import memory_bandwidth, replot, write_result
+from _bench import memory_bandwidth, pass_rate, replot, write_result
 
 from dnomad.blocks.engine import _worker_peak_rss
 
@@ -62,15 +62,8 @@ def pass_efficiency(n, bandwidth, repeat=5):
         ("matvec G v", lambda: blocks.matmat(group, "G", v)),
         ("matmat G V (V: n x 4)", lambda: blocks.matmat(group, "G", np.tile(v[:, None], 4))),
     ]:
-        run()  # compile and touch
-        mark = group.passes.mark()
-        for _ in range(repeat):
-            run()
-        tot = group.passes.since(mark)
-        moved = (tot["bytes_read"] + tot["bytes_written"]) / repeat
-        sec = tot["seconds"] / repeat
-        rows[label] = {"seconds": sec, "GB_per_s": moved / sec / 1e9,
-                       "efficiency": moved / sec / bandwidth}
+        sec, rate = pass_rate(group, run, repeat)
+        rows[label] = {"seconds": sec, "GB_per_s": rate / 1e9, "efficiency": rate / bandwidth}
     # Per inner step of the real solver (warm-started eigensolver included).
     res = nomad_cgm(group, NomadParams(n_clusters=K, max_iter=3, n_inner=10, rmse_tol=0, min_tol=0,
                                        objective_tol=0), data=data)
