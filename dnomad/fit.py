@@ -252,10 +252,11 @@ class NOMAD(_Estimator):
         else the current client's workers hold the blocks; in Zarr (needs ``store``)
         when the state does not fit in half of the memory that would hold it.
     device : {"cpu", "cuda", "auto"}, optional
-        (cgm) Where the blocks compute: "cuda" keeps D's panels, P, Gamma and G on the
-        GPU as CuPy blocks, in this process (backend "local"), forms D's blocks from X
-        there, and keeps the eigensolver's vectors there too.  Default: dask config
-        ``dnomad.device``, else "cpu" (:func:`dnomad.blocks.device.resolve_device`).
+        (cgm) Where the blocks compute: "cuda" keeps P, Gamma and G on the GPU as CuPy
+        blocks, in this process (backend "local"), with the eigensolver's vectors; D
+        enters through its factor (the centered, scaled X), never as an n x n matrix (a
+        precomputed D is stored there too).  Default: dask config ``dnomad.device``, else
+        "cpu" (:func:`dnomad.blocks.device.resolve_device`).  deploy/gpu/README.md.
     store : str, optional
         Zarr store (path or fsspec URL) for Q, the history and checkpoints.
     overwrite : bool, default False
@@ -413,6 +414,13 @@ class NOMAD(_Estimator):
         if bad:
             raise InputValueError(f"solver_options {bad} are not options of solver={self.solver!r}; "
                                   f"allowed: {list(allowed)}")
+        if self.solver == "bm" and isinstance(self.device, str) and self.device.lower() == "cuda":
+            raise InputValueError("device='cuda' runs solver='cgm'; the Burer-Monteiro solver runs on the "
+                                  "host (L-BFGS-B)")
+        if self.solver == "cgm" and blocks.device.resolve_device(self.device) == "cuda" and \
+                self.backend not in ("auto", "local"):
+            raise InputValueError(f"device='cuda' runs with backend='local' (the blocks in this process's "
+                                  f"GPU); got backend={self.backend!r}")
         if self.solver == "cgm" and self.rank is not None:
             raise InputValueError("rank is the Burer-Monteiro factor's width: it needs solver='bm'")
 
