@@ -204,7 +204,8 @@ def plot(result, path):
         ax.legend(markerscale=15, fontsize=7, ncol=2, title="digit")
         ax.set_title(f"NOMAD on all {m['n']:,} MNIST digits, K = {m['K']} ({result.get('device', 'GPU')})\n"
                      f"{m['outer_iterations']} outer iterations ({m['stop_reason']}), "
-                     f"{m['solve_seconds']:.0f} s, peak {m['peak_pool_bytes'] / 2**30:.1f} GiB on the device",
+                     f"{m['solve_seconds']:.0f} s, peak {m['peak_pool_bytes'] / 2**30:.1f} GiB on the device"
+                     + ("\n(D formed per block by GEMM in every pass: commit 8ba0478)" if m.get("d_formed") else ""),
                      fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
