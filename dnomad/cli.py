@@ -71,7 +71,7 @@ def _read_input(path):
 
 # Keys of a run configuration file (TOML or YAML) and of the [cluster] / [security] tables.
 CONFIG_KEYS = {"input", "method", "n_clusters", "rank", "store", "overwrite", "precomputed", "backend",
-               "dtype", "params", "cluster", "security"}
+               "device", "dtype", "params", "cluster", "security"}
 CLUSTER_KEYS = {"address", "scheduler_file", "local", "n_workers", "slurm_jobs", "wait_for_workers"}
 SECURITY_KEYS = {"tls_ca_file", "tls_client_cert", "tls_client_key", "tls_scheduler_cert",
                  "tls_scheduler_key", "tls_worker_cert", "tls_worker_key", "require_encryption"}
@@ -188,7 +188,8 @@ def _fit_settings(args):
     defaults = {"method": "nomad", "overwrite": False, "precomputed": False, "backend": "auto",
                 "dtype": "float32", "params": {}}
     out = {}
-    for key in ("input", "method", "n_clusters", "store", "overwrite", "precomputed", "backend", "dtype"):
+    for key in ("input", "method", "n_clusters", "store", "overwrite", "precomputed", "backend", "device",
+                "dtype"):
         flag = getattr(args, key)
         out[key] = flag if flag not in (None, False) else cfg.get(key, defaults.get(key))
     out["params"] = dict(cfg.get("params", {}))
@@ -198,6 +199,11 @@ def _fit_settings(args):
     if missing:
         raise SystemExit(f"dnomad fit: missing {', '.join('--' + m.replace('_', '-') for m in missing)} "
                          f"(give them as flags or in --config)")
+    if out["device"] is not None:
+        if out["method"] != "nomad":
+            raise SystemExit(f"dnomad fit: --device is NOMAD's (its blocks on a GPU); --method "
+                             f"{out['method']} runs on the host")
+        out["params"]["device"] = out["device"]
     out["cluster"] = _cluster_settings(args, cfg.get("cluster", {}))
     out["security"] = cfg.get("security")
     return out
@@ -382,6 +388,9 @@ def build_parser():
     p.add_argument("--precomputed", action="store_true",
                    help="the input is an n x n Gram (nomad) or affinity (symnmf) matrix")
     p.add_argument("--backend", choices=["auto", "local", "distributed", "zarr"], help="default auto")
+    p.add_argument("--device", choices=["cpu", "cuda", "auto"],
+                   help="where NOMAD's blocks compute (default: dask config dnomad.device, else cpu); "
+                        "cuda needs CuPy and a GPU (deploy/gpu/README.md)")
     p.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
     p.add_argument("--params", help="other estimator parameters as JSON, e.g. '{\"max_iter\": 500}'")
     _add_cluster_flags(p)

@@ -150,3 +150,28 @@ def test_tls_cluster_refuses_a_client_without_certificates(tmp_path):
     finally:
         client.close()
         cluster.close()
+
+
+def test_device_flag_reaches_nomad_and_is_refused_elsewhere(tmp_path):
+    """--device (or device: in the config) goes to NOMAD and into the run's record; another
+    method, or "cuda" where CuPy or a GPU is missing, is refused with the reason."""
+    from dnomad.blocks.device import cuda_available
+
+    X, _ = gaussian_blobs(40, n_centers=2)
+    np.save(tmp_path / "X.npy", X)
+    base = ("fit", "--input", str(tmp_path / "X.npy"), "--n-clusters", "2")
+    run(*base, "--store", str(tmp_path / "a.zarr"), "--device", "cpu", "--params", '{"max_iter": 300}')
+    info = json.loads(run("info", "--json", str(tmp_path / "a.zarr")).stdout)
+    assert info["run"]["estimator_params"]["device"] == "cpu"
+
+    def fails(*args):
+        res = subprocess.run([sys.executable, "-m", "dnomad.cli", *args], capture_output=True, text=True,
+                             timeout=120)
+        assert res.returncode != 0
+        return res.stderr
+
+    assert "--device is NOMAD's" in fails(*base, "--store", str(tmp_path / "b.zarr"), "--method", "symnmf",
+                                          "--device", "cuda")
+    if not cuda_available():
+        assert "asks for 'cuda', but" in fails(*base, "--store", str(tmp_path / "c.zarr"), "--device", "cuda")
+        assert not (tmp_path / "c.zarr").exists()          # refused before the store was written
