@@ -46,6 +46,7 @@ class DataPanels:
     def __init__(self, group: BlockGroup, X: np.ndarray):
         self.X = X
         self.layout = group.layout
+        self._features = {}
         panels = [X[slice(*self.layout.bounds(i))] for i in range(self.layout.nblocks)]
         if group.device == "cuda":
             # Device blocks form D's blocks on the GPU: the panels are copied there once.
@@ -63,12 +64,12 @@ class DataPanels:
         return self.panels[key[0]], self.panels[key[1]]
 
     def _features_like(self, x):
-        """X in float64 where ``x`` lives (copied to the GPU once, for a CuPy ``x``)."""
-        if not is_device_array(x):
-            return np.asarray(self.X, dtype=np.float64)
-        if getattr(self, "_X_device", None) is None:
-            self._X_device = to_device(np.asarray(self.X, dtype=np.float64), "cuda")
-        return self._X_device
+        """X in float64 where ``x`` lives, made once per device (the products below run
+        once per eigensolver matvec)."""
+        device = "cuda" if is_device_array(x) else "cpu"
+        if device not in self._features:
+            self._features[device] = to_device(np.asarray(self.X, dtype=np.float64), device)
+        return self._features[device]
 
     def gram_product(self, x):
         """D x = X (X^T x) for D = X X^T, in float64 on ``x``'s device: O(n d), no pass."""

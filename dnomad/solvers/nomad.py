@@ -320,7 +320,7 @@ def _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key):
         for s in range(1, params.n_inner + 1):
             # Apply the previous Frank-Wolfe step and form the gradient G, in one pass.
             stats = _fused_pass(group, gram, v=pending_v, step=pending_step, vv_scale=vv_scale,
-                                gamma=gamma, tau=tau, update_gamma=False, full_stats=False, data=data)
+                                gamma=gamma, tau=tau, update_gamma=False, full_stats=False)
             eig = extreme_eigenvector(matvec, n, which="SA", deflate=ones, v0=v, tol=_eig_tol(params, t, s),
                                       ncv=params.eigen_ncv)
             eig_matvecs += eig.matvecs
@@ -335,7 +335,7 @@ def _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key):
             k_total += 1
         # Close the outer iteration: last step, then the multiplier update (15b).
         stats = _fused_pass(group, gram, v=pending_v, step=pending_step, vv_scale=vv_scale, gamma=gamma,
-                            tau=tau, update_gamma=True, write_g=False, data=data)
+                            tau=tau, update_gamma=True, write_g=False)
         _append_history(history, _stats_row(stats, n, K), t, fw_gap, eig_matvecs, group, rec0, t0)
         stop_reason, converged = _check_stop(history[-1], prev_obj, params)
         prev_obj = history[-1]["objective"]
@@ -380,8 +380,9 @@ class _FactoredGram:
 
 
 def _fused_pass(group, gram, *, v, step, vv_scale, **kw):
-    """NOMAD's fused pass (``blocks.nomad_pass``), with D's part added from its factor when
-    ``gram`` holds one: <G, P> -= <D, P> and Tr(D Q) = <D, P> + 1^T D 1 / n."""
+    """NOMAD's fused pass (``blocks.nomad_pass``) over the stored D, or, when ``gram``
+    holds D's factor, leaving D out and adding its part: <G, P> -= <D, P> and
+    Tr(D Q) = <D, P> + 1^T D 1 / n."""
     if gram is None:
         return blocks.nomad_pass(group, v=v, step=step, vv_scale=vv_scale, **kw)
     stats = blocks.nomad_pass(group, v=v, step=step, vv_scale=vv_scale, exclude_d=True, **kw)
