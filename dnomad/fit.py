@@ -814,8 +814,8 @@ class _InputSource:
             # NOMAD keeps D = F F^T as its factor: the passes leave D out and each matvec
             # adds F (F^T x) (nomad_cgm).  On the host that is cheaper than reading a stored
             # D only for few features (each matvec reads F twice, a pass reads D once:
-            # MNIST zeros, n = 6,903, d = 784, took 80 ms per inner step factored against
-            # 29 ms stored); on the GPU a stored D would be a fourth n x n matrix (20 GB
+            # MNIST zeros, n = 6,903, d = 784, took 50 ms per inner step factored against
+            # 32 ms stored); on the GPU a stored D would be a fourth n x n matrix (20 GB
             # at n = 70,000) and forming it a GEMM per block in every pass.
             group = blocks.new_group(self.n, **kw)
             return group, blocks.DataPanels(group, F.astype(group.dtype))
