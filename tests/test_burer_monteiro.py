@@ -97,9 +97,13 @@ def test_rank_k_on_separated_blobs_is_the_hard_clustering(seed):
 
 def test_rank_8k_on_two_rings_is_near_the_exact_sdp_and_rank_k_is_not(rings_and_exact_sdp):
     """The paper's Fig. 12 trend: r = K gives a hard clustering far from Q*; r = 8K (the
-    default) lands within 0.1 (relative Frobenius) of it."""
+    default) lands within 0.15 (relative Frobenius) of it, at an objective within 2e-3.
+    The distance is flat near Q* (objectives 7e-4 below it, at 0.06 to 0.10 by seed, and
+    seed 1 moves from 0.084 to 0.101 between AVX2 and AVX-512 BLAS kernels); r = K stays
+    above 0.9."""
     X, D, Qs = rings_and_exact_sdp
-    distances = {}
+    distances, gaps = {}, {}
+    f_exact = np.sum(D.dense() * Qs)
     for rank in (8, 64):
         for seed in (0, 1, 2):
             res = burer_monteiro(D, BurerMonteiroParams(n_clusters=8, rank=rank, random_state=seed))
@@ -110,7 +114,9 @@ def test_rank_8k_on_two_rings_is_near_the_exact_sdp_and_rank_k_is_not(rings_and_
             assert np.trace(Q) == pytest.approx(8, abs=1e-3)
             np.testing.assert_allclose(Q.sum(axis=1), 1, atol=1e-3)
             distances[rank, seed] = np.linalg.norm(Q - Qs) / np.linalg.norm(Qs)
-    assert all(distances[64, s] <= 0.1 for s in range(3)), distances
+            gaps[rank, seed] = (f_exact - np.sum(D.dense() * Q)) / f_exact
+    assert all(distances[64, s] <= 0.15 for s in range(3)), distances
+    assert all(abs(gaps[64, s]) <= 2e-3 for s in range(3)), gaps
     assert all(distances[8, s] >= 0.5 for s in range(3)), distances
     assert BurerMonteiroParams(n_clusters=8).resolved_rank(1000) == 64
     assert BurerMonteiroParams(n_clusters=8).resolved_rank(40) == 40

@@ -13,23 +13,26 @@ from dnomad.data import gaussian_blobs, noisy_semicircles, two_rings
 from dnomad.errors import ConvergenceWarning, InputValueError
 from dnomad.metrics import adjusted_rand_score
 
-# Inner layers need not converge: 150 outer steps each keep the test at ~5 s a data set.
-LAYER_ITERS = 150
 
 
 @pytest.mark.parametrize("make", [lambda: two_rings(200), lambda: noisy_semicircles(200)],
                          ids=["rings", "half-moons"])
 def test_multilayer_separates_manifolds_that_one_layer_and_kmeans_do_not(make, tmp_path):
     """Sec. 3.1, Fig. 9: layers K = 16, 8, 4, 2 put each manifold in one connected
-    component of Q; one layer with K = 2 and K-means (scikit-learn) mix them."""
+    component of Q; one layer with K = 2 and K-means (scikit-learn) mix them.  Every layer
+    runs to the stopping rule: stopped early (150 steps), the half-moons' layers ended
+    mixed or separated depending on the BLAS kernels' rounding (AVX-512 against AVX2)."""
     from sklearn.cluster import KMeans
 
     X, y = make()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        deep = dnomad.NOMAD(layers="halving", n_clusters=16, n_groups=2, max_iter=LAYER_ITERS,
+        deep = dnomad.NOMAD(layers="halving", n_clusters=16, n_groups=2,
                             store=str(tmp_path / "ml.zarr")).fit(X)
-        single = dnomad.NOMAD(n_clusters=2, max_iter=LAYER_ITERS).fit(X)
+        # One layer with K = 2 is far slower to converge (rings: past 2000 steps); 150 steps
+        # show the mixing, which sets in early.
+        single = dnomad.NOMAD(n_clusters=2, max_iter=150).fit(X)
+    assert all(r["stop_reason"] == "tolerance" for r in deep.layers_)
     assert [r["n_clusters"] for r in deep.layers_] == [16, 8, 4, 2]
     assert adjusted_rand_score(y, deep.labels_) == 1.0
     assert adjusted_rand_score(y, single.labels_) < 0.3
@@ -128,7 +131,10 @@ def test_burer_monteiro_resumes_exactly_from_its_checkpoint(tmp_path):
 
 def test_burer_monteiro_reads_data_from_zarr_chunk_by_chunk(tmp_path):
     """X as a Zarr path stays in Zarr: D Y is made from row chunks (no n x n matrix), and
-    the result equals the in-memory run's."""
+    the result equals the in-memory run's to the solver's accuracy.  Bitwise equality held
+    with AVX2 BLAS kernels only; with AVX-512 ones the per-chunk products round differently
+    and the runs part at about 1e-6 (Q = Y Y^T; Y itself is defined only up to how a
+    cluster's weight is split between columns, which moved by 5e-3)."""
     X, y = gaussian_blobs(400, n_centers=3, separation=12.0)
     url = str(tmp_path / "X.zarr")
     arr = zarr.create_array(store=url, shape=X.shape, dtype="f8", chunks=(64, 2))
@@ -136,7 +142,10 @@ def test_burer_monteiro_reads_data_from_zarr_chunk_by_chunk(tmp_path):
     kw = dict(solver="bm", n_clusters=3, rank=6, random_state=0)
     from_zarr = dnomad.NOMAD(**kw, store=str(tmp_path / "s.zarr")).fit(url)
     in_memory = dnomad.NOMAD(**kw).fit(X)
-    np.testing.assert_allclose(from_zarr.Y_, in_memory.Y_, atol=1e-8)
+    Q_zarr, Q_mem = from_zarr.Y_ @ from_zarr.Y_.T, in_memory.Y_ @ in_memory.Y_.T
+    np.testing.assert_allclose(Q_zarr, Q_mem, rtol=0, atol=1e-3 * Q_mem.max())
+    assert from_zarr.objective_ == pytest.approx(in_memory.objective_, rel=1e-5)
+    np.testing.assert_array_equal(from_zarr.labels_, in_memory.labels_)
     assert adjusted_rand_score(y, from_zarr.labels_) == 1.0
     assert run_store.read_json(str(tmp_path / "s.zarr"), run_store.RUN_MARKER)["input"]["kind"] == "data_zarr"
 

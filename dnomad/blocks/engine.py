@@ -142,6 +142,23 @@ def _zarr_write(url, path, gen, key, layout, block):
 
 # ------------------------------------------------------------ task functions
 # Module-level so that workers import them; they never close over large arrays.
+def _aligned(obj):
+    """``obj`` with every NumPy array in it (through tuples, lists and dicts) aligned.
+
+    Small arrays sent to an actor arrive as views into the message's frame, at any byte
+    offset; NumPy's matmul skips BLAS for unaligned operands and sums in another order
+    (and more slowly), so worker results would differ from in-process ones."""
+    if isinstance(obj, np.ndarray):
+        return obj if obj.flags.aligned else np.array(obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):          # a namedtuple
+        return type(obj)(*(_aligned(x) for x in obj))
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_aligned(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _aligned(v) for k, v in obj.items()}
+    return obj
+
+
 class _Shard:
     """One worker's share of a BlockGroup held in memory: its blocks' bundles (dicts
     name -> block), updated in place by passes.  Runs as a dask Actor, so a pass is one
@@ -156,11 +173,13 @@ class _Shard:
         return list(self.pool.map(fn, items) if self.pool is not None else map(fn, items))
 
     def build(self, keys, builder, args_list):
+        args_list = _aligned(args_list)
         made = self._map(lambda ka: builder(ka[0], *ka[1]), list(zip(keys, args_list)))
         for key, bundle in zip(keys, made):
             self.bundles.setdefault(key, {}).update(bundle)
 
     def run(self, func, keys, args_list):
+        args_list = _aligned(args_list)
         return self._map(lambda ka: func(self.bundles[ka[0]], ka[0], *ka[1]), list(zip(keys, args_list)))
 
     def get(self, key, name):
