@@ -156,3 +156,20 @@ def test_gpu_cluster_errors_before_starting_anything():
     if not dev.cuda_available():
         with pytest.raises(InputValueError, match="gpu_cluster needs a CUDA GPU"):
             dev.gpu_cluster()
+
+
+@pytest.mark.skipif(dev.cuda_available(), reason="a GPU is present: the checks would run")
+def test_gpu_check_script_stops_at_once_without_a_gpu_and_says_why(tmp_path):
+    """deploy/gpu/check.sh on a machine without CuPy or a GPU: exit 1 before any part
+    runs, and its log names what is missing."""
+    import os
+    import pathlib
+    import subprocess
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    proc = subprocess.run(["bash", str(root / "deploy" / "gpu" / "check.sh")], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, OUT=str(tmp_path)))
+    assert proc.returncode == 1
+    log = (tmp_path / "check.log").read_text()
+    assert dev.cuda_status()[1] in log and "the environment check failed" in log
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["check.log"]
