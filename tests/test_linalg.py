@@ -1,17 +1,26 @@
 import numpy as np
 import pytest
 
-from devices import DEVICES
+from devices import CUDA, DEVICES
 from dnomad.blocks import device as dev
 from dnomad.errors import InputValueError
 from dnomad.linalg import ComplementBasis, extreme_eigenvector, top_eigenvectors
 from dnomad.linalg.eigen import lanczos_extreme
 
 
-def on(device, a):
-    """``a`` where the test computes: NumPy for "cpu" (ARPACK's path), CuPy for "cuda"
-    (the eigensolver's own Lanczos, vectors kept on the GPU)."""
-    return dev.to_device(a, device)
+# "cpu": ARPACK.  "cuda": vectors on the GPU; these problems are short enough that ARPACK
+# runs on host copies over the device's matvecs.  "cuda-lanczos": the same problems kept on
+# the GPU (host_max_n=0), the eigensolver's own Lanczos, as for large n.
+EIGEN_PATHS = DEVICES + [pytest.param("cuda-lanczos", marks=CUDA.marks)]
+
+
+def on(path, a):
+    """``a`` where the test computes: NumPy for "cpu", CuPy for the cuda paths."""
+    return dev.to_device(a, "cpu" if path == "cpu" else "cuda")
+
+
+def host_max_n(path):
+    return 0 if path == "cuda-lanczos" else None
 
 
 def path_laplacian(n):
@@ -30,15 +39,16 @@ def test_complement_basis_is_orthonormal_and_orthogonal(rng):
     np.testing.assert_allclose(B.restrict(x), E.T @ x, atol=1e-12)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("path", EIGEN_PATHS)
 @pytest.mark.parametrize("n", [6, 50, 200])
-def test_smallest_on_complement_of_ones_is_fiedler_vector(n, device):
+def test_smallest_on_complement_of_ones_is_fiedler_vector(n, path):
     # Path-graph Laplacian: eigenvalues 2 - 2 cos(pi k / n), k = 0..n-1; k = 0 is the ones vector.
     L = path_laplacian(n)
-    Ld = on(device, L)
+    Ld = on(path, L)
     ones = np.ones(n) / np.sqrt(n)
-    res = extreme_eigenvector(lambda x: Ld @ x, n, which="SA", deflate=on(device, ones), tol=1e-12)
-    assert dev.device_of(res.vector) == device
+    res = extreme_eigenvector(lambda x: Ld @ x, n, which="SA", deflate=on(path, ones), tol=1e-12,
+                              host_max_n=host_max_n(path))
+    assert dev.device_of(res.vector) == dev.device_of(Ld)
     v = dev.to_host(res.vector)
     lam1 = 2 - 2 * np.cos(np.pi / n)
     assert res.value == pytest.approx(lam1, rel=1e-9)
@@ -47,14 +57,16 @@ def test_smallest_on_complement_of_ones_is_fiedler_vector(n, device):
     assert res.matvecs > 0 and res.converged
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_warm_start_needs_fewer_matvecs(rng, device):
+@pytest.mark.parametrize("path", EIGEN_PATHS)
+def test_warm_start_needs_fewer_matvecs(rng, path):
     n = 300
     A = rng.standard_normal((n, n))
-    A = on(device, (A + A.T) / 2)
-    ones = on(device, np.ones(n) / np.sqrt(n))
-    cold = extreme_eigenvector(lambda x: A @ x, n, deflate=ones, tol=1e-8, ncv=8)
-    warm = extreme_eigenvector(lambda x: A @ x, n, deflate=ones, v0=cold.vector, tol=1e-8, ncv=8)
+    A = on(path, (A + A.T) / 2)
+    ones = on(path, np.ones(n) / np.sqrt(n))
+    kw = dict(deflate=ones, tol=1e-8, ncv=8, host_max_n=host_max_n(path))
+    cold = extreme_eigenvector(lambda x: A @ x, n, **kw)
+    warm = extreme_eigenvector(lambda x: A @ x, n, v0=cold.vector, **kw)
+    assert dev.device_of(warm.vector) == dev.device_of(A)
     assert warm.value == pytest.approx(cold.value, rel=1e-7)
     assert warm.matvecs < cold.matvecs
 

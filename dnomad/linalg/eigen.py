@@ -9,7 +9,10 @@ drift back into the deflated directions).
 Vectors that live on a GPU (CuPy arrays, for an operator over device blocks) stay
 there: :func:`extreme_eigenvector` then runs its own thick-restart Lanczos
 (:func:`lanczos_extreme`) with the same stopping rule as ARPACK's, and only scalars
-and the small projected matrix come to the host.
+and the small projected matrix come to the host.  Short device vectors (up to
+``HOST_EIGENSOLVE_MAX_N`` entries) are the exception: copying one costs a transfer's
+latency, as a scalar does, while each Lanczos step on the device is some thirty kernel
+launches and synchronizations; ARPACK runs them on the host, one copy each way per matvec.
 """
 from __future__ import annotations
 
@@ -20,6 +23,10 @@ import scipy.sparse.linalg as sla
 
 from ..blocks.device import array_module, is_device_array
 from ..errors import InputValueError
+
+
+# Device vectors up to this length (64 KiB in float64) are solved for on the host.
+HOST_EIGENSOLVE_MAX_N = 8192
 
 
 class ComplementBasis:
@@ -80,7 +87,7 @@ class EigResult:
 
 
 def extreme_eigenvector(matvec, n, *, which="SA", deflate=None, v0=None, tol=1e-3, ncv=None,
-                        maxiter=None):
+                        maxiter=None, host_max_n=None):
     """Smallest (``"SA"``) or largest (``"LA"``) algebraic eigenpair of a symmetric
     operator restricted to the orthogonal complement of ``deflate``.
 
@@ -101,6 +108,10 @@ def extreme_eigenvector(matvec, n, *, which="SA", deflate=None, v0=None, tol=1e-
         Lanczos basis size.  Small ncv with a warm start costs fewest matvecs per call.
     maxiter : int, optional
         ARPACK restarts; on no convergence the best Ritz pair is returned, flagged.
+    host_max_n : int, optional
+        Device (CuPy) vectors of up to this many entries are copied to the host and
+        solved for by ARPACK, the matvecs still on the device (default
+        ``HOST_EIGENSOLVE_MAX_N``; 0 keeps every device problem on the device).
 
     Returns
     -------
@@ -112,6 +123,11 @@ def extreme_eigenvector(matvec, n, *, which="SA", deflate=None, v0=None, tol=1e-
         raise InputValueError(f"which must be 'SA' or 'LA'; got {which!r}")
     on_device = any(is_device_array(a) for a in (deflate, v0))
     xp = array_module(deflate if is_device_array(deflate) else v0)
+    if on_device and n <= (HOST_EIGENSOLVE_MAX_N if host_max_n is None else host_max_n):
+        res = extreme_eigenvector(lambda x: _host(matvec(xp.asarray(x))), n, which=which,
+                                  deflate=None if deflate is None else _host(deflate),
+                                  v0=None if v0 is None else _host(v0), tol=tol, ncv=ncv, maxiter=maxiter)
+        return EigResult(res.value, xp.asarray(res.vector), res.matvecs, res.converged)
     basis = ComplementBasis(deflate) if deflate is not None else None
     dim = n - (basis.m if basis else 0)
     count = [0]
