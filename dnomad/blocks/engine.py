@@ -201,14 +201,14 @@ def _zarr_task(src, dst, layout, key, func, args):
     matrix that the pass both reads and writes has distinct locations in src and dst
     when tasks may run twice (see :meth:`BlockGroup.map_blocks`)."""
     bundle = {name: _zarr_read(*loc, key, layout) for name, loc in src.items()}
-    result = func(bundle, key, *args)
+    result = func(bundle, key, *_aligned(args))
     for name, loc in dst.items():
         _zarr_write(*loc, key, layout, bundle[name])
     return result
 
 
 def _zarr_build_task(locs, layout, key, builder, args):
-    bundle = builder(key, *args)
+    bundle = builder(key, *_aligned(args))
     for name, block in bundle.items():
         _zarr_write(*locs[name], key, layout, block)
     return None
