@@ -103,7 +103,8 @@ def test_rank_8k_on_two_rings_is_near_the_exact_sdp_and_rank_k_is_not(rings_and_
     above 0.9."""
     X, D, Qs = rings_and_exact_sdp
     distances, gaps = {}, {}
-    f_exact = np.sum(D.dense() * Qs)
+    D_dense = D.dense()
+    f_exact = np.sum(D_dense * Qs)
     for rank in (8, 64):
         for seed in (0, 1, 2):
             res = burer_monteiro(D, BurerMonteiroParams(n_clusters=8, rank=rank, random_state=seed))
@@ -114,7 +115,7 @@ def test_rank_8k_on_two_rings_is_near_the_exact_sdp_and_rank_k_is_not(rings_and_
             assert np.trace(Q) == pytest.approx(8, abs=1e-3)
             np.testing.assert_allclose(Q.sum(axis=1), 1, atol=1e-3)
             distances[rank, seed] = np.linalg.norm(Q - Qs) / np.linalg.norm(Qs)
-            gaps[rank, seed] = (f_exact - np.sum(D.dense() * Q)) / f_exact
+            gaps[rank, seed] = (f_exact - np.sum(D_dense * Q)) / f_exact
     assert all(distances[64, s] <= 0.15 for s in range(3)), distances
     assert all(abs(gaps[64, s]) <= 2e-3 for s in range(3)), gaps
     assert all(distances[8, s] >= 0.5 for s in range(3)), distances

@@ -14,7 +14,6 @@ from dnomad.errors import ConvergenceWarning, InputValueError
 from dnomad.metrics import adjusted_rand_score
 
 
-
 @pytest.mark.parametrize("make", [lambda: two_rings(200), lambda: noisy_semicircles(200)],
                          ids=["rings", "half-moons"])
 def test_multilayer_separates_manifolds_that_one_layer_and_kmeans_do_not(make, tmp_path):

@@ -150,8 +150,6 @@ def _aligned(obj):
     (and more slowly), so worker results would differ from in-process ones."""
     if isinstance(obj, np.ndarray):
         return obj if obj.flags.aligned else np.array(obj)
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):          # a namedtuple
-        return type(obj)(*(_aligned(x) for x in obj))
     if isinstance(obj, (tuple, list)):
         return type(obj)(_aligned(x) for x in obj)
     if isinstance(obj, dict):
