@@ -19,7 +19,7 @@ from .errors import InputTypeError, InputValueError, StoreError, WorkerLostError
 from .linalg import top_eigenvectors
 from .solvers import hottopixx as hott_solver
 from .solvers import nlr as nlr_solver
-from .solvers._rounding import kmeans_rows
+from .solvers._rounding import component_labels, kmeans_rows
 from .solvers import riemannian_kmeans as rk
 from .solvers import symnmf
 from .solvers.nomad import CHECKPOINT_KEY as nomad_checkpoint_key
@@ -265,13 +265,23 @@ class NOMAD(_Estimator):
         Outer iterations between checkpoints to ``store``; default 20 (cgm), 1 (bm: an
         outer step is a whole L-BFGS-B solve, and a checkpoint only writes Y and mu).
     label_method : {"components", "spectral"}, default "components"
-        Hard labels: connected components of the graph Q > component_threshold max(Q)
-        (Sec. 3), or k-means on the spectral embedding into ``n_groups`` groups.
+        Hard labels: connected components of the graph that links i and j where
+        Q_ij > component_threshold * max(Q_ii, Q_jj) (Sec. 3;
+        :func:`dnomad.solvers._rounding.component_labels`), or k-means on the spectral
+        embedding into ``n_groups`` groups.  The components rule is the same for
+        cgm, bm and every layer, and depends neither on the groups' sizes nor on Q's
+        scale: on separated groups the SDP's Q is block diagonal with entries
+        1 / |group|, and the components are the groups.  With ``n_clusters`` larger
+        than the number of groups or manifolds (the paper's use), Q is a band along
+        each manifold and ``labels_`` are the manifolds, not K clusters (two rings with
+        K = 16: two labels); a manifold sampled too sparsely for its band to connect
+        comes out in pieces.  For exactly ``n_groups`` labels use "spectral".
     component_threshold : float, default 0.5
-        Relative to max(Q).  The exact SDP solution is block diagonal on separated
-        groups, so any threshold in (0, 1) would do; the conditional-gradient iterate
-        keeps Frank-Wolfe residue between groups of up to about a third of max(Q)
-        (measured on blobs and rings), hence 0.5.
+        The fraction in (0, 1) above.  On the exact solution any value in (0, 1) gives
+        the groups; conditional-gradient iterates stopped by the stopping rule keep
+        Frank-Wolfe residue between groups of up to 0.17 of the larger diagonal and
+        links above 0.76 of it inside each group (blobs with sizes up to 20:1, two
+        rings), hence 0.5.
     n_groups : int, optional
         Groups for spectral rounding (required with label_method="spectral"), and the
         last layer's K of a multi-layer run.
@@ -403,8 +413,8 @@ class NOMAD(_Estimator):
             raise InputValueError(f"label_method='spectral' needs n_groups >= 2; got {self.n_groups!r}")
         if not isinstance(self.n_components, (int, np.integer)) or self.n_components < 1:
             raise InputValueError(f"n_components must be a positive integer; got {self.n_components!r}")
-        if not 0 <= self.component_threshold < 1:
-            raise InputValueError(f"component_threshold must be in [0, 1); got {self.component_threshold!r}")
+        if not 0 < self.component_threshold < 1:
+            raise InputValueError(f"component_threshold must be in (0, 1); got {self.component_threshold!r}")
         if self.checkpoint_every is not None and (isinstance(self.checkpoint_every, bool) or not isinstance(
                 self.checkpoint_every, (int, np.integer)) or self.checkpoint_every < 1):
             raise InputValueError(f"checkpoint_every must be None or a positive integer; got "
@@ -537,8 +547,7 @@ class NOMAD(_Estimator):
     def _finish(self, res, group, start):
         self.passes_ = group.passes.since()
         if self.label_method == "components":
-            qmax = res.Q.summary()["max"]
-            labels = blocks.passes.threshold_components(group, "Q", self.component_threshold * qmax)
+            labels = component_labels(res.Q, self.component_threshold)
         else:
             labels = None
         self._finish_common(res, lambda Y: res.P.matmat(Y), labels)
@@ -646,8 +655,7 @@ class NOMAD(_Estimator):
     def _finish_bm(self, res, start):
         Q = res.Q
         self.passes_ = {"matmats": res.matmats}
-        labels = Q.threshold_components(self.component_threshold * Q.max()) \
-            if self.label_method == "components" else None
+        labels = component_labels(Q, self.component_threshold) if self.label_method == "components" else None
         # top_eigenvectors works on the complement of 1 (deflate=): Q itself will do.
         self._finish_common(res, Q.matmat, labels)
         self.Y_ = res.Y

@@ -116,6 +116,64 @@ def test_separated_blobs_are_recovered_exactly(n_centers):
     assert est.embedding_.shape == (150, 2)
 
 
+def unequal_blobs(sizes, separation=12.0, random_state=0):
+    """Unit-variance 2-D blobs of the given sizes, centres on a circle ``separation`` apart."""
+    rng = np.random.default_rng(random_state)
+    k = len(sizes)
+    angle = 2 * np.pi * np.arange(k) / k
+    centers = separation / (2 * np.sin(np.pi / k)) * np.c_[np.cos(angle), np.sin(angle)]
+    X = np.concatenate([c + rng.normal(size=(s, 2)) for c, s in zip(centers, sizes)])
+    return X, np.repeat(np.arange(k), sizes)
+
+
+# Size ratios up to 20:1.  A threshold relative to max(Q) (the rule before issue 23)
+# cut every group more than twice the smallest into singletons: 98 labels on the second.
+@pytest.mark.parametrize("solver", ["cgm", "bm"])
+@pytest.mark.parametrize("sizes", [(12, 240), (40, 95, 60, 45), (10, 200, 50, 25)], ids=str)
+def test_hard_labels_of_unequal_blobs_are_the_blobs(sizes, solver):
+    X, y = unequal_blobs(sizes)
+    est = dnomad.NOMAD(n_clusters=len(sizes), solver=solver, random_state=0).fit(X)
+    assert est.stop_reason_ == "tolerance"
+    assert len(np.unique(est.labels_)) == len(sizes)
+    assert adjusted_rand_score(y, est.labels_) == 1.0
+
+
+@pytest.mark.parametrize("solver", ["cgm", "bm"])
+def test_hard_labels_with_k_above_the_manifolds_are_the_manifolds(solver):
+    X, y = two_rings(400)
+    est = dnomad.NOMAD(n_clusters=16, solver=solver, random_state=0).fit(X)
+    assert adjusted_rand_score(y, est.labels_) == 1.0
+
+
+def test_component_labels_ignore_scale_and_read_each_ends_diagonal(rng):
+    """Block-diagonal Q with blocks 1/size (the SDP's solution on separated groups) plus a
+    small positive residue: the groups, at every scale of Q and every fraction in
+    (residue, 1); per-node thresholds through the engine pass equal a dense reference."""
+    from scipy.sparse.csgraph import connected_components
+
+    from dnomad.blocks.operators import LowRankGram
+    from dnomad.solvers._rounding import component_labels
+
+    sizes = [3, 60, 17]
+    truth = np.repeat(np.arange(3), sizes)
+    Y = np.zeros((sum(sizes), 3))
+    Y[np.arange(len(truth)), truth] = 1 / np.sqrt(np.array(sizes)[truth])
+    Y = np.hstack([Y, 0.02 * rng.random((len(truth), 2)) / np.sqrt(len(truth))])
+    Q = Y @ Y.T
+    for scale in (1.0, 1e-6, 1e4):
+        for frac in (0.2, 0.5, 0.9):
+            labels = component_labels(LowRankGram(np.sqrt(scale) * Y), frac)
+            assert adjusted_rand_score(truth, labels) == 1.0
+            for b in (80, 23):
+                bm = blocks.from_array(scale * Q, block_size=b, dtype=np.float64)
+                np.testing.assert_array_equal(component_labels(bm, frac), labels)
+    t = rng.random(len(truth)) * Q.max()
+    ref = connected_components(Q > np.maximum.outer(t, t), directed=False)[1]
+    for b in (80, 23):
+        ours = blocks.from_array(Q, block_size=b, dtype=np.float64).threshold_components(t)
+        assert adjusted_rand_score(ref, ours) == 1.0 and ours.max() == ref.max()
+
+
 class Interrupt(Exception):
     pass
 

@@ -160,6 +160,10 @@ def test_low_rank_components_match_dense_components(rng):
         ours = Q.threshold_components(frac * Q.max(), tile_rows=128)
         ref = connected_components(dense > frac * dense.max())[1]
         assert ours.max() == ref.max() and adjusted_rand_score(ref, ours) == 1.0
+    t = rng.random(len(Y)) * dense.max()
+    ours = Q.threshold_components(t, tile_rows=128)
+    ref = connected_components(dense > np.maximum.outer(t, t))[1]
+    assert ours.max() == ref.max() and adjusted_rand_score(ref, ours) == 1.0
 
 
 @pytest.mark.parametrize("params,match", [

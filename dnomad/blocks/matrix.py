@@ -102,6 +102,11 @@ class BlockMatrix:
         """sum, Frobenius norm, min and max in one pass."""
         return passes.summary(self.group, self.name)
 
+    def threshold_components(self, threshold):
+        """Labels 0..c-1 of the connected components of the graph A_ij > ``threshold``
+        (a number, or per-node thresholds t: A_ij > max(t_i, t_j)); one pass."""
+        return passes.threshold_components(self.group, self.name, threshold)
+
     # conversion ------------------------------------------------------------
     def to_numpy(self):
         nbytes = self.n * self.n * self.dtype.itemsize

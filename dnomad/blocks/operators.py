@@ -197,15 +197,24 @@ class LowRankGram:
 
     def threshold_components(self, threshold, tile_rows=TILE_ROWS):
         """Labels of the connected components of the graph Q_ij > ``threshold``
-        (numbered by first appearance), tile by tile of the upper triangle."""
+        (numbered by first appearance), tile by tile of the upper triangle.
+        ``threshold``: a number, or per-node thresholds t (length n), an edge then
+        needing Q_ij > max(t_i, t_j) (as ``passes.threshold_components``)."""
         from .passes import block_component_edges, join_component_edges
 
+        t = np.asarray(threshold, dtype=np.float64)
+        if t.ndim and t.shape != (self.n,):
+            raise InputValueError(f"threshold must be a number or a vector of length {self.n}; got "
+                                  f"shape {t.shape}")
         tiles = []
         for r0 in range(0, self.n, tile_rows):
             Yr = self.Y[r0:r0 + tile_rows]
+            tr = t[r0:r0 + tile_rows, None] if t.ndim else t
             for c0 in range(r0, self.n, tile_rows):
                 Yc = self.Y[c0:c0 + tile_rows]
-                idx, root = block_component_edges(Yr @ Yc.T > threshold)
+                tc = t[None, c0:c0 + tile_rows] if t.ndim else t
+                Qt = Yr @ Yc.T
+                idx, root = block_component_edges((Qt > tr) & (Qt > tc))
                 tiles.append((r0, c0, len(Yr), idx, root))
         return join_component_edges(self.n, tiles)
 

@@ -336,8 +336,13 @@ def _full_assemble(group, name):
 
 
 # ------------------------------------------------------------------ graph components
-def _components_task(bundle, key, name, threshold):
-    return block_component_edges(to_host(bundle[name] > threshold))
+def _components_task(bundle, key, name, threshold, t_rows, t_cols):
+    block = bundle[name]
+    if t_rows is None:
+        return block_component_edges(to_host(block > threshold))
+    xp = array_module(block)
+    t_rows, t_cols = xp.asarray(t_rows, block.dtype), xp.asarray(t_cols, block.dtype)
+    return block_component_edges(to_host((block > t_rows[:, None]) & (block > t_cols[None, :])))
 
 
 def block_component_edges(mask):
@@ -386,15 +391,27 @@ def join_component_edges(n, tiles):
     return relabel[labels]
 
 
-def threshold_components(group: BlockGroup, name: str, threshold: float):
-    """Connected components of the graph with edges where matrix ``name`` > threshold.
+def threshold_components(group: BlockGroup, name: str, threshold):
+    """Connected components of the graph with an edge (i, j) where A_ij > threshold, A
+    the matrix ``name``; ``threshold`` is a number or a length-n vector of per-node
+    thresholds t, and then the edge needs A_ij > max(t_i, t_j) (it clears both ends').
 
     One pass; each task sends O(b) edges, the client joins them.  Returns labels
     0..c-1 (numbered by first appearance).
     """
     layout = group.layout
-    results = group.map_blocks(_components_task, lambda k: (name, float(threshold)), reads=[name],
-                               writes=[], name="components")
+    t = np.asarray(threshold, dtype=np.float64)
+    if t.ndim == 0:
+        def args(key):
+            return (name, float(t), None, None)
+    else:
+        if t.shape != (layout.n,):
+            raise InputValueError(f"threshold must be a number or a vector of length {layout.n}; got "
+                                  f"shape {t.shape}")
+
+        def args(key):
+            return (name, None) + row_slices(layout, t, key)
+    results = group.map_blocks(_components_task, args, reads=[name], writes=[], name="components")
     return join_component_edges(layout.n, [
         (layout.bounds(key[0])[0], layout.bounds(key[1])[0], layout.size(key[0]), idx, root)
         for key, (idx, root) in zip(layout.keys, results)])
