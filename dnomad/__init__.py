@@ -1,6 +1,6 @@
 """dnomad: NOMAD and related clustering solvers on a distributed, out-of-core block engine."""
-from .errors import (ConvergenceWarning, DnomadError, InputTypeError, InputValueError, MissingDataError,
-                     StoreError)
+from .errors import (ConvergenceWarning, DnomadError, InputTypeError, InputValueError, InvalidParameterError,
+                     MissingDataError, NotPicklableError, StoreError)
 
 __version__ = "0.1.0"
 
@@ -9,6 +9,6 @@ from .blocks import BlockMatrix  # noqa: E402
 from .fit import NLR, NOMAD, BregmanClustering, Hottopixx, RiemannianKMeans, SymNMF, fit, resume  # noqa: E402
 
 __all__ = ["BlockMatrix", "BregmanClustering", "Hottopixx", "NLR", "NOMAD", "RiemannianKMeans", "SymNMF", "blocks", "data", "fit", "linalg", "metrics", "resume",
-           "ConvergenceWarning", "DnomadError", "InputTypeError", "InputValueError", "MissingDataError",
-           "StoreError",
+           "ConvergenceWarning", "DnomadError", "InputTypeError", "InputValueError", "InvalidParameterError",
+           "MissingDataError", "NotPicklableError", "StoreError",
            "__version__"]

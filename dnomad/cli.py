@@ -6,10 +6,25 @@ import json
 import logging
 import os
 import sys
+import time
+import traceback
+import warnings
 
 import numpy as np
 
+from dnomad.blocks.store import redact
+from dnomad.errors import DnomadError, InputTypeError, InputValueError, StoreError
+
 logger = logging.getLogger("dnomad")
+
+
+class ClusterConnectError(DnomadError, TimeoutError):
+    """The cluster named by --scheduler-file / --scheduler-address (or the config's
+    [cluster]) could not be reached within the connect timeout."""
+
+
+class MissingPackageError(DnomadError, ImportError):
+    """A setting needs an optional package that is not installed."""
 
 
 def _plot(X, est, path):
@@ -56,55 +71,172 @@ def cmd_demo(args):
     return 0
 
 
+def _one_line(text):
+    return "; ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
 def _read_input(path):
-    """.npy, .csv or .txt (a local path or any fsspec URL: s3://, gs://, ...), else a Zarr
-    array's path or URL, read where it is."""
+    """.npy, .csv or .txt (a local path or any fsspec URL: s3://, gs://, ...), read here
+    and checked to be a numeric 2-D array; else a Zarr array's path or URL, whose
+    metadata only is checked here (it is read where it is).  A refused input raises
+    InputValueError / InputTypeError naming it, before any store is touched."""
+    shown = redact(path)
+    if "://" not in path and not os.path.exists(path):
+        raise InputValueError(f"input {shown!r} does not exist (give a .npy, .csv or .txt file, or a Zarr "
+                              f"array's path or URL)")
     if not path.endswith((".npy", ".csv", ".txt")):
-        return path
+        return _check_zarr_input(path, shown)
     import fsspec
 
-    with fsspec.open(path, "rb") as f:
-        if path.endswith(".npy"):
-            return np.load(f, allow_pickle=False)
-        return np.loadtxt(f, delimiter="," if path.endswith(".csv") else None)
+    kind = ("a .npy of a float or integer array, saved with np.save" if path.endswith(".npy") else
+            "numbers only, one row per point, comma-separated, without a header line" if path.endswith(".csv")
+            else "numbers only, one row per point, separated by whitespace, without a header line")
+    try:
+        with fsspec.open(path, "rb") as f:
+            if path.endswith(".npy"):
+                X = np.load(f, allow_pickle=False)
+            else:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")          # "input contained no data": checked below
+                    X = np.loadtxt(f, delimiter="," if path.endswith(".csv") else None, ndmin=2)
+    except FileNotFoundError:
+        raise InputValueError(f"input {shown!r} does not exist") from None
+    except Exception as exc:  # noqa: BLE001 - numpy and every fsspec backend have their own errors
+        raise InputValueError(f"input {shown!r} cannot be read as a numeric 2-D array "
+                              f"({_one_line(redact(exc, path))}); expected {kind}") from exc
+    _check_array(X.dtype, X.shape, shown, kind)
+    return X
 
 
-# Keys of a run configuration file (TOML or YAML) and of the [cluster] / [security] tables.
-CONFIG_KEYS = {"input", "method", "n_clusters", "rank", "store", "overwrite", "precomputed", "backend",
-               "device", "dtype", "params", "cluster", "security"}
-CLUSTER_KEYS = {"address", "scheduler_file", "local", "n_workers", "slurm_jobs", "wait_for_workers"}
-SECURITY_KEYS = {"tls_ca_file", "tls_client_cert", "tls_client_key", "tls_scheduler_cert",
-                 "tls_scheduler_key", "tls_worker_cert", "tls_worker_key", "require_encryption"}
+def _check_array(dtype, shape, shown, kind):
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biuf":
+        raise InputTypeError(f"input {shown!r} holds a {dtype} array; expected {kind}")
+    if len(shape) != 2:
+        hint = "; for one feature per point save X.reshape(-1, 1)" if len(shape) == 1 else ""
+        raise InputValueError(f"input {shown!r} holds an array of shape {tuple(shape)}; expected a 2-D "
+                              f"array (points x features, or an n x n matrix with --precomputed){hint}")
+    if 0 in shape:
+        raise InputValueError(f"input {shown!r} is empty (shape {tuple(shape)}); expected {kind}")
+
+
+def _check_zarr_input(path, shown):
+    import zarr
+
+    try:
+        arr = zarr.open_array(store=path, mode="r")
+    except Exception as exc:  # noqa: BLE001 - any backend error means unreadable
+        raise InputValueError(f"input {shown!r} cannot be opened as a Zarr array "
+                              f"({type(exc).__name__}: {_one_line(redact(exc, path))}); give a .npy, "
+                              f".csv or .txt file, or a Zarr array's path or URL") from exc
+    _check_array(arr.dtype, arr.shape, shown, "a numeric 2-D Zarr array")
+    return path
+
+
+# Keys of a run configuration file (TOML or YAML) and of the [cluster] / [security] tables,
+# with the type each value must have: TOML and YAML both have booleans and integers, so a
+# quoted "false" (truthy in Python) or "3" is refused rather than guessed at.
+METHODS = ["nomad", "symnmf", "hottopixx", "riemannian-kmeans", "nlr", "bregman"]
+BACKENDS = ["auto", "local", "distributed", "zarr"]
+DEVICES = ["cpu", "cuda", "auto"]
+DTYPES = ["float32", "float64"]
+_STR, _BOOL, _INT, _TABLE, _SECONDS = "a string", "true or false", "an integer >= 1", "a table", \
+    "a number of seconds > 0 (or a duration string such as \"90s\")"
+CONFIG_KEYS = {"input": _STR, "method": METHODS, "n_clusters": _INT, "rank": _INT, "store": _STR,
+               "overwrite": _BOOL, "precomputed": _BOOL, "backend": BACKENDS, "device": DEVICES,
+               "dtype": DTYPES, "params": _TABLE, "cluster": _TABLE, "security": _TABLE}
+CLUSTER_KEYS = {"address": _STR, "scheduler_file": _STR, "local": _BOOL, "n_workers": _INT,
+                "slurm_jobs": _INT, "wait_for_workers": _INT, "connect_timeout": _SECONDS}
+SECURITY_KEYS = {"tls_ca_file": _STR, "tls_client_cert": _STR, "tls_client_key": _STR,
+                 "tls_scheduler_cert": _STR, "tls_scheduler_key": _STR, "tls_worker_cert": _STR,
+                 "tls_worker_key": _STR, "require_encryption": _BOOL}
+
+
+def _seconds(value, what):
+    """``value`` (a number of seconds, or a dask duration string: "90s", "2 minutes") as
+    a float > 0; InputValueError naming ``what`` otherwise."""
+    from dask.utils import parse_timedelta
+
+    try:
+        seconds = None if isinstance(value, bool) else parse_timedelta(value, default="s")
+    except (TypeError, ValueError, KeyError):
+        seconds = None
+    if seconds is None or not 0 < seconds < float("inf"):
+        raise InputValueError(f"{what} must be {_SECONDS}; got {value!r}")
+    return float(seconds)
+
+
+def _check_value(key, value, expected, where):
+    """Refuse ``value`` for ``key`` unless it has the type (or is one of the choices)
+    ``expected``; the message names the key and the file."""
+    if isinstance(expected, list):
+        ok = isinstance(value, str) and value in expected
+        expected_text = f"one of {expected}"
+    elif expected == _STR:
+        ok, expected_text = isinstance(value, str) and value != "", expected
+    elif expected == _BOOL:
+        ok, expected_text = isinstance(value, bool), expected
+    elif expected == _INT:
+        ok, expected_text = isinstance(value, int) and not isinstance(value, bool) and value >= 1, expected
+    elif expected == _TABLE:
+        ok, expected_text = isinstance(value, dict), expected
+    else:
+        _seconds(value, f"{key} in {where}")
+        return
+    if not ok:
+        name, hint = key.split(".")[-1], ""
+        if expected == _BOOL and isinstance(value, str):
+            hint = (f" (write {name} = true or {name} = false, without quotes: a quoted string such as "
+                    f"{value!r} is not a boolean)")
+        elif expected == _INT and isinstance(value, str):
+            hint = f" (write {name} = {value.strip()}, without quotes)"
+        raise InputValueError(f"{key} in {where} must be {expected_text}; got {value!r} "
+                              f"({type(value).__name__}){hint}")
 
 
 def load_config(path):
     """A run configuration: TOML (.toml) or YAML (.yaml/.yml), keys as the flags of
     ``dnomad fit`` (``n_clusters`` or ``rank``, ``params`` a table of estimator
     parameters), plus ``[cluster]`` (``address``, ``scheduler_file``, ``local = true``
-    with ``n_workers``, or ``slurm_jobs``; ``wait_for_workers``) and ``[security]`` (TLS
-    files for distributed's Security).
-    Unknown keys are refused, so that a typo does not silently fall back to a default."""
+    with ``n_workers``, or ``slurm_jobs``; ``wait_for_workers``; ``connect_timeout``) and
+    ``[security]`` (TLS files for distributed's Security).
+    Unknown keys, and values of the wrong type (``overwrite = "false"``), are refused, so
+    that a typo does not silently fall back to a default or turn into its opposite."""
+    shown = redact(path)
+    if not path.endswith((".toml", ".yaml", ".yml")):
+        raise InputValueError(f"config file {shown!r} must end in .toml, .yaml or .yml")
     if not os.path.exists(path):
-        raise SystemExit(f"dnomad: config file {path!r} does not exist")
-    if path.endswith(".toml"):
-        import tomllib
+        raise InputValueError(f"config file {shown!r} does not exist")
+    try:
+        if path.endswith(".toml"):
+            import tomllib
 
-        with open(path, "rb") as f:
-            cfg = tomllib.load(f)
-    elif path.endswith((".yaml", ".yml")):
-        import yaml
+            with open(path, "rb") as f:
+                cfg = tomllib.load(f)
+        else:
+            import yaml
 
-        with open(path) as f:
-            cfg = yaml.safe_load(f) or {}
-    else:
-        raise SystemExit(f"dnomad: config file {path!r} must end in .toml, .yaml or .yml")
-    for table, allowed in ((cfg, CONFIG_KEYS), (cfg.get("cluster", {}), CLUSTER_KEYS),
-                           (cfg.get("security", {}), SECURITY_KEYS)):
-        unknown = set(table) - allowed
+            with open(path) as f:
+                cfg = yaml.safe_load(f)
+            cfg = {} if cfg is None else cfg
+    except Exception as exc:  # noqa: BLE001 - tomllib's and yaml's parse errors, a bad encoding
+        raise InputValueError(f"config file {shown!r} cannot be parsed: {_one_line(exc)}") from exc
+    if not isinstance(cfg, dict):
+        raise InputValueError(f"config file {shown!r} must hold a table of settings; got a "
+                              f"{type(cfg).__name__}")
+    for prefix, table, allowed in (("", cfg, CONFIG_KEYS), ("cluster.", cfg.get("cluster", {}), CLUSTER_KEYS),
+                                   ("security.", cfg.get("security", {}), SECURITY_KEYS)):
+        if not isinstance(table, dict):
+            _check_value(prefix.rstrip("."), table, _TABLE, repr(shown))
+        unknown = set(table) - set(allowed)
         if unknown:
-            raise SystemExit(f"dnomad: unknown keys {sorted(unknown)} in {path!r}; allowed: {sorted(allowed)}")
+            raise InputValueError(f"unknown keys {sorted(unknown)} in {shown!r}; allowed: {sorted(allowed)}")
+        for key, value in table.items():
+            _check_value(prefix + str(key), value, allowed[key], repr(shown))
     if "rank" in cfg:
-        cfg.setdefault("n_clusters", cfg.pop("rank"))
+        if "n_clusters" in cfg:
+            raise InputValueError(f"{shown!r} gives both n_clusters and rank (the same setting); keep one")
+        cfg["n_clusters"] = cfg.pop("rank")
     return cfg
 
 
@@ -116,7 +248,7 @@ def _security(cfg):
     files = {k: v for k, v in cfg.items() if k != "require_encryption"}
     for key, path in files.items():
         if not os.path.exists(path):
-            raise SystemExit(f"dnomad: security.{key} = {path!r} does not exist")
+            raise InputValueError(f"security.{key} = {path!r} does not exist")
     # A LocalCluster started from this config (cluster.local) serves with the client's
     # certificate unless scheduler/worker ones are given.
     for role in ("scheduler", "worker"):
@@ -126,28 +258,91 @@ def _security(cfg):
                     **{k: v for k, v in files.items() if v is not None})
 
 
+def _connect_timeout(connect_timeout):
+    """Seconds to wait for a scheduler file and, then, for the scheduler to answer: the
+    flag or [cluster] connect_timeout, else dask config ``distributed.comm.timeouts.connect``
+    (distributed's own default, 30 s; deploy/slurm/dask.yaml sets 60 s)."""
+    if connect_timeout is not None:
+        return _seconds(connect_timeout, "--connect-timeout (cluster.connect_timeout)")
+    import dask
+
+    return _seconds(dask.config.get("distributed.comm.timeouts.connect"),
+                    "dask config distributed.comm.timeouts.connect")
+
+
+def _scheduler_file_address(scheduler_file, timeout):
+    """The address in ``scheduler_file``, waiting up to ``timeout`` seconds for the file
+    (a batch job may start `dnomad fit` before its scheduler has written it)."""
+    deadline = time.monotonic() + timeout
+    logged = False
+    while True:
+        try:
+            with open(scheduler_file) as f:
+                return json.load(f)["address"]
+        except (FileNotFoundError, ValueError, KeyError, TypeError) as exc:
+            why = exc           # not written yet, or half written
+        except OSError as exc:
+            raise ClusterConnectError(f"scheduler file {scheduler_file!r} cannot be read: {exc}") from exc
+        if time.monotonic() >= deadline:
+            state = ("does not exist" if isinstance(why, FileNotFoundError) else
+                     f"holds no scheduler address ({_one_line(why)})")
+            raise ClusterConnectError(
+                f"scheduler file {scheduler_file!r} {state} after waiting {timeout:g} s (--connect-timeout); "
+                f"start a scheduler with `dask scheduler --scheduler-file {scheduler_file}`, or wait "
+                f"longer with --connect-timeout SECONDS")
+        if not logged:
+            logger.warning("waiting up to %g s for the scheduler file %s (--connect-timeout)", timeout,
+                           scheduler_file)
+            logged = True
+        time.sleep(0.1)
+
+
+def _client(address, security, timeout, where):
+    """A Client of the scheduler at ``address`` (``where`` says where the address came
+    from), or one clear error within ``timeout`` seconds."""
+    from distributed import Client
+
+    if address.startswith("tls://") and security is None:
+        raise InputValueError(
+            f"the scheduler at {address!r} ({where}) speaks TLS, and no certificates were given: pass "
+            f"--config with the run's [security] table (also `dnomad resume STORE --config run.toml`)")
+    try:
+        return Client(address, security=security, timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - distributed raises OSError, TypeError, ...
+        raise ClusterConnectError(f"cannot reach the scheduler at {address!r} ({where}) within "
+                                  f"{timeout:g} s (--connect-timeout): {_one_line(exc)}") from exc
+
+
 def _connect(address=None, scheduler_file=None, *, local=False, n_workers=None, slurm_jobs=None,
-             wait_for_workers=None, security=None):
+             wait_for_workers=None, connect_timeout=None, security=None):
     """(client, cluster) for a run, the first that applies of: a scheduler ``address``;
     $DASK_SCHEDULER_ADDRESS (what the Dask Kubernetes operator sets in a DaskJob's pod);
     a ``scheduler_file`` (a SLURM job's scheduler, see deploy/slurm); ``slurm_jobs``
     batch jobs of workers submitted by dask-jobqueue's SLURMCluster (its settings from
     dask config ``jobqueue.slurm``); a LocalCluster of ``n_workers`` when ``local``;
     else (None, None): run in this process.  ``wait_for_workers``: block until that
-    many workers have joined (default: all that ``slurm_jobs`` asked for)."""
+    many workers have joined (default: all that ``slurm_jobs`` asked for).
+    ``connect_timeout`` (seconds): how long to wait for the scheduler file to appear
+    and, then, for the scheduler to answer (see :func:`_connect_timeout`); past it,
+    :class:`ClusterConnectError` names the file or address."""
     from distributed import Client
 
-    address = address or os.environ.get("DASK_SCHEDULER_ADDRESS")
     cluster = None
     if address:
-        client = Client(address, security=security)
+        client = _client(address, security, _connect_timeout(connect_timeout), "--scheduler-address")
+    elif os.environ.get("DASK_SCHEDULER_ADDRESS"):
+        client = _client(os.environ["DASK_SCHEDULER_ADDRESS"], security, _connect_timeout(connect_timeout),
+                         "$DASK_SCHEDULER_ADDRESS")
     elif scheduler_file:
-        client = Client(scheduler_file=scheduler_file, security=security)
+        timeout = _connect_timeout(connect_timeout)
+        address = _scheduler_file_address(scheduler_file, timeout)
+        client = _client(address, security, timeout, f"from the scheduler file {scheduler_file!r}")
     elif slurm_jobs:
         try:
             from dask_jobqueue import SLURMCluster
         except ImportError as exc:
-            raise SystemExit("dnomad: slurm_jobs needs dask-jobqueue (pip install dask-jobqueue)") from exc
+            raise MissingPackageError("slurm_jobs (--slurm-jobs) needs dask-jobqueue: pip install "
+                                      "dask-jobqueue") from exc
         cluster = SLURMCluster(security=security, protocol="tls://" if security else None)
         cluster.scale(jobs=int(slurm_jobs))
         client = Client(cluster, security=security)
@@ -169,6 +364,7 @@ def _connect(address=None, scheduler_file=None, *, local=False, n_workers=None, 
 def _cluster_settings(args, cluster=None):
     """The [cluster] table, with the cluster flags (which win) applied."""
     cluster = dict(cluster or {})
+    connect_timeout = cluster.get("connect_timeout")
     if args.scheduler_address:
         cluster = {"address": args.scheduler_address}
     elif args.scheduler_file:
@@ -179,6 +375,8 @@ def _cluster_settings(args, cluster=None):
         cluster = {"local": True, "n_workers": args.local_workers}
     if args.wait_for_workers:
         cluster["wait_for_workers"] = args.wait_for_workers
+    if args.connect_timeout is not None or connect_timeout is not None:
+        cluster["connect_timeout"] = connect_timeout if args.connect_timeout is None else args.connect_timeout
     return cluster
 
 
@@ -194,15 +392,23 @@ def _fit_settings(args):
         out[key] = flag if flag not in (None, False) else cfg.get(key, defaults.get(key))
     out["params"] = dict(cfg.get("params", {}))
     if args.params:
-        out["params"].update(json.loads(args.params))
+        try:
+            params = json.loads(args.params)
+        except ValueError as exc:
+            raise InputValueError(f"--params must be a JSON object, e.g. '{{\"max_iter\": 500}}'; got "
+                                  f"{args.params!r} ({exc})") from None
+        if not isinstance(params, dict):
+            raise InputValueError(f"--params must be a JSON object, e.g. '{{\"max_iter\": 500}}'; got "
+                                  f"{args.params!r}")
+        out["params"].update(params)
     missing = [k for k in ("input", "n_clusters", "store") if out[k] is None]
     if missing:
-        raise SystemExit(f"dnomad fit: missing {', '.join('--' + m.replace('_', '-') for m in missing)} "
-                         f"(give them as flags or in --config)")
+        raise InputValueError(f"missing {', '.join('--' + m.replace('_', '-') for m in missing)} "
+                              f"(give them as flags or in --config)")
     if out["device"] is not None:
         if out["method"] != "nomad":
-            raise SystemExit(f"dnomad fit: --device is NOMAD's (its blocks on a GPU); --method "
-                             f"{out['method']} runs on the host")
+            raise InputValueError(f"--device is NOMAD's (its blocks on a GPU); --method {out['method']} runs "
+                                  f"on the host")
         out["params"]["device"] = out["device"]
     out["cluster"] = _cluster_settings(args, cfg.get("cluster", {}))
     out["security"] = cfg.get("security")
@@ -214,27 +420,29 @@ def cmd_fit(args):
 
     run = _fit_settings(args)
     security = _security(run["security"])
+    redact("", run["store"], run["input"])      # their passwords are scrubbed from any later message
+    X = _read_input(run["input"])               # refused here, before a cluster or the store is touched
+    shown = redact(run["store"])
     client, cluster = _connect(**run["cluster"], security=security)
     try:
         params = run["params"]
-        X = _read_input(run["input"])
         if run["method"] == "hottopixx":
             est = dnomad.fit(X, method="hottopixx", rank=run["n_clusters"], store=run["store"],
                              overwrite=run["overwrite"], **params)
             print(f"hottopixx: {est.n_epochs_} epochs, hott rows {est.hott_rows_.tolist()}, "
-                  f"||X - F W||_inf,1 = {est.error_:.4g}; results in {run['store']}")
+                  f"||X - F W||_inf,1 = {est.error_:.4g}; results in {shown}")
             return 0
         if run["method"] == "bregman":
             est = dnomad.fit(X, method="bregman", n_clusters=run["n_clusters"], store=run["store"],
                              overwrite=run["overwrite"], **params)
             print(f"bregman ({est.model}, {est.divergence}): relaxation {est.n_iter_} iterations "
-                  f"({est.stop_reason_}), hard objective {est.objective_:.6g}; labels in {run['store']}")
+                  f"({est.stop_reason_}), hard objective {est.objective_:.6g}; labels in {shown}")
             return 0
         if run["method"] in ("riemannian-kmeans", "nlr"):
             est = dnomad.fit(X, method=run["method"], n_clusters=run["n_clusters"], store=run["store"],
                              overwrite=run["overwrite"], backend=run["backend"], **params)
             print(f"{run['method']}: {est.n_iter_} iterations ({est.stop_reason_}), labels and U in "
-                  f"{run['store']}")
+                  f"{shown}")
             return 0
         if run["method"] == "symnmf":
             params.setdefault("affinity", "precomputed" if run["precomputed"] else "gaussian")
@@ -244,7 +452,7 @@ def cmd_fit(args):
                          overwrite=run["overwrite"], backend=run["backend"],
                          dtype=np.float64 if run["dtype"] == "float64" else np.float32, **params)
         print(f"{run['method']}: {est.n_iter_} iterations ({est.stop_reason_}), objective "
-              f"{est.objective_:.6g}; results in {run['store']}")
+              f"{est.objective_:.6g}; results in {shown}")
     finally:
         if client is not None:
             client.close()
@@ -254,9 +462,28 @@ def cmd_fit(args):
 
 
 def cmd_resume(args):
+    """Continue the run in STORE.  With --config, the file's [cluster] and [security]
+    tables are used (flags win, as in fit); its other keys are ignored: the run's
+    method, parameters and input are the ones recorded in the store."""
     import dnomad
 
-    client, cluster = _connect(**_cluster_settings(args))
+    from dnomad.blocks import store as run_store
+
+    if _run_marker(args.store) is None:       # before any cluster is reached
+        raise StoreError(f"store {redact(args.store)!r} holds no dnomad run to resume")
+    done = run_store.read_json(args.store, "result")
+    if done is not None:                     # a finished run stays as it is
+        stop = ", ".join(f"{k} {done[k]}" for k in ("stop_reason", "n_iter", "n_epochs") if k in done)
+        print(f"the run in {redact(args.store)} finished on {done.get('finished')} ({stop}): nothing to "
+              f"resume; `dnomad info {redact(args.store)}` shows it")
+        return 0
+    cfg = load_config(args.config) if args.config else {}
+    ignored = sorted(set(cfg) - {"cluster", "security"})
+    if ignored:
+        logger.info("resume: %s in %s ignored (the run's settings are the store's)", ", ".join(ignored),
+                    args.config)
+    security = _security(cfg.get("security"))
+    client, cluster = _connect(**_cluster_settings(args, cfg.get("cluster", {})), security=security)
     try:
         est = dnomad.resume(args.store)
     finally:
@@ -268,12 +495,23 @@ def cmd_resume(args):
     return 0
 
 
+def _run_marker(store):
+    """The run record in ``store`` (None if it holds none); StoreError if it cannot be read."""
+    from dnomad.blocks import store as run_store
+
+    try:
+        return run_store.read_json(store, run_store.RUN_MARKER)
+    except Exception as exc:  # noqa: BLE001 - any backend error means unreadable
+        raise StoreError(f"store {redact(store)!r} cannot be read ({type(exc).__name__}: "
+                         f"{_one_line(redact(exc, store))})") from exc
+
+
 def run_info(store):
     """What ``dnomad info`` reports: the run record, the last checkpoint, the result, and
     the history table (the result's if finished, else the last checkpoint's)."""
     from dnomad.blocks import store as run_store
 
-    meta = run_store.read_json(store, run_store.RUN_MARKER)
+    meta = _run_marker(store)
     if meta is None:
         return None
     layers = []
@@ -295,7 +533,8 @@ def run_info(store):
     if history is None:
         history = ck["history"] if ck else []
     checkpoint = None if ck is None else {k: v for k, v in ck.items() if k not in ("history", "params")}
-    return {"store": str(store), "run": meta, "checkpoint": checkpoint, "result": res, "layers": layers,
+    return {"store": redact(str(store)), "run": meta, "checkpoint": checkpoint, "result": res,
+            "layers": layers,
             "status": "finished" if res else ("interrupted or running" if ck else "started"),
             "history": history}
 
@@ -318,7 +557,7 @@ def _format_table(rows, columns=None):
 def cmd_info(args):
     info = run_info(args.store)
     if info is None:
-        print(f"{args.store}: no dnomad run here", file=sys.stderr)
+        print(f"dnomad: error: {redact(args.store)!r} holds no dnomad run", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(info, indent=2, default=str))
@@ -359,11 +598,22 @@ def _add_cluster_flags(p):
                    "(dask-jobqueue's SLURMCluster, settings from dask config jobqueue.slurm)")
     g.add_argument("--local-workers", type=int, help="start a LocalCluster of this many workers")
     g.add_argument("--wait-for-workers", type=int, help="wait until this many workers have joined")
+    g.add_argument("--connect-timeout", metavar="SECONDS",
+                   help="wait this long for the scheduler file to appear, then this long for the "
+                        "scheduler to answer, before failing (also [cluster] connect_timeout; default: "
+                        "dask config distributed.comm.timeouts.connect, 30 s unless set)")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad argument reported as one line, ``dnomad: error: ...`` (status 2)."""
+
+    def error(self, message):
+        self.exit(2, f"dnomad: error: {redact(message)} (see `{self.prog} --help`)\n")
 
 
 def build_parser():
     """The ``dnomad`` argument parser (also used by the tests to check deploy/ commands)."""
-    parser = argparse.ArgumentParser(prog="dnomad", description=__doc__)
+    parser = _Parser(prog="dnomad", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log every outer iteration")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -378,8 +628,7 @@ def build_parser():
     p = sub.add_parser("fit", help="fit a method on data (.npy, .csv or a Zarr path or URL)")
     p.add_argument("--config", help="run configuration (TOML or YAML); flags override it")
     p.add_argument("--input", help="data: .npy, .csv, or a Zarr path or URL (required)")
-    p.add_argument("--method", choices=["nomad", "symnmf", "hottopixx", "riemannian-kmeans", "nlr", "bregman"],
-                   help="default nomad")
+    p.add_argument("--method", choices=METHODS, help="default nomad")
     p.add_argument("--n-clusters", "--rank", dest="n_clusters", type=int,
                    help="K (nomad), k (symnmf) or the rank r (hottopixx: features x samples input); "
                         "required")
@@ -387,17 +636,20 @@ def build_parser():
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--precomputed", action="store_true",
                    help="the input is an n x n Gram (nomad) or affinity (symnmf) matrix")
-    p.add_argument("--backend", choices=["auto", "local", "distributed", "zarr"], help="default auto")
-    p.add_argument("--device", choices=["cpu", "cuda", "auto"],
+    p.add_argument("--backend", choices=BACKENDS, help="default auto")
+    p.add_argument("--device", choices=DEVICES,
                    help="where NOMAD's blocks compute (default: dask config dnomad.device, else cpu); "
                         "cuda needs CuPy and a GPU (deploy/gpu/README.md)")
-    p.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
+    p.add_argument("--dtype", choices=DTYPES, help="default float32")
     p.add_argument("--params", help="other estimator parameters as JSON, e.g. '{\"max_iter\": 500}'")
     _add_cluster_flags(p)
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser("resume", help="continue the run in STORE from its last checkpoint")
     p.add_argument("store")
+    p.add_argument("--config", help="a run configuration (TOML or YAML): its [cluster] and [security] "
+                   "tables are used (a run under TLS resumes under TLS), its other keys ignored "
+                   "(the run's settings are the store's); flags override it")
     _add_cluster_flags(p)
     p.set_defaults(func=cmd_resume)
 
@@ -409,11 +661,37 @@ def build_parser():
     return parser
 
 
+class _RedactingFormatter(logging.Formatter):
+    def format(self, record):
+        return redact(super().format(record))
+
+
+def _report(exc, verbose):
+    """The one line (and with -v the traceback) printed for ``exc``, credentials removed;
+    the exit status: 2 for a refused input, setting or store (a DnomadError), 1 for any
+    other error."""
+    if verbose:
+        sys.stderr.write(redact("".join(traceback.format_exception(exc))))
+    expected = isinstance(exc, DnomadError)
+    message = _one_line(redact(exc)) or type(exc).__name__
+    if not expected:
+        message = f"{type(exc).__name__}: {message}" + ("" if verbose else " (-v for the traceback)")
+    print(f"dnomad: error: {message}", file=sys.stderr)
+    return 2 if expected else 1
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s %(message)s")
-    return args.func(args)
+    handler = logging.StreamHandler()
+    handler.setFormatter(_RedactingFormatter("%(asctime)s %(name)s %(message)s"))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
+    for value in vars(args).values():
+        if isinstance(value, str):
+            redact(value)          # a password in any argument is scrubbed from every later message
+    try:
+        return args.func(args)
+    except Exception as exc:  # noqa: BLE001 - every error ends as one line on stderr
+        return _report(exc, args.verbose)
 
 
 if __name__ == "__main__":

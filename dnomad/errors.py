@@ -1,4 +1,8 @@
-"""Error and warning classes: each subclasses both DnomadError and the matching builtin."""
+"""Error and warning classes: each subclasses both DnomadError and the matching builtin;
+and :func:`warn_convergence`, the one way solvers report a stop at ``max_iter``."""
+import os
+import sys
+import warnings
 
 
 class DnomadError(Exception):
@@ -13,6 +17,11 @@ class InputTypeError(DnomadError, TypeError):
     """An argument has a type that is not supported."""
 
 
+class InvalidParameterError(InputValueError, InputTypeError):
+    """A parameter satisfies none of its constraints (a wrong type or a value out of
+    range: both a ValueError and a TypeError, as scikit-learn's)."""
+
+
 class StoreError(DnomadError, OSError):
     """A store cannot be used: not writable, or holds another run."""
 
@@ -22,9 +31,45 @@ class WorkerLostError(DnomadError, RuntimeError):
     blocks it held are gone.  Estimators restart from the run's last checkpoint."""
 
 
+class NotPicklableError(DnomadError, TypeError):
+    """An object holds state that cannot leave this process (blocks in a cluster's
+    workers): pickling it would not carry what it stands for."""
+
+
 class ConvergenceWarning(UserWarning):
     """A solver stopped at max_iter before meeting its tolerance."""
 
 
 class MissingDataError(DnomadError, ImportError):
     """A data set's files come from a package that is not installed."""
+
+
+# The package's directory, with a trailing separator so that a sibling directory whose
+# name starts with "dnomad" is not taken for it.
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def find_stack_level():
+    """The ``stacklevel`` that makes a warning point at the first frame outside dnomad
+    (the user's call), for a ``warnings.warn`` made in the function that calls this one
+    (pandas' ``find_stack_level``).  Counts the frames in the package, this one
+    included, walking up from here.  From a thread dnomad started (no user frame above
+    it) the count runs past the stack's top and the warning is attributed to ``sys``."""
+    frame = sys._getframe()
+    level = 0
+    try:
+        while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+            frame = frame.f_back
+            level += 1
+    finally:
+        del frame
+    return level
+
+
+def warn_convergence(message):
+    """Warn :class:`ConvergenceWarning` with ``message`` (the method, its ``max_iter``, and
+    the last residual against its tolerance), attributed to the user's line that
+    started the fit (the first frame outside dnomad), however deep the solver runs."""
+    # find_stack_level counts its own frame and this one: from here, that count is the
+    # stacklevel of the first frame outside the package.
+    warnings.warn(message, ConvergenceWarning, stacklevel=find_stack_level())

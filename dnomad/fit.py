@@ -7,6 +7,7 @@ import functools
 import hashlib
 import json
 import logging
+import numbers
 import platform
 import time
 from dataclasses import asdict
@@ -15,7 +16,7 @@ import numpy as np
 
 from . import blocks
 from .blocks import store as run_store
-from .errors import InputTypeError, InputValueError, StoreError, WorkerLostError
+from .errors import InputTypeError, InputValueError, InvalidParameterError, StoreError, WorkerLostError
 from .linalg import top_eigenvectors
 from .solvers import hottopixx as hott_solver
 from .solvers import nlr as nlr_solver
@@ -24,8 +25,10 @@ from .solvers import riemannian_kmeans as rk
 from .solvers import symnmf
 from .solvers.nomad import CHECKPOINT_KEY as nomad_checkpoint_key
 from .blocks.operators import DataGram, LowRankGram, ScaledMatrix
+from .solvers.bregman.divergences import BregmanDivergence
 from .solvers.burer_monteiro import BurerMonteiroParams, burer_monteiro
 from .solvers.nomad import NomadParams, nomad_cgm
+from .validation import Interval, Options, check_data, validate_params
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +37,7 @@ logger = logging.getLogger(__name__)
 # per pass (graphs/backend_threshold.py measures both on one machine).
 LOCAL_MAX_N = 8000
 BACKEND_CHOICES = ("auto", "local", "distributed", "zarr")
+SOLVERS = ("cgm", "bm")
 LABEL_METHODS = ("components", "spectral")
 
 
@@ -147,8 +151,49 @@ def _with_restarts(attempt, *, store, resume, checkpoint_key, rebuildable=True):
                            "the last checkpoint" if resume else "the start")
 
 
+def _gated(fit):
+    """The input gate around an estimator's ``fit``: every parameter checked against
+    ``_parameter_constraints`` first; the store, claimed inside ``fit`` (after its data
+    passed :func:`dnomad.validation.check_data`) by :meth:`_Estimator._claim_store`, is
+    released when ``fit`` ends, however it ends; and a run refused for its input after
+    the claim (content found bad where lazy data is read) leaves no store behind."""
+    @functools.wraps(fit)
+    def gated(self, X, y=None, *, resume=False):
+        validate_params(self)
+        if not isinstance(resume, (bool, np.bool_)):
+            raise InvalidParameterError(f"{type(self).__name__}.fit: resume must be a bool; got {resume!r}")
+        self._store_claim = None
+        try:
+            return fit(self, X, y, resume=bool(resume))
+        except (InputValueError, InputTypeError):
+            if self._store_claim is not None and not resume:
+                run_store.abandon(self.store, created=self._store_claim[1])
+            raise
+        finally:
+            claim = self.__dict__.pop("_store_claim", None)
+            if claim is not None:
+                claim[0].release()
+    return gated
+
+
+# Parameter constraints shared by several estimators (see dnomad.validation).
+_POSITIVE_INT = [Interval(numbers.Integral, 1, None)]
+_OPTIONAL_POSITIVE_INT = [None] + _POSITIVE_INT
+_POSITIVE = [Interval(numbers.Real, 0, None, closed="neither")]
+_NONNEGATIVE = [Interval(numbers.Real, 0, None)]
+_RUN_CONSTRAINTS = {"store": [None, "path"], "overwrite": ["boolean"], "random_state": ["random_state"]}
+
+
 class _Estimator:
     """scikit-learn's parameter protocol: __init__ stores its arguments as given."""
+
+    _parameter_constraints = {}
+
+    def _claim_store(self, run_id, resume=False):
+        """Claim ``store`` for this run (lock, then the run-identity check: see
+        :func:`dnomad.blocks.store.claim`); :func:`_gated` releases it."""
+        self._store_claim = run_store.claim(self.store, run_id, overwrite=self.overwrite and not resume,
+                                            resume=resume)
 
     def get_params(self, deep=True):
         import inspect
@@ -165,11 +210,54 @@ class _Estimator:
             setattr(self, k, v)
         return self
 
+    def _load_finished(self):
+        """If ``store`` holds this run's result, set the learned attributes from it
+        (nothing is computed or written) and return True: resuming a finished run leaves
+        it as it is.  Else return False; also for a run that stopped at max_iter when this
+        estimator's ``max_iter`` is larger (resuming it then goes on from its last
+        checkpoint)."""
+        summary = run_store.read_json(self.store, "result")
+        if summary is None:
+            return False
+        max_iter = getattr(self, "max_iter", None)
+        if summary.get("stop_reason") == "max_iter" and isinstance(max_iter, (int, np.integer)) and \
+                max_iter > summary.get("n_iter", max_iter):
+            return False
+        for path, attr in RESULT_ARRAYS.items():
+            if run_store.has_array(self.store, f"result/{path}"):
+                setattr(self, attr, run_store.read_vector(self.store, f"result/{path}"))
+        if run_store.has_array(self.store, "result/Q"):
+            self.Q_ = blocks.from_zarr(self.store, "result/Q", backend="zarr", store=self.store)
+        elif run_store.has_array(self.store, "result/Y"):
+            self.Q_ = LowRankGram(self.Y_)
+        for key in RESULT_SUMMARY:
+            if key in summary:
+                setattr(self, f"{key}_", summary[key])
+        self.history_ = run_store.read_table(self.store, "result/history") or []
+        self.fit_seconds_ = summary.get("fit_seconds")
+        logger.info("the run in %s finished on %s (%s): nothing to resume", run_store.redact(str(self.store)),
+                    summary.get("finished"), summary.get("stop_reason"))
+        return True
+
+
+# A finished run's arrays under result/ and summary keys, and the attributes they set.
+RESULT_ARRAYS = {"labels": "labels_", "embedding": "embedding_", "Y": "Y_", "W": "components_",
+                 "F": "components_", "hott_rows": "hott_rows_", "diag": "diag_", "U": "U_",
+                 "posteriors": "posteriors_"}
+RESULT_SUMMARY = ("n_iter", "stop_reason", "objective", "gap", "passes", "penalty", "tau", "error",
+                  "n_epochs", "cost", "mu", "grad_norm", "min_eigenvalue", "infeasibility",
+                  "relaxation_objective", "reoptimized_objectives")
+
+
+class _Clustering:
+    """``fit_predict`` for the estimators that learn ``labels_`` (not Hottopixx)."""
+
     def fit_predict(self, X, y=None):
+        """Fit on X and return ``labels_``."""
         return self.fit(X).labels_
 
 
-class NOMAD(_Estimator):
+class NOMAD(_Clustering, _Estimator):
     """NOnnegative MAnifold Disentangling: the K-means SDP, by conditional gradient or
     in low rank (Burer-Monteiro), in one layer or several.
 
@@ -326,6 +414,22 @@ class NOMAD(_Estimator):
                       "eigen_tol", "eigen_ncv", "rmse_tol", "min_tol", "objective_tol",
                       "checkpoint_every")
 
+    _parameter_constraints = {
+        "n_clusters": [Interval(numbers.Integral, 2, None)], "solver": [Options(*SOLVERS)],
+        "rank": _OPTIONAL_POSITIVE_INT, "layers": [None, Options("halving"), list, tuple],
+        "solver_options": [None, "dict"], "max_iter": _OPTIONAL_POSITIVE_INT, "n_inner": _POSITIVE_INT,
+        "penalty": [Options("scale")] + _POSITIVE, "penalty_schedule": [Options("sqrt", "constant")],
+        "tau": [Options("scale")] + _POSITIVE, "step_rule": [Options("global", "paper", "line_search")],
+        "eigen_tol": [Options("inner", "outer")], "eigen_ncv": [None, Interval(numbers.Integral, 3, None)],
+        "rmse_tol": _NONNEGATIVE, "min_tol": _NONNEGATIVE, "objective_tol": _NONNEGATIVE,
+        "precomputed": ["boolean"], "center": ["boolean"], "normalize": ["boolean"], "dtype": ["dtype"],
+        "block_size": _OPTIONAL_POSITIVE_INT, "backend": [Options(*BACKEND_CHOICES)],
+        "device": [None, Options("cpu", "cuda", "auto")], "checkpoint_every": _OPTIONAL_POSITIVE_INT,
+        "label_method": [Options(*LABEL_METHODS)],
+        "component_threshold": [Interval(numbers.Real, 0, 1, closed="neither")],
+        "n_groups": [None, Interval(numbers.Integral, 2, None)], "n_components": _POSITIVE_INT,
+        "callback": [None, "callback"], **_RUN_CONSTRAINTS}
+
     def __init__(self, n_clusters=8, *, solver="cgm", rank=None, layers=None, solver_options=None,
                  max_iter=None, n_inner=10, penalty="scale",
                  penalty_schedule="sqrt", tau="scale", step_rule="global", eigen_tol="inner",
@@ -368,6 +472,7 @@ class NOMAD(_Estimator):
         self.callback = callback
 
     # ---------------------------------------------------------------- fit
+    @_gated
     def fit(self, X, y=None, *, resume=False):
         """Solve NOMAD for data X (n_samples, n_features), or a Gram matrix when
         ``precomputed``.  Returns self."""
@@ -375,7 +480,8 @@ class NOMAD(_Estimator):
         dtype = blocks.check_dtype(self.dtype)
         self._check_options()
         source = _InputSource(X, precomputed=self.precomputed, center=self.center,
-                              normalize=self.normalize, keep_zarr=self.solver == "bm")
+                              normalize=self.normalize, keep_zarr=self.solver == "bm", owner="NOMAD",
+                              dtype=dtype, not_constant=True)
         n = source.n
         schedule = self._schedule(n)
         params_list = [self._solver_params_for(K) for K in schedule]
@@ -387,8 +493,10 @@ class NOMAD(_Estimator):
             extra = {} if self.solver == "cgm" and len(schedule) == 1 else \
                 {"solver": self.solver, "layers": schedule}
             run_id = _run_id("nomad", params_list[0], source, dtype, self.block_size, **extra)
-            run_store.check_store(self.store, run_id, overwrite=self.overwrite and not resume,
-                                  resume=resume)
+            self._claim_store(run_id, resume)
+            if resume and self._load_finished():
+                self.layers_ = _layer_records(self.store, finished_layers(self.store))
+                return self
             if not resume:
                 _write_run_marker(self.store, "nomad", run_id, self, source)
 
@@ -401,24 +509,10 @@ class NOMAD(_Estimator):
         return self
 
     def _check_options(self):
-        if self.solver not in SOLVERS:
-            raise InputValueError(f"solver must be one of {SOLVERS}; got {self.solver!r}")
-        if self.backend not in BACKEND_CHOICES:
-            raise InputValueError(f"backend must be one of {BACKEND_CHOICES}; got {self.backend!r}")
-        if self.label_method not in LABEL_METHODS:
-            raise InputValueError(f"label_method must be one of {LABEL_METHODS}; got "
-                                  f"{self.label_method!r}")
-        if self.label_method == "spectral" and not (isinstance(self.n_groups, (int, np.integer))
-                                                    and self.n_groups >= 2):
-            raise InputValueError(f"label_method='spectral' needs n_groups >= 2; got {self.n_groups!r}")
-        if not isinstance(self.n_components, (int, np.integer)) or self.n_components < 1:
-            raise InputValueError(f"n_components must be a positive integer; got {self.n_components!r}")
-        if not 0 < self.component_threshold < 1:
-            raise InputValueError(f"component_threshold must be in (0, 1); got {self.component_threshold!r}")
-        if self.checkpoint_every is not None and (isinstance(self.checkpoint_every, bool) or not isinstance(
-                self.checkpoint_every, (int, np.integer)) or self.checkpoint_every < 1):
-            raise InputValueError(f"checkpoint_every must be None or a positive integer; got "
-                                  f"{self.checkpoint_every!r}")
+        """What ``_parameter_constraints`` cannot say: parameters that depend on each other."""
+        if self.label_method == "spectral" and self.n_groups is None:
+            raise InputValueError("label_method='spectral' needs n_groups (an int >= 2): the number of "
+                                  "groups k-means rounds the embedding into")
         allowed = BM_OPTIONS if self.solver == "bm" else ()
         bad = sorted(set(self.solver_options or {}) - set(allowed))
         if bad:
@@ -668,7 +762,6 @@ class NOMAD(_Estimator):
                                {"rank": int(res.Y.shape[1]), "lam": res.lam, "matmats": res.matmats}, start)
 
 
-SOLVERS = ("cgm", "bm")
 CGM_MAX_ITER = 2000
 CGM_CHECKPOINT_EVERY = 20
 BM_MAX_ITER = 1000
@@ -718,7 +811,7 @@ def _bm_checkpointer(store, key):
 
     def save(state):
         record = {"iteration": len(state["history"]), "lam": float(state["lam"]),
-                  "matmats": int(state["matmats"])}
+                  "matmats": int(state["matmats"]), "stop_reason": state["stop_reason"]}
         with checkpoints.write(record, state["history"]) as prefix:
             _write_rows(store, f"{prefix}/Y", state["Y"])
             run_store.write_vector(store, f"{prefix}/mu", state["mu"])
@@ -729,7 +822,8 @@ class _InputSource:
     """The input of a fit: data X (n x d) or a precomputed n x n matrix, validated
     before any heavy work."""
 
-    def __init__(self, X, *, precomputed, center, normalize, keep_zarr=False):
+    def __init__(self, X, *, precomputed, center, normalize, keep_zarr=False, owner, dtype,
+                 nonnegative=False, not_constant=False):
         self.matrix = None
         self.data = None
         self.array = None
@@ -740,6 +834,13 @@ class _InputSource:
             self.matrix = X
             self.n = X.n
             return
+        # The gate: kind, dtype, shape (and for arrays in memory, content) before anything else.
+        what = "X (precomputed)" if precomputed else "X"
+        checked = check_data(X, owner=owner, name=what, square=precomputed, dtype=dtype if precomputed else None,
+                             nonnegative=nonnegative and precomputed,
+                             not_constant=not_constant and not precomputed)
+        if isinstance(checked, np.ndarray):
+            X = checked
         if precomputed:
             if isinstance(X, str) or hasattr(X, "__fspath__"):
                 import zarr
@@ -747,7 +848,7 @@ class _InputSource:
                 self.url = str(X)
                 arr = zarr.open_array(store=self.url, mode="r")
                 if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
-                    raise InputValueError(f"precomputed Gram at {self.url!r} must be square n x n; got "
+                    raise InputValueError(f"precomputed Gram at {run_store.redact(self.url)!r} must be square n x n; got "
                                           f"shape {arr.shape}")
                 self.n = arr.shape[0]
             else:
@@ -773,6 +874,8 @@ class _InputSource:
             self.n = X.shape[0]
             return
         X = blocks.as_data_matrix(X)
+        if checked is not X:                 # read from Zarr or dask just now: its content's turn
+            X = check_data(X, owner=owner, not_constant=not_constant)
         self.data = X
         self._gram_scaling = (center, normalize)
         self.n = X.shape[0]
@@ -868,7 +971,7 @@ def _versions():
             "python": platform.python_version()}
 
 
-class SymNMF(_Estimator):
+class SymNMF(_Clustering, _Estimator):
     """Simplicial symmetric NMF: min 1/4 ||P - W W^T||_F^2 over W >= 0 with rows on the
     simplex, by Frank-Wolfe (Zhao & Gordon 2018), on a blocked affinity P.
 
@@ -957,6 +1060,15 @@ class SymNMF(_Estimator):
 
     AFFINITIES = ("gaussian", "precomputed")
 
+    _parameter_constraints = {
+        "n_clusters": [Interval(numbers.Integral, 2, None)], "solver": [Options(*symnmf.METHODS)],
+        "step_rule": [Options("line_search", "paper")], "stop_rule": [Options("gap", "objective")],
+        "tol": _NONNEGATIVE, "objective_tol": _NONNEGATIVE, "max_iter": _OPTIONAL_POSITIVE_INT,
+        "affinity": [Options(*AFFINITIES)], "bandwidth": _POSITIVE,
+        "init": [None, Options("random"), "array-like"], "dtype": ["dtype"],
+        "block_size": _OPTIONAL_POSITIVE_INT, "backend": [Options(*BACKEND_CHOICES)],
+        "checkpoint_every": _POSITIVE_INT, "callback": [None, "callback"], **_RUN_CONSTRAINTS}
+
     def __init__(self, n_clusters=8, *, solver="fw", step_rule="line_search", stop_rule="gap",
                  tol=1e-4, objective_tol=1e-3, max_iter=None, affinity="gaussian", bandwidth=1.0,
                  init="random", random_state=None, dtype=np.float32, block_size=None,
@@ -989,30 +1101,23 @@ class SymNMF(_Estimator):
         params.validate(n)
         return params
 
+    @_gated
     def fit(self, X, y=None, *, resume=False):
         """Factor the affinity of X (n_samples, n_features), or X itself when
         ``affinity="precomputed"``.  ``resume=True`` continues the run in ``store`` from
         its last checkpoint.  Returns self."""
         start = time.perf_counter()
         dtype = blocks.check_dtype(self.dtype)
-        if self.solver not in symnmf.METHODS:
-            raise InputValueError(f"solver must be one of {symnmf.METHODS}; got {self.solver!r}")
-        if self.affinity not in self.AFFINITIES:
-            raise InputValueError(f"affinity must be one of {self.AFFINITIES}; got {self.affinity!r}")
-        if self.affinity == "gaussian" and (isinstance(self.bandwidth, bool) or not isinstance(
-                self.bandwidth, (int, float, np.number)) or not 0 < self.bandwidth < np.inf):
-            raise InputValueError(f"bandwidth must be a finite number > 0; got {self.bandwidth!r}")
-        if not isinstance(self.checkpoint_every, (int, np.integer)) or self.checkpoint_every < 1:
-            raise InputValueError(f"checkpoint_every must be a positive integer; got "
-                                  f"{self.checkpoint_every!r}")
         if resume and (self.store is None or self.solver == "penalty"):
             raise InputValueError("resume=True needs the run's store and solver 'fw' or 'pgd'")
         if self.affinity == "precomputed":
-            source = _InputSource(X, precomputed=True, center=False, normalize=False)
+            source = _InputSource(X, precomputed=True, center=False, normalize=False, owner="SymNMF",
+                                  dtype=dtype, nonnegative=True)
         else:
             if _is_precomputed(X):
                 raise InputValueError("X is a BlockMatrix: pass affinity='precomputed' to factor it")
-            source = _InputSource(X, precomputed=False, center=False, normalize=False)
+            source = _InputSource(X, precomputed=False, center=False, normalize=False, owner="SymNMF",
+                                  dtype=dtype)
         n = source.n
         params = self._params(n)
         W0 = self._start(n)
@@ -1025,8 +1130,10 @@ class SymNMF(_Estimator):
             # run continues from its checkpoint, whatever start it was given.
             run_id = _run_id("symnmf", params, source, dtype, self.block_size, solver=self.solver,
                              affinity=self.affinity, bandwidth=self.bandwidth)
-            run_store.check_store(self.store, run_id, overwrite=self.overwrite and not resume,
-                                  resume=resume)
+            self._claim_store(run_id, resume)
+            if resume and self._load_finished():
+                self.labels_ = np.argmax(self.components_, axis=1)
+                return self
             if not resume:
                 _write_run_marker(self.store, "symnmf", run_id, self, source)
             save = _symnmf_checkpointer(self.store)
@@ -1181,6 +1288,17 @@ class Hottopixx(_Estimator):
                       "fit_components", "clean_epochs", "clean_step", "clean_decay", "row_block",
                       "cost_scale", "error_every")
 
+    _parameter_constraints = {
+        "rank": _POSITIVE_INT, "n_epochs": [Options("fast")] + _POSITIVE_INT, "primal_step": _POSITIVE,
+        "dual_step": _POSITIVE, "projection": [Options(*hott_solver.PROJECTIONS)],
+        "selection": [Options(*hott_solver.SELECTIONS)],
+        "cluster_threshold": [Interval(numbers.Real, 0, 1, closed="right")],
+        "fit_components": [Options(*hott_solver.COMPONENT_FITS)],
+        "clean_epochs": [Interval(numbers.Integral, 0, None)], "clean_step": _POSITIVE,
+        "clean_decay": [Interval(numbers.Real, 0, 1, closed="right")], "row_block": _OPTIONAL_POSITIVE_INT,
+        "cost_scale": _POSITIVE, "error_every": _POSITIVE_INT, "callback": [None, "callback"],
+        **_RUN_CONSTRAINTS}
+
     def __init__(self, rank=10, *, n_epochs=50, primal_step=0.1, dual_step=0.01, projection="squish",
                  selection="clusters", cluster_threshold=0.8, fit_components="subgradient",
                  clean_epochs=10, clean_step=1.0, clean_decay=0.6, row_block=None, cost_scale=0.1,
@@ -1210,6 +1328,7 @@ class Hottopixx(_Estimator):
         return hott_solver.HottopixxParams(rank=self.rank, n_epochs=epochs,
                                            **{k: getattr(self, k) for k in self._solver_params})
 
+    @_gated
     def fit(self, X, y=None, *, resume=False):
         """Find the hott rows of X (n_features, n_samples): NumPy, scipy.sparse, dask, a
         Zarr array or a Zarr path.  Returns self."""
@@ -1217,9 +1336,10 @@ class Hottopixx(_Estimator):
             raise InputValueError("Hottopixx has no checkpoints to resume from: fit again")
         start = time.perf_counter()
         params = self._params()
-        shape = getattr(X, "shape", None)
-        if shape is not None and len(shape) == 2:
-            params.validate(int(shape[0]))          # rank and steps, before reading X
+        # The gate: in memory, X is checked whole here (nonnegative, finite, no zero row);
+        # a dask or Zarr X by its metadata here and by content as it is read.
+        X = check_data(X, owner="Hottopixx", sparse=True, nonnegative=True, no_zero_rows=True, min_rows=1)
+        params.validate(int(blocks.input_metadata(X)["shape"][0]))     # rank against f, before reading X
         if self.store is not None:
             _start_run_without_checkpoints(self, "hottopixx", asdict(params), X)
         data = blocks.feature_columns(X, store=self.store)
@@ -1251,21 +1371,12 @@ class Hottopixx(_Estimator):
 ROWS_DISTRIBUTED_MIN = 200_000
 
 
-class _RowChunkEstimator(_Estimator):
+class _RowChunkEstimator(_Clustering, _Estimator):
     """What the K-means estimators on row chunks of X share: validation before X is
     read, the row chunks (here or on the client's workers), labels and the result in
     ``store``."""
 
     _method = None
-
-    def _check_common(self):
-        from .solvers._checks import check_choices, check_ints
-
-        check_ints(self, ["n_clusters"], minimum=2)
-        check_ints(self, ["max_iter", "n_init"])
-        if self.chunk_rows is not None:
-            check_ints(self, ["chunk_rows"])
-        check_choices(self, {"backend": ("auto", "local", "distributed")})
 
     def _row_chunks(self, X, client):
         return blocks.RowChunks(X, chunk_rows=self.chunk_rows, client=client)
@@ -1278,6 +1389,7 @@ class _RowChunkEstimator(_Estimator):
             return _cluster_client()
         return contextlib.nullcontext(None)
 
+    @_gated
     def fit(self, X, y=None, *, resume=False):
         """Cluster the rows of X (n_samples, n_features): NumPy, a Zarr array or a Zarr
         path (read by row chunks).  Returns self."""
@@ -1285,6 +1397,7 @@ class _RowChunkEstimator(_Estimator):
             raise InputValueError(f"{type(self).__name__} keeps no checkpoints to resume from: fit again")
         self._check()
         start = time.perf_counter()
+        X = check_data(X, owner=type(self).__name__, not_constant=True)
         if self.store is not None:
             _start_run_without_checkpoints(self, self._method, _jsonable_params(self.get_params()), X)
         with self._client_context(X) as client, blocks.single_threaded_blas():
@@ -1374,6 +1487,18 @@ class RiemannianKMeans(_RowChunkEstimator):
 
     _method = "riemannian-kmeans"
 
+    _parameter_constraints = {
+        "n_clusters": [Interval(numbers.Integral, 2, None)], "rank": _OPTIONAL_POSITIVE_INT,
+        "mu": [Options("auto"), "array-like"] + _POSITIVE, "n_init": _POSITIVE_INT,
+        "max_iter": _POSITIVE_INT, "tol": _POSITIVE, "lam": _POSITIVE,
+        "kappa_plus": [Interval(numbers.Real, 1, None, closed="neither")],
+        "kappa_minus": [Interval(numbers.Real, 1, None, closed="neither")], "max_inner": _POSITIVE_INT,
+        "lam_rule": [Options("adaptive", "bisection")], "cubic_L": _POSITIVE,
+        "boundary_fraction": [None, Interval(numbers.Real, 0, 1, closed="neither")],
+        "second_order": ["boolean"], "min_eigenvalue": [None, Options("final", "every")],
+        "chunk_rows": _OPTIONAL_POSITIVE_INT, "backend": [Options("auto", "local", "distributed")],
+        "callback": [None, "callback"], **_RUN_CONSTRAINTS}
+
     def __init__(self, n_clusters=8, *, rank=None, mu="auto", n_init=1, max_iter=1000, tol=1e-6, lam=1.0,
                  kappa_plus=1.3, kappa_minus=1.1, max_inner=60, lam_rule="adaptive", cubic_L=1.0,
                  boundary_fraction=0.95, second_order=True, min_eigenvalue=None, chunk_rows=None,
@@ -1401,18 +1526,9 @@ class RiemannianKMeans(_RowChunkEstimator):
         self.callback = callback
 
     def _check(self):
-        from .solvers._checks import check_choices, check_ints, check_numbers
+        """What ``_parameter_constraints`` cannot say: rank against n_clusters, mu's stages."""
+        from .solvers._checks import check_ints
 
-        self._check_common()
-        check_ints(self, ["max_inner"])
-        check_numbers(self, ["tol", "lam", "cubic_L"], positive=True)
-        if not (self.kappa_plus > 1 and self.kappa_minus > 1):
-            raise InputValueError(f"kappa_plus and kappa_minus must be > 1; got {self.kappa_plus!r}, "
-                                  f"{self.kappa_minus!r}")
-        if self.boundary_fraction is not None and not 0 < self.boundary_fraction < 1:
-            raise InputValueError(f"boundary_fraction must be in (0, 1) or None; got {self.boundary_fraction!r}")
-        check_choices(self, {"min_eigenvalue": (None, "final", "every"), "second_order": (True, False),
-                             "lam_rule": ("adaptive", "bisection")})
         if self.rank is not None:
             check_ints(self, ["rank"], minimum=self.n_clusters + 1)
         if not (isinstance(self.mu, str) and self.mu == "auto"):
@@ -1473,6 +1589,13 @@ class NLR(_RowChunkEstimator):
 
     _method = "nlr"
 
+    _parameter_constraints = {
+        "n_clusters": [Interval(numbers.Integral, 2, None)], "rank": _OPTIONAL_POSITIVE_INT,
+        "beta": _POSITIVE, "step": [None] + _POSITIVE, "tol": _POSITIVE, "dual_tol": _POSITIVE,
+        "max_iter": _POSITIVE_INT, "n_init": _POSITIVE_INT, "record_every": _POSITIVE_INT,
+        "chunk_rows": _OPTIONAL_POSITIVE_INT, "backend": [Options("auto", "local", "distributed")],
+        "callback": [None, "callback"], **_RUN_CONSTRAINTS}
+
     def __init__(self, n_clusters=8, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3,
                  max_iter=100000, n_init=1, record_every=10, chunk_rows=None, backend="auto",
                  random_state=None, store=None, overwrite=False, callback=None):
@@ -1493,13 +1616,9 @@ class NLR(_RowChunkEstimator):
         self.callback = callback
 
     def _check(self):
-        from .solvers._checks import check_ints, check_numbers
+        """What ``_parameter_constraints`` cannot say: rank against n_clusters."""
+        from .solvers._checks import check_ints
 
-        self._check_common()
-        check_ints(self, ["record_every"])
-        check_numbers(self, ["beta", "tol", "dual_tol"], positive=True)
-        if self.step is not None:
-            check_numbers(self, ["step"], positive=True)
         if self.rank is not None:
             check_ints(self, ["rank"], minimum=self.n_clusters)
 
@@ -1527,7 +1646,7 @@ class NLR(_RowChunkEstimator):
                 "stop_reason": self.stop_reason_, "n_iter": self.n_iter_, "passes": self.passes_}
 
 
-class BregmanClustering(_Estimator):
+class BregmanClustering(_Clustering, _Estimator):
     """Hard clustering under a Bregman divergence by the convex relaxations of Cheng,
     Zhang and Schuurmans over normalized equivalence matrices M, rounded by spectral
     clustering and re-optimized by Bregman hard clustering (Sec. 6).
@@ -1584,6 +1703,13 @@ class BregmanClustering(_Estimator):
 
     MODELS = ("cond-jc", "cond", "disc", "joint")
 
+    _parameter_constraints = {
+        "n_clusters": [Interval(numbers.Integral, 2, None)], "model": [Options(*MODELS)],
+        "divergence": [Options("euclidean", "logistic", "kl", "itakura-saito"), BregmanDivergence],
+        "alpha": _POSITIVE, "beta": _POSITIVE, "gamma": _POSITIVE, "max_iter": _OPTIONAL_POSITIVE_INT,
+        "tol": [None] + _POSITIVE, "rounding_repeats": _POSITIVE_INT, "chunk_rows": _OPTIONAL_POSITIVE_INT,
+        **_RUN_CONSTRAINTS}
+
     def __init__(self, n_clusters=2, *, model="cond-jc", divergence="euclidean", alpha=1e-5, beta=1e-5,
                  gamma=1e-6, max_iter=None, tol=None, rounding_repeats=10, chunk_rows=None, store=None,
                  overwrite=False, random_state=None):
@@ -1601,21 +1727,15 @@ class BregmanClustering(_Estimator):
         self.overwrite = overwrite
         self.random_state = random_state
 
+    @_gated
     def fit(self, X, y=None, *, resume=False):
         """Cluster the rows of X (points x features, in the divergence's domain; NumPy,
         or for model "cond" also a Zarr array or path read by row chunks).  Returns self."""
         from .solvers import bregman
-        from .solvers._checks import check_choices, check_ints, check_numbers
 
         if resume:
             raise InputValueError("BregmanClustering keeps no checkpoints to resume from: fit again")
         start = time.perf_counter()
-        check_choices(self, {"model": self.MODELS})
-        check_ints(self, ["n_clusters"], minimum=2)
-        check_ints(self, ["rounding_repeats"])
-        if self.chunk_rows is not None:
-            check_ints(self, ["chunk_rows"])
-        check_numbers(self, ["alpha", "beta", "gamma"], positive=True)
         div = bregman.get_divergence(self.divergence)
         d = self.n_clusters
         rng = np.random.default_rng(self.random_state)
@@ -1623,14 +1743,18 @@ class BregmanClustering(_Estimator):
         if chunked and self.model in ("disc", "joint"):
             raise InputValueError(f"X from Zarr is read by row chunks for model='cond' and 'cond-jc' only; "
                                   f"model={self.model!r} needs X in memory (np.asarray(zarr_array[:]))")
+        X = check_data(X, owner="BregmanClustering", min_rows=d, not_constant=True)
+        if isinstance(X, np.ndarray):
+            div.check_domain(X)
         if self.store is not None:
             _start_run_without_checkpoints(self, "bregman", _jsonable_params(self.get_params()), X)
         if chunked and self.model == "cond-jc":
             # cvxCondJC's state is t x t: X (t x n) is read whole, M and Lambda are chunked
             with blocks.RowChunks(X, center=False) as whole:
                 X, chunked = whole.gather(), False
-        max_iter = self.max_iter or {"cond-jc": 1000, "cond": 300, "disc": 100}.get(self.model, 1000)
-        tol = self.tol or (1e-5 if self.model == "cond-jc" else 1e-6)
+        max_iter = self.max_iter if self.max_iter is not None else \
+            {"cond-jc": 1000, "cond": 300, "disc": 100}.get(self.model, 1000)
+        tol = self.tol if self.tol is not None else (1e-5 if self.model == "cond-jc" else 1e-6)
         chunks = None
         if chunked:
             # X stays in Zarr: the relaxation, the rounding's objectives and the
@@ -1699,7 +1823,7 @@ def _start_run_without_checkpoints(est, method, id_params, X):
     and the input) checked against the store's, then the run marker."""
     run_id = hashlib.sha1(json.dumps({"method": method, "params": id_params, "input": _describe_matrix(X)},
                                      sort_keys=True, default=str).encode()).hexdigest()[:16]
-    run_store.check_store(est.store, run_id, overwrite=est.overwrite)
+    est._claim_store(run_id)
     run_store.write_json(est.store, run_store.RUN_MARKER, {
         "method": method, "run_id": run_id,
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -1778,22 +1902,29 @@ def fit(data, method="nomad", **params):
 
 
 def resume(store, **overrides):
-    """Continue the run in ``store`` from its last checkpoint (after a crash or preemption)."""
+    """Continue the run in ``store`` from its last checkpoint (after a crash or preemption)
+    and return the fitted estimator.  A finished run (its result written) is left as it
+    is: the estimator comes back with the stored result's attributes, and nothing is
+    computed or written.  A run that crashed after its last checkpoint but before its
+    result finishes from that checkpoint, to the result an uninterrupted run writes."""
     meta = run_store.read_json(store, run_store.RUN_MARKER)
     if meta is None:
-        raise StoreError(f"store {store!r} holds no dnomad run to resume")
+        raise StoreError(f"store {run_store.redact(str(store))!r} holds no dnomad run to resume")
     params = dict(meta["estimator_params"])
     params.update(overrides)
     params["store"] = store
     params["overwrite"] = False
+    if params.get("dtype") is not None:
+        params["dtype"] = np.dtype(params["dtype"])
+    est = ESTIMATORS[meta["method"]](**params)
+    if est._load_finished():
+        return est
     inp = meta["input"]
     if inp["kind"] == "data":
         X = run_store.read_vector(store, "input/X")
     elif inp["kind"] in ("gram_zarr", "data_zarr") and inp.get("url"):
         X = inp["url"]
     else:
-        raise StoreError(f"the run in {store!r} was given an in-memory matrix; call "
-                         f"dnomad.fit(..., store={store!r}, resume=True) with it again")
-    if params.get("dtype") is not None:
-        params["dtype"] = np.dtype(params["dtype"])
-    return ESTIMATORS[meta["method"]](**params).fit(X, resume=True)
+        raise StoreError(f"the run in {run_store.redact(str(store))!r} was given an in-memory matrix; call "
+                         f"dnomad.fit(..., store=STORE, resume=True) with it again")
+    return est.fit(X, resume=True)

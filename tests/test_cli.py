@@ -9,6 +9,7 @@ import numpy as np
 
 import dnomad
 from dnomad.data import gaussian_blobs
+from stores import unfinish
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -36,6 +37,9 @@ def test_fit_then_resume(tmp_path):
     store = str(tmp_path / "run.zarr")
     run("fit", "--input", str(tmp_path / "X.npy"), "--n-clusters", "3", "--store", store,
         "--params", json.dumps({"max_iter": 500}))
+    out = run("resume", store)
+    assert "finished on" in out.stdout and "nothing to resume" in out.stdout
+    unfinish(store)                         # as a crash after the last checkpoint leaves it
     out = run("resume", store)
     assert "resumed" in out.stdout
     info = json.loads(run("info", "--json", store).stdout)

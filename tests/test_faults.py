@@ -213,3 +213,17 @@ def test_full_or_read_only_store_fails_clearly_and_keeps_the_last_checkpoint(fau
         resumed = dnomad.resume(store)
     Q_ref, _ = reference_Q(X, **kw)
     np.testing.assert_allclose(np.asarray(resumed.Q_), Q_ref, rtol=0, atol=1e-12)
+
+
+def test_full_disk_during_the_out_of_core_first_pass_is_a_store_error(small_filesystem):
+    """The Zarr backend's first pass on a disk with room for the run's record but not for
+    its working matrices: a StoreError naming the store and the pass, not a raw OSError."""
+    X = two_rings(300)[0]
+    store = str(small_filesystem / "run.zarr")
+    free = os.statvfs(small_filesystem).f_bavail * os.statvfs(small_filesystem).f_frsize
+    with open(small_filesystem / "filler", "wb") as f:
+        f.write(b"\0" * (free - 96 * 1024))
+    with pytest.raises(StoreError) as err:
+        dnomad.NOMAD(n_clusters=4, backend="zarr", block_size=100, store=store).fit(X)
+    message = str(err.value)
+    assert "no space left" in message and "of pass" in message and "run.zarr" in message

@@ -1,7 +1,7 @@
 """The engine: n x n matrices as b x b blocks in process memory, worker memory or Zarr,
 and fused passes over them.  Only this package builds task graphs and touches Zarr."""
 from .builders import (as_data_matrix, check_dtype, choose_block_size, from_array, from_zarr,
-                       gaussian_affinity, gram, new_group, prepare_gram_data, zeros_like_layout)
+                       gaussian_affinity, gram, input_metadata, new_group, prepare_gram_data, zeros_like_layout)
 from .columns import (FeatureColumns, SparseColumns, ZarrColumns, blocked_column_order,
                       default_row_block, feature_columns, hottopixx_epoch,
                       squish_columns)
@@ -18,7 +18,7 @@ __all__ = [
     "BACKENDS", "BlockGroup", "BlockLayout", "BlockMatrix", "DataPanels", "FeatureColumns",
     "PassRecord", "RowChunks", "SparseColumns", "ZarrColumns", "as_data_matrix", "blocked_column_order",
     "check_dtype", "choose_block_size", "clip_phi", "device", "default_row_block", "feature_columns",
-    "from_array", "from_zarr", "gaussian_affinity", "gram", "hottopixx_epoch", "label_sums",
+    "from_array", "from_zarr", "gaussian_affinity", "gram", "hottopixx_epoch", "input_metadata", "label_sums",
     "line_search_pass", "matmat", "new_group", "nomad_pass", "prepare_gram_data", "shifted_copy",
     "single_threaded_blas", "squish_columns", "summary", "zeros_like_layout",
 ]

@@ -74,6 +74,44 @@ def new_group(n, *, block_size=None, dtype=np.float32, backend="local", client=N
 
 
 # ------------------------------------------------------------------ data
+def input_metadata(X):
+    """What an input is, without reading its data: ``{"kind", "dtype", "shape"}`` with
+    kind "numpy", "sparse" (scipy.sparse), "zarr" (a Zarr array, or its path or URL:
+    opened read-only for its metadata), "dask", "block_matrix", "array-like" (a list or
+    anything with ``__array__``: dtype and shape None until converted) or
+    "unsupported"."""
+    import os
+
+    if isinstance(X, BlockMatrix):
+        return {"kind": "block_matrix", "dtype": X.dtype, "shape": X.shape}
+    if isinstance(X, np.ndarray):
+        return {"kind": "numpy", "dtype": X.dtype, "shape": X.shape}
+    if isinstance(X, (str, os.PathLike)):
+        import zarr
+
+        from .store import redact
+
+        url = os.fspath(X)
+        try:
+            X = zarr.open_array(store=url, mode="r")
+        except Exception as exc:  # noqa: BLE001 - a missing path, a group, a bad URL: one message
+            raise InputValueError(f"X = {redact(url)!r} is not a readable Zarr array "
+                                  f"({type(exc).__name__}: {redact(str(exc), url)}); give a NumPy array or the "
+                                  f"path or URL of a Zarr array") from None
+        return {"kind": "zarr", "dtype": X.dtype, "shape": X.shape}
+    if type(X).__module__.startswith("zarr") and hasattr(X, "shape") and hasattr(X, "dtype"):
+        return {"kind": "zarr", "dtype": X.dtype, "shape": X.shape}
+    if hasattr(X, "dask") and hasattr(X, "compute"):
+        return {"kind": "dask", "dtype": X.dtype, "shape": X.shape}
+    import scipy.sparse
+
+    if scipy.sparse.issparse(X):
+        return {"kind": "sparse", "dtype": X.dtype, "shape": X.shape}
+    if hasattr(X, "__array__") or isinstance(X, (list, tuple)):
+        return {"kind": "array-like", "dtype": None, "shape": None}
+    return {"kind": "unsupported", "dtype": None, "shape": None}
+
+
 def as_data_matrix(X, name="X"):
     """A finite 2-D float64 NumPy array from numpy, dask, a Zarr array or a Zarr path/URL.
 
@@ -201,10 +239,13 @@ def from_zarr(url, path=None, *, name="D", **group_kw):
     """
     import zarr
 
+    from .store import redact
+
     arr = zarr.open_array(store=str(url), path=path, mode="r") if path else \
         zarr.open_array(store=str(url), mode="r")
     if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
-        raise InputValueError(f"Zarr array at {url!r} must be square n x n; got shape {arr.shape}")
+        raise InputValueError(f"Zarr array at {redact(str(url))!r} must be square n x n; got shape "
+                              f"{arr.shape}")
     n = arr.shape[0]
     group_kw.setdefault("dtype", arr.dtype if arr.dtype in SUPPORTED_DTYPES else np.float32)
     if group_kw.get("block_size") is None and arr.chunks[0] == arr.chunks[1]:
@@ -219,11 +260,12 @@ def from_zarr(url, path=None, *, name="D", **group_kw):
         ri, cj = slice(*layout.bounds(i)), slice(*layout.bounds(j))
         a, b = np.asarray(arr[ri, cj]), np.asarray(arr[cj, ri])
         if not (np.isfinite(a).all() and np.isfinite(b).all()):
-            raise InputValueError(f"Zarr matrix at {url!r} contains NaN or Inf (block {i},{j})")
+            raise InputValueError(f"Zarr matrix at {redact(str(url))!r} contains NaN or Inf (block {i},{j})")
         scale = max(float(np.abs(a).max(initial=0.0)), np.finfo(np.float64).tiny)
         asym = float(np.abs(a - b.T).max(initial=0.0))
         if asym > 1e-6 * scale:
-            raise InputValueError(f"Zarr matrix at {url!r} must be symmetric; blocks ({i},{j}) and "
+            raise InputValueError(f"Zarr matrix at {redact(str(url))!r} must be symmetric; blocks ({i},{j}) "
+                                  f"and "
                                   f"({j},{i})^T differ by up to {asym:.3g} (max entry {scale:.3g})")
     apath = path or ""
     if group.backend == "zarr" and arr.chunks == (layout.block_size, layout.block_size) \

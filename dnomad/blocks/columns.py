@@ -117,7 +117,10 @@ class ZarrColumns:
 
         arr = zarr.open_array(store=str(url), path=path, mode="r")
         if arr.ndim != 2:
-            raise InputValueError(f"Zarr array {path!r} at {url!r} must be 2-D (n x f); got {arr.shape}")
+            from .store import redact
+
+            raise InputValueError(f"Zarr array {path!r} at {redact(str(url))!r} must be 2-D (n x f); got "
+                                  f"{arr.shape}")
         self.url, self.path = str(url), path
         self.n, self.f = arr.shape
         self.chunk = arr.chunks[0]

@@ -38,7 +38,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..errors import InputValueError, StoreError, WorkerLostError
+from ..errors import InputValueError, NotPicklableError, StoreError, WorkerLostError
 from .device import is_device_array, resolve_device, to_device, to_host
 from .layout import BlockLayout
 
@@ -284,7 +284,9 @@ class BlockGroup:
         self.dtype = np.dtype(dtype)
         self.backend = backend
         self.client = client
-        self.store = None if store is None else str(store)
+        # A local path is kept absolute: the matrices stay reachable after a chdir.
+        self.store = None if store is None else str(store) if "://" in str(store) else \
+            os.path.abspath(os.fspath(store))
         self.prefix = prefix
         self.names: list[str] = []
         self.passes = PassLog()
@@ -417,8 +419,19 @@ class BlockGroup:
         ``func`` reads the matrices in ``reads`` from ``bundle`` (a dict name ->
         block) and updates or adds those in ``writes`` in place; it returns a small
         result (a NumPy array or a tuple of them).  Returns the list of results in
-        the order of ``layout.keys``.  One task per block; one gather.
+        the order of ``layout.keys``.  One task per block; one gather.  On the Zarr
+        backend a failed write (a full disk, a store turned read-only) raises a
+        :class:`dnomad.errors.StoreError` naming the store and the pass.
         """
+        if self.backend != "zarr":
+            return self._map_blocks(func, args_for, reads=reads, writes=writes, name=name)
+        from .store import writing
+
+        with writing(self.store, f"the working matrices {sorted(set(writes))} of pass {name!r} (under "
+                     f"{self.prefix}/)", keep="checkpoints already written are intact"):
+            return self._map_blocks(func, args_for, reads=reads, writes=writes, name=name)
+
+    def _map_blocks(self, func, args_for, *, reads, writes, name):
         missing = [n for n in reads if n not in self.names]
         if missing:
             raise InputValueError(f"pass {name!r} reads matrices {missing} that the group does not hold")
@@ -540,11 +553,63 @@ class BlockGroup:
             self._pool.shutdown(wait=False)
             self._pool = None
 
+    # ------------------------------------------------------------ pickling
+    # Members that belong to this process's run (threads, a lock, the task counter, the
+    # cluster's client and actors): left out of a pickle and made afresh on loading.
+    _RUNTIME_MEMBERS = ("_pool", "_lock", "_counter", "_token", "client", "_owner", "_shards",
+                        "_shard_futures")
+
+    def __getstate__(self):
+        """What a pickle keeps: the layout, dtype, names, pass log, and the blocks (local
+        backend, device blocks staged through host memory) or the Zarr arrays' locations
+        (zarr backend: a reference to the store, local paths made absolute; the arrays
+        stay where they are and are reopened on first use).  A group on the distributed
+        backend holds its blocks in the workers' memory and cannot be pickled."""
+        if self.backend == "distributed":
+            raise NotPicklableError(
+                f"a BlockGroup on the distributed backend cannot be pickled: its matrices {self.names} "
+                f"live in the memory of the cluster's workers and end with them.  Bring a matrix into "
+                f"this process first (blocks.from_array(np.asarray(matrix), ...)) or save it to a Zarr "
+                f"store (group.save(names, url, prefix)) and pickle blocks.from_zarr(url, ...) instead")
+        state = {k: v for k, v in self.__dict__.items() if k not in self._RUNTIME_MEMBERS}
+        if self.device == "cuda":
+            state["_bundles"] = {key: {name: to_host(block) for name, block in bundle.items()}
+                                 for key, bundle in self._bundles.items()}
+        if self.backend == "zarr":
+            state["store"] = _absolute_url(self.store)
+            for member in ("_locs", "_spare"):
+                state[member] = {name: (_absolute_url(url), path, gen)
+                                 for name, (url, path, gen) in getattr(self, member).items()}
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.client = None          # a loaded zarr group runs its passes on this process's threads
+        self._owner, self._shards, self._shard_futures = {}, {}, []
+        self._pool = None
+        self._lock = threading.Lock()
+        self._token = uuid.uuid4().hex[:8]
+        self._counter = itertools.count()
+        if self.device == "cuda":
+            self._bundles = {key: {name: to_device(block, "cuda") for name, block in bundle.items()}
+                             for key, bundle in self._bundles.items()}
+        # New generation tokens: no handle cached before the pickle is taken for these arrays.
+        self._locs = {name: (url, path, uuid.uuid4().hex) for name, (url, path, _) in self._locs.items()}
+        self._spare = {name: (url, path, uuid.uuid4().hex) for name, (url, path, _) in self._spare.items()}
+
     def worker_peak_memory(self):
         """Peak resident bytes of each worker process (or of this process), as a dict."""
         if self.client is not None:
             return self.client.run(_worker_peak_rss)
         return {"local": _worker_peak_rss()}
+
+
+def _absolute_url(url):
+    """A local store path made absolute (a pickle may be loaded from another directory);
+    an fsspec URL (``s3://...``, ``file://...``) as it is."""
+    if url is None or "://" in url:
+        return url
+    return os.path.abspath(url)
 
 
 def wait_for_actors(client, shards, make_calls, holding):
@@ -608,6 +673,9 @@ def _load_blocks(key, src, layout, dtype):
     for name, loc in src.items():
         block = _zarr_read(*loc, key, layout)
         if block.dtype != dtype:
-            raise StoreError(f"array {loc[1]!r} in {loc[0]!r} has dtype {block.dtype}, expected {dtype}")
+            from .store import redact
+
+            raise StoreError(f"array {loc[1]!r} in {redact(loc[0])!r} has dtype {block.dtype}, expected "
+                             f"{dtype}")
         out[name] = block
     return out

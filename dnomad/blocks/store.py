@@ -21,6 +21,7 @@ import errno
 import json
 import os
 import re
+import threading
 
 import numpy as np
 
@@ -44,17 +45,13 @@ def check_store(url, run_id, *, overwrite=False, resume=False):
     url = str(url)
     shown = redact(url)
     if "://" not in url:
-        parent = os.path.dirname(os.path.abspath(url)) or "."
-        target = url if os.path.exists(url) else parent
-        if not os.path.isdir(target) and not os.path.exists(url):
-            raise StoreError(f"store {shown!r}: parent directory {parent!r} does not exist")
-        if not os.access(target, os.W_OK):
-            raise StoreError(f"store {shown!r} is not writable (no write permission on {target!r}); "
-                             f"choose another path")
+        _check_local_store_path(url)
     try:
         g = _group(url, mode="a")
     except Exception as exc:  # noqa: BLE001 - any backend error means unusable
-        raise StoreError(f"store {shown!r} cannot be opened for writing: {redact(str(exc))}") from exc
+        # "from None": the chained backend error may quote the credentials (botocore's
+        # 'Invalid bucket name "user:pass"'); its text, redacted, is in the message.
+        raise StoreError(f"store {shown!r} cannot be opened for writing: {redact(str(exc), url)}") from None
     attrs = dict(g.attrs)
     existing = attrs.get(RUN_MARKER)
     if existing is not None and not overwrite:
@@ -70,13 +67,100 @@ def check_store(url, run_id, *, overwrite=False, resume=False):
     return g
 
 
-# user:password@ in a URL (fsspec accepts credentials there): never written to a store.
-_URL_USERINFO = re.compile(r"([a-zA-Z][\w+.-]*://)[^/@\s]+@")
+def _check_local_store_path(url):
+    """A local store's parent directory exists and the store (or its parent) is writable."""
+    shown = redact(url)
+    parent = os.path.dirname(os.path.abspath(url)) or "."
+    target = url if os.path.exists(url) else parent
+    if not os.path.isdir(target) and not os.path.exists(url):
+        raise StoreError(f"store {shown!r}: parent directory {parent!r} does not exist")
+    if not os.access(target, os.W_OK):
+        raise StoreError(f"store {shown!r} is not writable (no write permission on {target!r}); "
+                         f"choose another path")
 
 
-def redact(text):
-    """``text`` with the credentials of any URL in it removed."""
-    return _URL_USERINFO.sub(r"\1", text)
+# user:password@ in a URL (fsspec accepts credentials there): never written to a store,
+# never printed.  The rule, for each ``scheme://`` and the text after it up to the next
+# whitespace (a URL has none; a quote or a comma does not end it, so that a password
+# holding one is still caught):
+#   - user:password (a ':' before the first '/'): the userinfo ends at the LAST '@'.  RFC
+#     3986 ends it at the last '@' of the authority, but people do not percent-encode their
+#     passwords, and a raw '/' in one (AWS secrets hold '/') makes the authority's end
+#     unknowable: in s3://AKIA:se@cr/et@bucket/key the text cannot say whether the host is
+#     "cr" or "bucket".  Erring towards removing too much only shortens a shown URL;
+#     erring the other way prints a secret.  So s3://u:pw@bucket/k@v2 shows as s3://v2.
+#   - otherwise (a user or token alone, https://TOKEN@host/...): the userinfo ends at the
+#     last '@' before the first '/', so that a path holding '@' (s3://bucket/model@v2.zarr)
+#     is kept whole.
+# Third-party errors quote pieces of such a URL outside any URL (botocore: 'Invalid
+# bucket name "AKIA:se@cr"', s3fs taking what precedes the first '/' as the bucket), so
+# every userinfo redact() has removed is remembered (in this process only) and its
+# pieces are scrubbed from every later text too (_scrub).
+_URL_USERINFO = re.compile(r"[a-zA-Z][\w+.-]*://")
+_WHITESPACE = re.compile(r"\s")
+_SEPARATORS = re.compile(r"[@:/]")
+_REDACTED = "***"
+_SECRETS = set()                  # pieces of the userinfos seen, each of 3 characters or more
+_SECRETS_LOCK = threading.Lock()
+
+
+def _userinfo_end(rest):
+    """The index of the '@' that ends the userinfo at the start of ``rest`` (the text
+    after ``scheme://``, up to whitespace), or -1 when it has none."""
+    slash = rest.find("/")
+    head = rest if slash < 0 else rest[:slash]
+    return rest.rfind("@") if ":" in head else head.rfind("@")
+
+
+def _remember(userinfo):
+    """Keep the pieces of ``userinfo`` that another tool may quote: each run of it from
+    its start or a separator ('@', ':', '/') to its end or a separator (the whole, the
+    password, "AKIA:se@cr" as a bucket name, ...) that holds some of the password (all
+    of a lone user or token), 3 characters or more, and their percent-encoded forms.
+    A user name alone ("admin") is not scrubbed from every text: it would garble paths."""
+    from urllib.parse import quote
+
+    colon = userinfo.find(":")
+    cuts = [0] + [m.start() for m in _SEPARATORS.finditer(userinfo)] + [len(userinfo)]
+    pieces = set()
+    for i in cuts:
+        for j in cuts:
+            piece = userinfo[i + (i > 0):j]
+            if len(piece) >= 3 and j > max(colon, 0):
+                pieces.update({piece, quote(piece, safe=""), quote(piece)})
+    with _SECRETS_LOCK:
+        _SECRETS.update(pieces)
+
+
+def _scrub(text):
+    with _SECRETS_LOCK:
+        pieces = sorted(_SECRETS, key=len, reverse=True)
+    for piece in pieces:
+        if piece in text:
+            text = text.replace(piece, _REDACTED)
+    return text
+
+
+def redact(text, *urls):
+    """``text`` with the userinfo (``user:password@``) of every URL in it removed, and
+    every piece of a password seen by ``redact`` in this process (in ``text``, in
+    ``urls`` or before) replaced by ``***`` wherever it appears: the error of a tool that
+    quotes a URL's bucket string holding a password is shown without it."""
+    text = str(text)
+    for url in urls:
+        redact(str(url))
+    out, pos = [], 0
+    while (m := _URL_USERINFO.search(text, pos)) is not None:
+        end = _WHITESPACE.search(text, m.end())
+        rest = text[m.end():end.start() if end else len(text)]
+        at = _userinfo_end(rest)
+        out.append(text[pos:m.end()])
+        pos = m.end()
+        if at >= 0:
+            _remember(rest[:at])
+            pos += at + 1
+    out.append(text[pos:])
+    return _scrub("".join(out))
 
 
 def _redacted(obj):
@@ -172,7 +256,8 @@ def writing(url, what, *, keep=None):
     except OSError as exc:
         reason = _STORE_ERRNOS.get(exc.errno, exc.strerror or str(exc))
         tail = f"; {keep}" if keep else ""
-        raise StoreError(f"store {redact(str(url))!r}: writing {what} failed ({reason}: {exc}){tail}") from exc
+        raise StoreError(f"store {redact(str(url))!r}: writing {what} failed ({reason}: "
+                         f"{redact(str(exc), str(url))}){tail}") from exc
 
 
 class Checkpoints:
@@ -224,3 +309,115 @@ def _jsonable(o):
     if isinstance(o, np.ndarray):
         return o.tolist()
     return str(o)
+
+
+# ------------------------------------------------------------------ claiming a store
+class StoreLock:
+    """An exclusive claim on a local store: ``<store>.lock`` beside it (not inside, where
+    ``overwrite`` would wipe it), locked with ``flock`` for as long as the run holds the
+    store, holding the holder's pid, host and start time.  The kernel drops the lock when
+    its process dies, so a crash leaves no stale claim.  A store given by URL
+    (``s3://...``) has no lock file: object stores offer no exclusive create here, so two
+    runs on one URL are not kept apart (a run's marker still names the run)."""
+
+    def __init__(self, url):
+        url = os.fspath(url)
+        self.url = url
+        self.path = None if "://" in url else os.path.abspath(url).rstrip(os.sep) + ".lock"
+        self._fd = None
+
+    def acquire(self):
+        if self.path is None:
+            return self
+        import fcntl
+        import platform
+        import time
+
+        while True:
+            try:
+                # Read-only: the lock is the flock, not the file's content, and a file open for
+                # writing would keep its file system from being remounted read-only.
+                fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise StoreError(f"store {redact(self.url)!r}: its lock file {self.path!r} cannot be "
+                                 f"created ({exc.strerror}); the store's directory must be writable") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 4096).decode(errors="replace")
+                os.close(fd)
+                try:
+                    who = json.loads(holder)
+                    who = f"process {who['pid']} on {who['host']} since {who['since']}"
+                except (ValueError, KeyError, TypeError):
+                    who = "another process"
+                raise StoreError(f"store {redact(self.url)!r} is in use by {who} (lock {self.path!r}); wait "
+                                 f"for that run to end, or give another store") from None
+            # The holder before us unlinks the file as it releases: make sure the lock we
+            # hold is on the file that is at the path now, else try again.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        # Who holds it, for the next claimant's message (written through another open file:
+        # closing it keeps the flock, which belongs to ``fd``'s open file description).
+        with open(self.path, "w") as f:
+            json.dump({"pid": os.getpid(), "host": platform.node(),
+                       "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, f)
+        self._fd = fd
+        return self
+
+    def release(self):
+        if self._fd is None:
+            return
+        import fcntl
+
+        try:
+            os.unlink(self.path)
+        except OSError:          # gone, or its file system turned read-only: unlocked all the same
+            pass
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+
+def _local_path(url):
+    return None if "://" in os.fspath(url) else os.path.abspath(os.fspath(url))
+
+
+def claim(url, run_id, *, overwrite=False, resume=False):
+    """Claim ``url`` for a run: check that it can be written (parent directory, write
+    access), take its :class:`StoreLock`, then :func:`check_store` under the lock.  Returns
+    ``(lock, created)``, ``created`` true when the store did not exist before (so that a
+    run refused before writing anything can leave no store behind: :func:`abandon`)."""
+    path = _local_path(url)
+    if path is not None:
+        _check_local_store_path(str(url))
+    created = path is not None and not os.path.exists(path)
+    lock = StoreLock(url).acquire()
+    try:
+        check_store(url, run_id, overwrite=overwrite, resume=resume)
+    except BaseException:
+        lock.release()
+        raise
+    return lock, created
+
+
+def abandon(url, created):
+    """Undo the claim of a run refused before it wrote a checkpoint or a result: the
+    store is removed if this run created it, else emptied (it was empty, or its old run
+    had been overwritten).  Never touches a store holding a checkpoint or a result."""
+    g = _group(url, mode="r")
+    attrs = dict(g.attrs)
+    if "result" in attrs or any(k.endswith("_checkpoint") or "_checkpoint_" in k for k in attrs):
+        return
+    path = _local_path(url)
+    if created and path is not None:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        _group(url, mode="w")

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import InputValueError
+from ..errors import InputValueError, warn_convergence
 from ._checks import check_choices, check_ints, check_numbers
 
 logger = logging.getLogger(__name__)
@@ -58,7 +58,8 @@ def symnmf_admm(matmat, n, rank, *, W0=None, sigma=1.0, eta=1.0, max_iter=1000, 
         Gamma <- Gamma - eta sigma (W - H)
 
     (the paper's (31c) prints the multiplier step with the opposite sign of its (30);
-    this is the ascent step for (30)).  Stops when ||W - H||_F <= tol ||W||_F.  The
+    this is the ascent step for (30)).  Stops when ||W - H||_F <= tol ||W||_F (at
+    ``max_iter`` with a ConvergenceWarning).  The
     start is |N(0, s^2)| with s^2 = ``scale`` / rank, ``scale`` the mean entry of A
     if not given (estimated as 1^T A 1 / n^2).  Costs two products A W per iteration.
     """
@@ -77,7 +78,7 @@ def symnmf_admm(matmat, n, rank, *, W0=None, sigma=1.0, eta=1.0, max_iter=1000, 
     W = H
     Gamma = np.zeros_like(H)
     eye = sigma * np.eye(rank)
-    history, converged = [], False
+    history, converged, stopped = [], False, False
     t0 = time.perf_counter()
     for it in range(1, max_iter + 1):
         W = np.maximum(np.linalg.solve(H.T @ H + eye, (matmat(H) + sigma * H - Gamma).T).T, 0)
@@ -86,10 +87,14 @@ def symnmf_admm(matmat, n, rank, *, W0=None, sigma=1.0, eta=1.0, max_iter=1000, 
         gap = np.linalg.norm(W - H) / max(np.linalg.norm(W), 1e-300)
         history.append({"iteration": it, "split_gap": float(gap), "seconds": time.perf_counter() - t0})
         if callback is not None and callback(dict(history[-1])) is True:
+            stopped = True
             break
         if gap <= tol:
             converged = True
             break
+    if not (converged or stopped) and history and tol > 0:
+        warn_convergence(f"symmetric NMF (ADMM) stopped at max_iter={max_iter} before meeting its tolerance: "
+                         f"last ||W - H||_F / ||W||_F {history[-1]['split_gap']:.3g} > tol {tol:g}")
     return AdmmResult(W=W, n_iter=len(history), history=history, converged=converged)
 
 
@@ -163,7 +168,8 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
     The start Y0 defaults to symmetric NMF of D at rank r by ADMM (App. E), clipped to
     [0, 1].  Stops when Y changes by less than ``tol`` (relative) between outer steps
     with the constraints met within ``feasibility_tol`` ("tolerance"), or at
-    ``max_iter`` ("max_iter"), or when ``callback`` returns True ("callback").
+    ``max_iter`` ("max_iter", with a ConvergenceWarning), or when ``callback`` returns
+    True ("callback").
     History rows: iteration, objective Tr(D Y Y^T), lagrangian, row_sum_violation,
     trace_violation, change, inner_iterations, matmats, seconds.
 
@@ -211,13 +217,19 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
 
     history = [] if state is None else list(state["history"])
     stop_reason = "max_iter"
+    end = params.max_iter
+    if state is not None and state.get("stop_reason") in ("tolerance", "callback"):
+        # Saved when the run stopped (a crash came before its result was written): finish
+        # from it as the uninterrupted run did.
+        stop_reason, end = state["stop_reason"], len(history)
     t0 = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
 
-    def save():
+    def save(final):
         if checkpoint is not None:
-            checkpoint({"Y": Y, "mu": mu, "lam": lam, "history": history, "matmats": matmats[0]})
+            checkpoint({"Y": Y, "mu": mu, "lam": lam, "history": history, "matmats": matmats[0],
+                        "stop_reason": stop_reason if final else None})
 
-    for it in range(len(history) + 1, params.max_iter + 1):
+    for it in range(len(history) + 1, end + 1):
         Y_prev = Y
         res = minimize(fun, Y.ravel(), args=(mu, lam), jac=True, method="L-BFGS-B",
                        bounds=Bounds(0.0, 1.0),
@@ -242,10 +254,18 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
             stop_reason = "tolerance"
         elif callback is not None and callback(dict(history[-1])) is True:
             stop_reason = "callback"
-        if stop_reason != "max_iter" or it == params.max_iter or it % checkpoint_every == 0:
-            save()
+        final = stop_reason != "max_iter" or it == params.max_iter
+        if final or it % checkpoint_every == 0:
+            save(final)
         if stop_reason != "max_iter":
             break
+    if stop_reason == "max_iter" and history:
+        last = history[-1]
+        violation = max(last["row_sum_violation"], last["trace_violation"])
+        warn_convergence(f"NOMAD (Burer-Monteiro, K={params.n_clusters}) stopped at max_iter={params.max_iter} "
+                         f"before meeting its tolerances: last relative change of Y {last['change']:.3g} "
+                         f"(tol {params.tol:g}), constraint violation {violation:.3g} "
+                         f"(feasibility_tol {params.feasibility_tol:g})")
     return NomadResult(Q=LowRankGram(Y), history=history, n_iter=len(history), stop_reason=stop_reason,
                        params=params, converged=stop_reason == "tolerance", solver="bm", Y=Y, mu=mu,
                        lam=lam, matmats=matmats[0])

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from ..errors import InputValueError
+from ..errors import InputValueError, warn_convergence
 
 
 class NLRResult:
@@ -45,8 +45,9 @@ def nlr(data, K, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3, ma
     augmented term's 2 beta ||U^T 1||^2 = 2 beta n).  ``U0``: a nonnegative n x r start
     (projected); default |N(0, 1)| entries, projected, as the authors'.  Stops when the
     relative change and the infeasibility are both below ``tol`` ("tolerance"), after
-    ``max_iter`` iterations ("max_iter"), or when ``callback(row, current_u)`` returns
-    True (``current_u()`` gathers U after the iteration; its time is left out).
+    ``max_iter`` iterations ("max_iter", with a ConvergenceWarning), or when
+    ``callback(row, current_u)`` returns True (``current_u()`` gathers U after the
+    iteration; its time is left out).
     """
     n = data.n
     if not (isinstance(K, (int, np.integer)) and not isinstance(K, bool) and K >= 2):
@@ -108,6 +109,11 @@ def nlr(data, K, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3, ma
             stop = "tolerance"
             break
         dual_next = change < dual_tol
+    if stop == "max_iter":
+        last = history[-1]
+        warn_convergence(f"NLR stopped at max_iter={max_iter} before meeting its tolerance: last relative "
+                         f"change {last['change']:.3g} and infeasibility {last['infeasibility']:.3g} "
+                         f"(both must fall below tol {tol:g})")
     U = scale * data.get("W")
     data.drop("W")
     data.drop("y")

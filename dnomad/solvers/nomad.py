@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -35,7 +34,7 @@ import numpy as np
 from .. import blocks
 from ..blocks import store as run_store
 from ..blocks.device import to_device, to_host
-from ..errors import ConvergenceWarning, InputValueError
+from ..errors import InputValueError, warn_convergence
 from ..linalg import extreme_eigenvector
 from ._checks import check_choices, check_ints
 
@@ -301,17 +300,25 @@ def _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key):
         penalty, tau = ck["penalty_value"], ck["tau_value"]
         v = to_device(run_store.read_vector(store, f"{ck['prefix']}/v"), group.device) if ck["has_v"] else None
         gram_p = ck.get("gram_inner_p")
+        final = ck.get("stop_reason")
         logger.info("resuming NOMAD from outer iteration %d", start_t)
     else:
         penalty, tau = resolve_penalty(params, group, data)
         blocks.zeros_like_layout(group, ["P", "Gamma"])
+        final = None
     logger.info("NOMAD penalty gamma = %.4g, multiplier step tau = %.4g", penalty, tau)
 
     stop_reason, converged = "max_iter", False
+    end_t = params.max_iter
+    if final in ("tolerance", "callback"):
+        # The checkpoint is the run's last state: it stopped there (a crash came before
+        # its result was written).  Finish from it, as the uninterrupted run did; a run
+        # that stopped at max_iter goes on when resumed with a larger max_iter.
+        stop_reason, converged, end_t = final, final == "tolerance", start_t
     prev_obj = history[-1]["objective"] if history else None
     gram = _FactoredGram(data, group, ones, gram_p) if data is not None else None
     matvec = (lambda x: blocks.matmat(group, "G", x)) if gram is None else gram.gradient_matvec
-    for t in range(start_t, params.max_iter):
+    for t in range(start_t, end_t):
         t0 = time.perf_counter()
         rec0 = group.passes.mark()
         gamma = _penalty(penalty, params, t)
@@ -341,15 +348,14 @@ def _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key):
         prev_obj = history[-1]["objective"]
         if callback is not None and callback(dict(history[-1])) is True and not converged:
             stop_reason = "callback"
-        if store is not None and ((t + 1) % params.checkpoint_every == 0 or stop_reason != "max_iter"):
+        last = stop_reason != "max_iter" or t + 1 == params.max_iter
+        if store is not None and ((t + 1) % params.checkpoint_every == 0 or last):
             _checkpoint(group, store, checkpoint_key, t + 1, k_total, v, history, params, penalty, tau,
-                        gram.inner_p if gram is not None else None)
+                        gram.inner_p if gram is not None else None, stop_reason if last else None)
         if stop_reason != "max_iter":
             break
-    if not converged and stop_reason == "max_iter":
-        warnings.warn(f"NOMAD stopped at max_iter={params.max_iter} before meeting the tolerances "
-                      f"(last: rmse_neg={history[-1]['rmse_neg']:.3g}, max_violation="
-                      f"{history[-1]['max_violation']:.3g})", ConvergenceWarning, stacklevel=2)
+    if not converged and stop_reason == "max_iter" and history:
+        _warn_max_iter(history, params)
     # G is the solver's scratch: freed before Q takes its place (on one GPU, P, Gamma,
     # G and Q of n = 70,000 would not fit together).
     group.drop(["G"])
@@ -405,6 +411,19 @@ def _append_history(history, row, t, fw_gap, eig_matvecs, group, rec0, t0):
                 row["fw_gap"], row["eig_matvecs"], row["seconds"])
 
 
+def _warn_max_iter(history, params):
+    """ConvergenceWarning for a run that reached max_iter: each stopping quantity of the
+    last outer iteration against its tolerance (see :func:`_check_stop`)."""
+    row = history[-1]
+    change = (abs(row["objective"] - history[-2]["objective"]) / max(abs(row["objective"]), 1e-300)
+              if len(history) > 1 else float("nan"))
+    warn_convergence(f"NOMAD (conditional gradient, K={params.n_clusters}) stopped at max_iter={params.max_iter} "
+                     f"before meeting its tolerances: last rmse_neg {row['rmse_neg']:.3g} "
+                     f"(rmse_tol {params.rmse_tol:g}), max_violation {row['max_violation']:.3g} "
+                     f"(min_tol {params.min_tol:g}), relative objective change {change:.3g} "
+                     f"(objective_tol {params.objective_tol:g}); raise max_iter or loosen the tolerances")
+
+
 def _check_stop(row, prev_obj, params):
     feasible = row["rmse_neg"] <= params.rmse_tol and row["max_violation"] <= params.min_tol
     if prev_obj is None:
@@ -415,10 +434,12 @@ def _check_stop(row, prev_obj, params):
     return "max_iter", False
 
 
-def _checkpoint(group, store, key, t, k_total, v, history, params, penalty, tau, gram_p):
+def _checkpoint(group, store, key, t, k_total, v, history, params, penalty, tau, gram_p, stop_reason):
+    """Checkpoint P, Gamma, v and the history; ``stop_reason`` is set on the run's last
+    checkpoint (None before), so that a resume after it finishes instead of iterating on."""
     record = {"iteration": int(t), "k_total": int(k_total), "has_v": v is not None,
               "params": asdict(params), "penalty_value": penalty, "tau_value": tau,
-              "gram_inner_p": gram_p}
+              "gram_inner_p": gram_p, "stop_reason": stop_reason}
     with run_store.Checkpoints(store, key).write(record, history) as prefix:
         group.save(["P", "Gamma"], store, prefix)
         if v is not None:

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from ..errors import InputValueError
+from ..errors import InputValueError, warn_convergence
 from ._rounding import kmeans_rows
 
 
@@ -654,9 +654,14 @@ class NewtonResult:
         return self.manifold.phi(self.point)
 
 
-def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, max_iter=1000,
-                      max_inner=60, gtol=1e-6, boundary_fraction=0.95, second_order=True,
-                      lam_rule="adaptive", cubic_L=1.0, min_eigenvalue=None, callback=None):
+# riemannian_newton's defaults, which riemannian_kmeans's ConvergenceWarning also reports.
+_NEWTON_MAX_ITER = 1000
+_NEWTON_GTOL = 1e-6
+
+
+def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, max_iter=_NEWTON_MAX_ITER,
+                      max_inner=60, gtol=_NEWTON_GTOL, boundary_fraction=0.95, second_order=True,
+                      lam_rule="adaptive", cubic_L=1.0, min_eigenvalue=None, callback=None, warn=True):
     """Alg. 1 (App. G): regularized Riemannian Newton steps (H + lam I) p = -g on the
     tangent space (App. E, :meth:`KMeansProblem.solve`), retracted; a step is taken when
     it lowers the cost (then lam /= kappa_minus), else lam *= kappa_plus and the step is
@@ -694,6 +699,8 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
     tries) or "callback": ``callback(row, current_u)`` returned True (``current_u()``
     gathers the iterate's U; the callback's time is left out of ``seconds``).  History rows: iteration,
     loss, grad_norm, lam, inner (tries), seconds, passes (over X, from the start).
+    A stop at "max_iter" with ``gtol`` > 0 warns :class:`dnomad.errors.ConvergenceWarning`
+    unless ``warn`` is False (:func:`riemannian_kmeans` warns once for all its runs).
     """
     import time
 
@@ -767,12 +774,25 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
         else:
             stop = "stalled"
             break
+    if warn and stop == "max_iter" and gtol > 0:
+        warn_convergence(f"Riemannian Newton (mu={problem.mu:g}) stopped at max_iter={max_iter} before "
+                         f"meeting its tolerance: {_max_iter_residual(history[-1], gtol, second_order)}")
     final_eig = problem.min_eigenvalue(it)[0] if min_eigenvalue in ("final", "every") else None
     V, Q = problem.point(it)
     return NewtonResult(V, Q, M, history=history, stop_reason=stop, n_iter=history[-1]["iteration"],
                         cost=it.cost, grad_norm=history[-1]["grad_norm"], min_eigenvalue=final_eig,
                         curvature_steps=escapes, passes=data.passes - passes0,
                         seconds=time.perf_counter() - t0)
+
+
+def _max_iter_residual(row, gtol, second_order):
+    """The last gradient norm against the tolerance (or, below it, the curvature test
+    that failed), for a ConvergenceWarning."""
+    if row["grad_norm"] > gtol:
+        return f"last grad_norm {row['grad_norm']:.3g} > tol {gtol:g}"
+    return (f"last grad_norm {row['grad_norm']:.3g} <= tol {gtol:g}, but the Hessian has an eigenvalue "
+            f"below -sqrt(tol) = {-math.sqrt(gtol):.3g}" if second_order else
+            f"last grad_norm {row['grad_norm']:.3g}, tol {gtol:g}")
 
 
 def _cubic_lam(problem, it, L, lam0, rtol=1e-2, max_solves=80):
@@ -890,26 +910,39 @@ def riemannian_kmeans(data, K, *, rank=None, mu="auto", n_init=1, random_state=N
     the lowest final cost wins.  Returns its :class:`NewtonResult` with ``history``
     rows tagged by ``init`` and ``stage`` (and ``mu``), ``mu`` (the final barrier
     weight), ``labels`` (Lemma 1), ``costs`` (every start's final cost) and the passes
-    over X of all runs."""
+    over X of all runs.  Runs (a start's stage) that stop at ``max_iter`` are reported
+    in one ConvergenceWarning."""
     r = K + 1 if rank is None else rank
     manifold = KMeansManifold(data.n, r, K)
     if not (isinstance(n_init, (int, np.integer)) and not isinstance(n_init, bool) and n_init >= 1):
         raise InputValueError(f"n_init must be an integer >= 1; got {n_init!r}")
     mus = mu_schedule(mu, data, manifold)
     rng = np.random.default_rng(random_state)
-    best, costs, passes = None, [], 0
+    best, costs, passes, capped = None, [], 0, []
     for init in range(n_init):
         x = random_start(manifold, rng)
         history = []
         for stage, mu_stage in enumerate(mus):
-            res = riemannian_newton(KMeansProblem(manifold, data, mu_stage), x, **newton)
+            res = riemannian_newton(KMeansProblem(manifold, data, mu_stage), x, **newton, warn=False)
             history += [dict(row, init=init, stage=stage, mu=mu_stage) for row in res.history]
             passes += res.passes
+            if res.stop_reason == "max_iter":
+                capped.append((init, stage, mu_stage, res.history[-1]))
             x = res.point
         res.history = history
         costs.append(res.cost)
         if best is None or res.cost < best.cost:
             best = res
+    gtol = newton.get("gtol", _NEWTON_GTOL)
+    if capped and gtol > 0:
+        max_iter = newton.get("max_iter", _NEWTON_MAX_ITER)
+        second_order = newton.get("second_order", True)
+        runs = "; ".join(f"start {init}, stage {stage + 1} of {len(mus)} (mu={mu_stage:g}): "
+                         f"{_max_iter_residual(row, gtol, second_order)}"
+                         for init, stage, mu_stage, row in capped[:5])
+        more = f"; and {len(capped) - 5} more" if len(capped) > 5 else ""
+        warn_convergence(f"Riemannian K-means stopped at max_iter={max_iter} before meeting its tolerance "
+                         f"in {len(capped)} of {n_init * len(mus)} Newton runs: {runs}{more}")
     best.mu, best.costs, best.passes = mus[-1], costs, passes
     best.labels = labels_from_u(best.U, K)
     return best

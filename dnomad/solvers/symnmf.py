@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ConvergenceWarning, InputValueError
+from ..errors import InputValueError, warn_convergence
 from ..linalg import top_eigenvectors
 from ._checks import check_choices, check_count, check_ints, check_numbers
 
@@ -245,16 +244,36 @@ def _resumed_state(resume, n, k):
     return W, M, int(resume["iteration"]), history
 
 
+def _resumed_callback(resume, callback):
+    """The callback of a resumed run.  The final checkpoint holds the last iterate with its
+    history row taken back, so a resumed run recomputes that row and meets the same stop
+    (tolerance, objective, max_iter) there, bit for bit; a stop by the callback, which
+    is not saved, is replayed from the checkpoint's ``stop_reason``."""
+    if resume is not None and resume.get("stop_reason") == "callback":
+        return lambda row: True
+    return callback
+
+
 def checkpoint_state(W, M, iteration, history, passes, **extra):
     """What a run needs to continue: the iterate, M = P W, the next iteration, the history."""
     return dict(W=W, M=M, iteration=int(iteration), history=history, passes=int(passes), **extra)
 
 
-def _finish_warn(method, params, stop_reason, last):
-    if stop_reason == "max_iter" and (params.tol > 0 if params.stop_rule == "gap" else True):
-        warnings.warn(f"{method} stopped at max_iter={params.max_iter} before meeting its tolerance "
-                      f"(last gap {last.get('gap', float('nan')):.3g}, objective "
-                      f"{last['objective']:.6g})", ConvergenceWarning, stacklevel=3)
+def _finish_warn(method, params, stop_reason, history, fro2):
+    """ConvergenceWarning for a run that reached max_iter with a tolerance to meet: the
+    last value of the stopping rule's quantity against its tolerance (see :func:`_record`)."""
+    tol = params.tol if params.stop_rule == "gap" else params.objective_tol
+    if stop_reason != "max_iter" or not tol > 0:       # tol = 0 asks for max_iter iterations
+        return
+    last = history[-1]
+    if params.stop_rule == "gap":
+        residual = (f"last FW gap {last.get('gap', float('nan')):.3g} > tol * ||P||_F^2 = "
+                    f"{params.tol * fro2:.3g} (tol {params.tol:g})")
+    else:
+        change = abs(last["objective"] - history[-2]["objective"]) if len(history) > 1 else float("nan")
+        residual = (f"last objective change {change:.3g} >= objective_tol {params.objective_tol:g}")
+    warn_convergence(f"SymNMF ({method}) stopped at max_iter={params.max_iter} before meeting its "
+                     f"tolerance: {residual}; objective {last['objective']:.6g}")
 
 
 # ------------------------------------------------------------------ Frank-Wolfe
@@ -301,6 +320,7 @@ def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=No
     """
     n, k = P.shape[0], params.n_components
     clock = _Clock(resume)
+    callback = _resumed_callback(resume, callback)
     curvature = None
     extra = {}
     if params.step_rule == "paper":
@@ -348,8 +368,8 @@ def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=No
     if checkpoint is not None:
         # The final iterate, with the row for it taken back: resuming with a larger
         # max_iter recomputes that row and goes on.
-        checkpoint(checkpoint_state(W, M, last["iteration"], history[:-1], clock.passes, **extra))
-    _finish_warn("Frank-Wolfe", params, stop_reason, last)
+        checkpoint(checkpoint_state(W, M, last["iteration"], history[:-1], clock.passes, stop_reason=stop_reason, **extra))
+    _finish_warn("Frank-Wolfe", params, stop_reason, history, fro2)
     return SymNMFResult(W=W, history=history, n_iter=len(history) - 1, stop_reason=stop_reason,
                         converged=stop_reason in ("tolerance", "objective"),
                         objective=last["objective"], gap=last["gap"], passes=clock.passes,
@@ -371,6 +391,7 @@ def projected_gradient(P, W0, params: SymNMFParams, *, fro2, callback=None, resu
     """
     n, k = P.shape[0], params.n_components
     clock = _Clock(resume)
+    callback = _resumed_callback(resume, callback)
     if resume is not None:
         W, M, first, history = _resumed_state(resume, n, k)
         prev_obj = history[-1]["objective"] if history else None
@@ -409,8 +430,8 @@ def projected_gradient(P, W0, params: SymNMFParams, *, fro2, callback=None, resu
         W, M, f = Wn, Mn, fn
     last = history[-1]
     if checkpoint is not None:
-        checkpoint(checkpoint_state(W, M, last["iteration"], history[:-1], clock.passes, eta=eta))
-    _finish_warn("projected gradient", params, stop_reason, last)
+        checkpoint(checkpoint_state(W, M, last["iteration"], history[:-1], clock.passes, stop_reason=stop_reason, eta=eta))
+    _finish_warn("projected gradient", params, stop_reason, history, fro2)
     return SymNMFResult(W=W, history=history, n_iter=len(history) - 1, stop_reason=stop_reason,
                         converged=stop_reason in ("tolerance", "objective"),
                         objective=last["objective"], gap=last["gap"], passes=clock.passes,
@@ -481,9 +502,12 @@ def penalty_method(P, W0, params: SymNMFParams, *, fro2, callback=None, penalty0
     clock.passes += 1
     f = objective_from(W, M, fro2)
     gap, _ = fw_gap(gradient_from(W, M), W)
-    if stop_reason == "max_iter":
-        warnings.warn(f"penalty method stopped at max_iter={params.max_iter} outer iterations "
-                      f"(violation {history[-1]['violation']:.3g})", ConvergenceWarning, stacklevel=2)
+    if stop_reason == "max_iter" and params.objective_tol > 0:
+        change = abs(history[-1]["objective"] - history[-2]["objective"])
+        warn_convergence(f"SymNMF (penalty method) stopped at max_iter={params.max_iter} outer iterations "
+                         f"before meeting its tolerance: last objective change {change:.3g} >= "
+                         f"objective_tol {params.objective_tol:g} (constraint violation "
+                         f"{history[-1]['violation']:.3g})")
     return SymNMFResult(W=W, history=history, n_iter=len(history) - 1, stop_reason=stop_reason,
                         converged=stop_reason == "objective", objective=f, gap=gap,
                         passes=clock.passes, method="penalty", step_rule="L-BFGS",

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from ...errors import InputValueError
+from ...errors import InputValueError, warn_convergence
 from .divergences import get_divergence
 from .gcg import _check_clusters
 from .norms import FactoredM, project_m2_factor
@@ -55,7 +55,8 @@ def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-
     t = 500, 1000, 2000, where the first iterations' Z has rank up to 2t/3 and the
     Krylov path falls back to dense).
 
-    Stops when both residuals (divided by sqrt(t)) fall below ``tol``.  ``eig_tol``: the
+    Stops when both residuals (divided by sqrt(t)) fall below ``tol`` (at ``max_iter``
+    with a ConvergenceWarning when tol > 0).  ``eig_tol``: the
     partial projection's error bound (default tol / 10; 1e-7 for tol = 0).  ``admm_mu``:
     default 1 / (the mean of F''(X) times ||X||_2^2), balancing the two terms.
     """
@@ -143,6 +144,11 @@ def _admm(data, X, d, div, admm_mu, max_iter, tol, inner_iter, projection, eig_t
                 mu /= 2
             elif dual / mu > 10 * primal:
                 mu *= 2
+    if stop == "max_iter" and tol > 0:
+        last = history[-1]
+        warn_convergence(f"cvxCondJC (ADMM) stopped at max_iter={max_iter} before meeting its tolerance: last "
+                         f"primal residual {last['primal_residual']:.3g} and dual residual "
+                         f"{last['dual_residual']:.3g} (both must fall below tol {tol:g})")
     return CondJCResult(Phi=Phi, sigma=sigma, objective=history[-1]["objective"], history=history,
                         stop_reason=stop, n_iter=it, admm_mu=mu)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import InputValueError
+from ...errors import InputValueError, warn_convergence
 from .divergences import get_divergence
 
 
@@ -12,7 +12,8 @@ from .divergences import get_divergence
 def hard_clustering(X, d, divergence, labels=None, *, joint=False, max_iter=300, random_state=None):
     """Bregman hard clustering (Banerjee et al. 2005, Alg. 1): assign each row to the
     centroid of least D_F(x_i, mu_j), move each centroid to its rows' mean (the best
-    representative for every Bregman divergence), until no label changes.  An emptied
+    representative for every Bregman divergence), until no label changes (at ``max_iter``
+    with a ConvergenceWarning).  An emptied
     cluster takes the row farthest (in D_F) from its centroid.  Starts from ``labels``
     or from d distinct random rows as centroids.  Returns (labels, objective D_F(X, Y
     Gamma), iterations).
@@ -41,6 +42,7 @@ def hard_clustering(X, d, divergence, labels=None, *, joint=False, max_iter=300,
         centroids = X[rng.choice(t, size=d, replace=False)]
         labels = _assign(X, centroids, div, None)
     labels = np.asarray(labels).copy()
+    changed = 0
     for it in range(1, max_iter + 1):
         centroids = centroids_of(X, labels, d)
         empty = [j for j in range(d) if not np.any(labels == j)]
@@ -51,10 +53,18 @@ def hard_clustering(X, d, divergence, labels=None, *, joint=False, max_iter=300,
                 labels[far], gap[far] = j, -np.inf
             centroids = centroids_of(X, labels, d)
         new = _assign(X, centroids, div, _log_prior(labels, d) if joint else None)
-        if np.array_equal(new, labels):
+        changed = int(np.count_nonzero(new != labels))
+        if changed == 0:
             break
         labels = new
+    if changed:
+        _warn_hard_max_iter(max_iter, changed, t)
     return labels, hard_objective(X, labels, d, div, joint=joint), it
+
+
+def _warn_hard_max_iter(max_iter, changed, t):
+    warn_convergence(f"Bregman hard clustering stopped at max_iter={max_iter} before reaching a fixed point: "
+                     f"{changed} of {t} labels changed in the last iteration (it stops when none changes)")
 
 
 def _hard_clustering_chunks(data, d, div, labels, joint, max_iter):
@@ -89,6 +99,8 @@ def _hard_clustering_chunks(data, d, div, labels, joint, max_iter):
             break
         sums, counts = sums_new, counts_new
         objective = None
+    else:
+        _warn_hard_max_iter(max_iter, int(changed), data.n)
     labels = data.get("labels")[:, 0]
     if objective is None:           # max_iter ran out: the objective at the last labels
         centroids = _centroids_from(sums, counts, total)
@@ -249,7 +261,13 @@ def soft_clustering(X, d, divergence, *, max_iter=500, tol=1e-10, random_state=N
         weights = post.sum(axis=0)
         pi = np.maximum(weights / t, 1e-300)
         mu = (post.T @ X) / np.maximum(weights, 1e-300)[:, None]
-        if loglik - previous <= tol * max(1.0, abs(loglik)):
+        increase = loglik - previous
+        if increase <= tol * max(1.0, abs(loglik)):
             break
         previous = loglik
+    else:
+        if tol > 0:
+            warn_convergence(f"Bregman soft clustering (EM) stopped at max_iter={max_iter} before meeting its "
+                             f"tolerance: last log-likelihood increase {increase:.3g} > tol * "
+                             f"max(1, |log-likelihood|) = {tol * max(1.0, abs(loglik)):.3g} (tol {tol:g})")
     return post, loglik, it

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ...errors import InputValueError
+from ...errors import InputValueError, warn_convergence
 from .._checks import check_numbers
 from .divergences import get_divergence
 from .norms import FactoredM, _alg2_weights, omega_squared_from_singular_values, xi_squared_and_gradient
@@ -100,7 +100,7 @@ def stacked_r(parts):
     return np.linalg.qr(np.vstack(parts), mode="r")
 
 
-def gcg(problem, d, weight, *, max_iter=500, tol=1e-6, refine_iter=0, callback=None):
+def gcg(problem, d, weight, *, max_iter=500, tol=1e-6, refine_iter=0, callback=None, method="GCG"):
     """Minimize loss(W) + weight/2 Xi^2(W) from W = 0 by Alg. 1 with the partially
     corrective step (52): S = -LMO(grad loss(W)) (Xi(S) = 1), then (eta1, eta2) >= 0 (and
     the problem's extra variables) minimizing loss(eta1 W + eta2 S) + weight/2 (eta1 r +
@@ -117,7 +117,10 @@ def gcg(problem, d, weight, *, max_iter=500, tol=1e-6, refine_iter=0, callback=N
     ``refine_iter`` > 0: after each step, App. C step 6's local refinement, up to that
     many L-BFGS iterations on the whole objective from the current W (see
     :meth:`DenseProblem.refine`); the conditional-gradient step keeps the global
-    convergence and the duality gap its certificate."""
+    convergence and the duality gap its certificate.
+
+    A stop at ``max_iter`` with ``tol`` > 0 warns ConvergenceWarning, naming ``method``
+    (the relaxation being solved)."""
     from scipy.optimize import minimize
 
     t = problem.t
@@ -166,6 +169,11 @@ def gcg(problem, d, weight, *, max_iter=500, tol=1e-6, refine_iter=0, callback=N
         problem.move(res.x[:2], None if k == 0 else res.x[2:])
         if refine_iter:
             problem.refine(d, weight, refine_iter)
+    if stop == "max_iter" and tol > 0:
+        last = history[-1]
+        warn_convergence(f"{method} (generalized conditional gradient) stopped at max_iter={max_iter} before "
+                         f"meeting its tolerance: last duality gap {last['gap']:.3g} > tol * (1 + |objective|) "
+                         f"= {tol * (1.0 + abs(last['objective'])):.3g} (tol {tol:g})")
     st = problem.statistics() if stop == "max_iter" else st
     sw, Vw = _spectrum_r(st["w_r"])
     wbar = st["w_sum"] / t
@@ -455,7 +463,8 @@ def cond(X, d, divergence="euclidean", *, alpha=1e-5, max_iter=500, tol=1e-6, re
         problem = ChunkedCondProblem(X, div)
     else:
         problem = CondProblem(_check(np.asarray(X, dtype=np.float64), d, div, "cvxCond"), div)
-    res = gcg(problem, d, alpha, max_iter=max_iter, tol=tol, refine_iter=refine_iter, callback=callback)
+    res = gcg(problem, d, alpha, max_iter=max_iter, tol=tol, refine_iter=refine_iter, callback=callback,
+              method="cvxCond")
     res.T = res.W
     return res
 
@@ -474,7 +483,7 @@ def joint(X, d, divergence="euclidean", *, alpha=1e-5, beta=1e-5, max_iter=500, 
     _check_weight("beta", beta)
     X = _check(np.asarray(X, dtype=np.float64), d, div, "cvxJoint")
     res = gcg(JointProblem(X, div, alpha, beta), d, 1.0, max_iter=max_iter, tol=tol, refine_iter=refine_iter,
-              callback=callback)
+              callback=callback, method="cvxJoint")
     res.u = res.W[:, 0] / math.sqrt(beta)
     res.T = res.W[:, 1:] / math.sqrt(alpha)
     return res
@@ -492,6 +501,7 @@ def disc(X, d, *, gamma=1e-3, max_iter=500, tol=1e-6, refine_iter=0, callback=No
     if X.ndim != 2 or not np.all(np.isfinite(X)):
         raise InputValueError(f"X must be a finite 2-D array (points x features); got shape {X.shape}")
     _check_clusters(d, X.shape[0])
-    res = gcg(DiscProblem(X), d, gamma, max_iter=max_iter, tol=tol, refine_iter=refine_iter, callback=callback)
+    res = gcg(DiscProblem(X), d, gamma, max_iter=max_iter, tol=tol, refine_iter=refine_iter, callback=callback,
+              method="cvxDisc")
     res.V, res.tau = res.W, res.extra
     return res

@@ -1,0 +1,247 @@
+"""The input gate, table-driven: every bad parameter and bad data set of every method is
+refused with a clear error (a DnomadError of the expected builtin type whose message
+names the argument), before any pass over the data, and without writing a store (issue
+23).  Bad parameter values are made for each constraint an estimator declares, and the
+issue's own cases are listed by hand; bad data covers dtypes, shapes, content and kinds."""
+import importlib
+import os
+
+import numpy as np
+import pytest
+import scipy.sparse
+
+import dnomad
+from dnomad import validation
+from dnomad.blocks import store as run_store
+from dnomad.data import gaussian_blobs, separable_nmf
+from dnomad.errors import DnomadError, InputTypeError, InputValueError
+
+fit_module = importlib.import_module("dnomad.fit")
+
+ESTIMATORS = fit_module.ESTIMATORS
+BLOBS = gaussian_blobs(40, n_centers=2, separation=8.0, random_state=0)[0] + 5.0     # positive, for every divergence
+HOTT = separable_nmf(12, 40, 3, random_state=0)["X"]
+
+
+def good_data(method):
+    return HOTT if method == "hottopixx" else BLOBS
+
+
+def base_params(method):
+    return {"rank": 3} if method == "hottopixx" else {"n_clusters": 2}
+
+
+# ------------------------------------------------------------------ parameters
+class _Thing:
+    pass
+
+
+def bad_values(constraints):
+    """Values that satisfy none of ``constraints`` (each checked below, so a value that
+    happens to be allowed is dropped rather than asserted wrongly)."""
+    candidates = ["abc", "", -1, 0, 1.5, -2.5, float("nan"), float("inf"), True, None, 10**30, b"x",
+                  [1, 2], {"a": 1}, _Thing(), np.float64(np.nan), "false", 3j, np.int64(-7), 1e-400 - 1]
+    return [v for v in candidates if not any(validation._holds(c, v) for c in constraints)]
+
+
+def parameter_cases():
+    cases = []
+    for method, est in ESTIMATORS.items():
+        for name, constraints in est._parameter_constraints.items():
+            for i, value in enumerate(bad_values(constraints)):
+                cases.append(pytest.param(method, {name: value}, InputValueError, name,
+                                          id=f"{method}-{name}-{i}"))
+    return cases
+
+
+# The issue's own list, and values that slipped through before it.
+ISSUE_CASES = [
+    ("bregman", {"max_iter": -1}, "max_iter"), ("bregman", {"max_iter": -5}, "max_iter"),
+    ("bregman", {"max_iter": 0}, "max_iter"), ("bregman", {"tol": float("nan")}, "tol"),
+    ("bregman", {"tol": 0}, "tol"), ("nomad", {"rmse_tol": "1e-4"}, "rmse_tol"),
+    ("nomad", {"component_threshold": "0.5"}, "component_threshold"),
+    ("hottopixx", {"cluster_threshold": "0.8"}, "cluster_threshold"),
+    ("riemannian-kmeans", {"kappa_plus": "1.3"}, "kappa_plus"),
+    ("riemannian-kmeans", {"boundary_fraction": "0.9"}, "boundary_fraction"),
+    ("nomad", {"store": 123}, "store"), ("symnmf", {"store": 123}, "store"),
+    ("nomad", {"block_size": True}, "block_size"), ("nomad", {"random_state": "abc"}, "random_state"),
+    ("nomad", {"callback": 5}, "callback"), ("nomad", {"callback": lambda: None}, "callback"),
+    ("symnmf", {"callback": lambda a, b: None}, "callback"),
+    ("nomad", {"overwrite": "false"}, "overwrite"), ("nomad", {"overwrite": "no"}, "overwrite"),
+    ("symnmf", {"overwrite": 0}, "overwrite"), ("nomad", {"precomputed": "yes"}, "precomputed"),
+    ("riemannian-kmeans", {"second_order": 1}, "second_order"), ("nomad", {"dtype": "int32"}, "dtype"),
+    ("nomad", {"dtype": np.float16}, "dtype"), ("symnmf", {"dtype": int}, "dtype"),
+    ("nlr", {"n_clusters": 2.0}, "n_clusters"), ("hottopixx", {"rank": np.float64(3)}, "rank"),
+    ("bregman", {"divergence": "cosine"}, "divergence"), ("bregman", {"divergence": 3}, "divergence"),
+    ("nomad", {"layers": "thirds"}, "layers"), ("nomad", {"n_clusters": 1}, "n_clusters"),
+    ("nomad", {"n_clusters": 40}, "n_clusters"), ("symnmf", {"n_clusters": 41}, "n_clusters"),
+    ("hottopixx", {"rank": 13}, "rank"), ("nomad", {"solver": "bm", "rank": 1}, "rank"),
+    ("nomad", {"solver_options": {"sigma": 2.0}}, "solver_options"),
+    ("symnmf", {"init": "kmeans++"}, "init"), ("symnmf", {"init": np.ones((3, 2))}, "init"),
+    ("riemannian-kmeans", {"mu": [0.1, 0.2]}, "mu"), ("riemannian-kmeans", {"mu": -1.0}, "mu"),
+    ("nlr", {"rank": 1}, "rank"), ("nomad", {"label_method": "spectral"}, "n_groups"),
+]
+
+
+def issue_cases():
+    return [pytest.param(m, kw, InputValueError, name, id=f"issue-{m}-{name}-{i}")
+            for i, (m, kw, name) in enumerate(ISSUE_CASES)]
+
+
+# ------------------------------------------------------------------ data
+def _data(method):
+    n = good_data(method)
+    neg = n.copy()
+    neg[3, 1] = -1.0
+    nan = n.copy()
+    nan[2, 0] = np.nan
+    inf = n.copy()
+    inf[0, 1] = -np.inf
+    huge = n.copy()
+    huge[1, 1] = 1e200
+    zero_row = n.copy()
+    zero_row[4] = 0.0
+    return {
+        "complex": (n.astype(complex), InputTypeError, "complex"),
+        "complex-list": (n.astype(complex).tolist(), InputTypeError, "complex"),
+        "bool": (n > n.mean(), InputTypeError, "boolean"),
+        "object": (n.astype(object), InputTypeError, "object"),
+        "strings": (n.astype(str), InputTypeError, "string"),
+        "numeric-string-list": ([[str(v) for v in row] for row in n.tolist()], InputTypeError, "string"),
+        "ragged-list": ([[1.0, 2.0], [3.0]], InputTypeError, "X"),
+        "datetime": (np.zeros(n.shape, "datetime64[s]"), InputTypeError, "datetime"),
+        "dict": ({"a": n}, InputTypeError, "X must be an array"),
+        "none": (None, InputTypeError, "X must be an array"),
+        "scalar": (np.float64(3.0), InputValueError, "2-D"),
+        "1-D": (n[:, 0], InputValueError, "2-D"),
+        "3-D": (n[None], InputValueError, "2-D"),
+        "empty": (np.zeros((0, 2)), InputValueError, "at least"),
+        "no-columns": (np.zeros((30, 0)), InputValueError, "at least"),
+        "nan": (nan, InputValueError, "NaN"),
+        "inf": (inf, InputValueError, "NaN or Inf"),
+        "huge": (huge, InputValueError, "magnitude"),
+        "missing-zarr-path": ("/nonexistent/dir/X.zarr", InputValueError, "not a readable Zarr array"),
+        "negative": (neg, InputValueError, "nonnegative") if method == "hottopixx" else None,
+        "zero-row": (zero_row, InputValueError, "all zero") if method == "hottopixx" else None,
+        # every row the same point: no clustering is better than another (SymNMF's all-ones
+        # affinity is a well-posed factorization, HOTTOPIXX's rows are features)
+        "constant": (np.ones((30, 3)), InputValueError, "same point") if method not in ("hottopixx", "symnmf")
+        else None,
+        "sparse": (scipy.sparse.csr_matrix(n), InputTypeError, "sparse") if method != "hottopixx" else None,
+        "sparse-nan": (scipy.sparse.csr_matrix(nan), InputValueError, "NaN") if method == "hottopixx" else None,
+        "kl-domain": (n - n.max(), InputValueError, "X") if method == "bregman" else None,
+    }
+
+
+def data_cases():
+    cases = []
+    for method in ESTIMATORS:
+        for name, case in _data(method).items():
+            if case is None:
+                continue
+            X, err, match = case
+            params = {"divergence": "kl"} if name == "kl-domain" else {}
+            cases.append(pytest.param(method, params, err, match, X, id=f"{method}-data-{name}"))
+    # precomputed matrices (NOMAD's Gram, SymNMF's affinity)
+    A = BLOBS @ BLOBS.T
+    for method, flag in (("nomad", {"precomputed": True}), ("symnmf", {"affinity": "precomputed"})):
+        for name, (X, err, match) in {
+            "non-square": (A[:, :-1], InputValueError, "square"),
+            "non-symmetric": (np.triu(A), InputValueError, "symmetric"),
+            "complex": (A.astype(complex), InputTypeError, "complex"),
+            "nan": (np.where(np.eye(len(A)) > 0, np.nan, A), InputValueError, "NaN"),
+            "float32-overflow": (A * 1e37, InputValueError, "float32"),
+        }.items():
+            cases.append(pytest.param(method, flag, err, match, X, id=f"{method}-precomputed-{name}"))
+    cases.append(pytest.param("symnmf", {"affinity": "precomputed"}, InputValueError, "nonnegative",
+                              A - A.mean(), id="symnmf-precomputed-negative"))
+    return cases
+
+
+# ------------------------------------------------------------------ the test
+@pytest.fixture
+def passes(monkeypatch):
+    """Count the passes over data: block passes, row-chunk passes, HOTTOPIXX's epochs."""
+    from dnomad.blocks import columns, engine, rows
+
+    calls = []
+
+    def spy(owner, name):
+        original = getattr(owner, name)
+
+        def counted(*args, **kwargs):
+            calls.append(name)
+            return original(*args, **kwargs)
+        monkeypatch.setattr(owner, name, counted)
+
+    spy(engine.BlockGroup, "map_blocks")
+    spy(rows.RowChunks, "map")
+    spy(columns, "hottopixx_epoch")
+    return calls
+
+
+GOOD = object()          # "the method's good data set" in a case
+
+
+def _refused(method, params, err, match, X, tmp_path, passes):
+    store = tmp_path / "run.zarr"
+    kw = dict(base_params(method), store=str(store))
+    kw.update(params)
+    with pytest.raises(err) as info:
+        dnomad.fit(good_data(method) if X is GOOD else X, method=method, **kw)
+    assert isinstance(info.value, DnomadError), f"{type(info.value).__name__}: {info.value}"
+    message = str(info.value)
+    assert match.lower() in message.lower(), message
+    assert "\n" not in message
+    assert passes == [], f"passes ran before the error: {passes}"
+    assert not store.exists() and not os.path.exists(f"{store}.lock"), "the refused run wrote its store"
+
+
+@pytest.mark.parametrize("method,params,err,match", parameter_cases() + issue_cases())
+def test_bad_parameters_are_refused_before_any_pass_and_any_store(method, params, err, match, tmp_path,
+                                                                  passes):
+    _refused(method, params, err, match, GOOD, tmp_path, passes)
+
+
+@pytest.mark.parametrize("method,params,err,match,X", data_cases())
+def test_bad_data_is_refused_before_any_pass_and_any_store(method, params, err, match, X, tmp_path, passes):
+    _refused(method, params, err, match, X, tmp_path, passes)
+
+
+def test_the_table_is_large_and_covers_every_method():
+    cases = parameter_cases() + issue_cases() + data_cases()
+    assert len(cases) >= 200
+    assert {c.values[0] for c in cases} == set(ESTIMATORS)
+
+
+def test_good_values_of_every_kind_pass_the_gate():
+    """The gate refuses what it must and no more: NumPy ints and bools, path-likes,
+    Generators and dtype spellings are accepted."""
+    est = dnomad.NOMAD(np.int64(3), overwrite=np.bool_(False), store=None, random_state=np.random.default_rng(0),
+                       dtype="float64", block_size=np.int32(16), component_threshold=np.float32(0.5),
+                       callback=lambda row: None)
+    validation.validate_params(est)
+    validation.validate_params(dnomad.SymNMF(2, store=os.path.join("a", "b.zarr"), dtype=np.float32))
+    X = validation.check_data(np.arange(12, dtype=np.int16).reshape(6, 2), owner="T")
+    assert X.dtype == np.float64
+
+
+@pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
+def test_a_store_claimed_for_a_run_refused_late_is_released(tmp_path):
+    """Content the gate cannot see before the claim (a Zarr input read at fit time) is
+    refused where it is read; the store the run had claimed is removed again, and the
+    corrected rerun is not refused as 'already holds a dnomad run'."""
+    import zarr
+
+    bad = BLOBS.copy()
+    bad[7, 0] = np.nan
+    path = str(tmp_path / "X.zarr")
+    zarr.create_array(store=path, shape=bad.shape, dtype=bad.dtype, chunks=(16, 2))[...] = bad
+    store = str(tmp_path / "run.zarr")
+    for method in ("nomad", "riemannian-kmeans", "nlr", "bregman"):
+        kw = {"model": "cond"} if method == "bregman" else {}
+        with pytest.raises(InputValueError, match="NaN"):
+            dnomad.fit(path, method=method, n_clusters=2, store=store, **kw)
+        assert not os.path.exists(store) and not os.path.exists(store + ".lock"), method
+    est = dnomad.fit(BLOBS, method="nlr", n_clusters=2, store=store, max_iter=50)
+    assert run_store.read_json(store, "result") is not None and est.labels_.shape == (len(BLOBS),)
