@@ -9,3 +9,22 @@ def unfinish(store):
     attrs = dict(group.attrs)
     attrs.pop("result")
     group.attrs.put(attrs)
+
+
+def moto_s3_server(key_id, secret):
+    """A moto S3 server on a free loopback port (a generator for a fixture): yields the
+    environment that reaches it with these credentials; stopped after."""
+    import socket
+
+    import pytest
+
+    moto_server = pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield {"AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret, "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    server.stop()

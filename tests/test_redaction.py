@@ -8,7 +8,6 @@ that a password is scrubbed only if the code under test itself redacted its URL.
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import warnings
@@ -19,6 +18,7 @@ import pytest
 import dnomad
 from dnomad.blocks import store as run_store
 from dnomad.cli import main
+from stores import moto_s3_server
 
 USER = "AKIAUSER7"
 # Password shapes: '@', ':', '/' alone and combined, in every order; {0}, {1}, ... are
@@ -120,16 +120,7 @@ def test_run_marker_and_cli_output_hold_no_password(shape, tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def s3_env():
-    moto_server = pytest.importorskip("moto.server")
-    pytest.importorskip("s3fs")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield {"AWS_ACCESS_KEY_ID": "AKIADNOMADREDACT1", "AWS_SECRET_ACCESS_KEY": "dnomad-redact-secret-9",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
-    server.stop()
+    yield from moto_s3_server("AKIADNOMADREDACT1", "dnomad-redact-secret-9")
 
 
 @pytest.fixture

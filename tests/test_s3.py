@@ -3,7 +3,6 @@ server mode on loopback), credentials from the environment as users pass them; n
 may end up in the store or in the logs."""
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ import pytest
 
 import dnomad
 from dnomad.data import two_rings
+from stores import moto_s3_server
 
 KEY_ID = "AKIADNOMADTESTKEY42"
 SECRET = "dnomad-test-secret-Zx9Qw7Lp3"
@@ -21,17 +21,7 @@ BUCKET = "dnomad-runs"
 @pytest.fixture(scope="module")
 def s3_env():
     """A moto S3 server on a free loopback port, and the environment that reaches it."""
-    moto_server = pytest.importorskip("moto.server")
-    pytest.importorskip("s3fs")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {"AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
-    yield env
-    server.stop()
+    yield from moto_s3_server(KEY_ID, SECRET)
 
 
 @pytest.fixture

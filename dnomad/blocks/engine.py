@@ -285,8 +285,7 @@ class BlockGroup:
         self.backend = backend
         self.client = client
         # A local path is kept absolute: the matrices stay reachable after a chdir.
-        self.store = None if store is None else str(store) if "://" in str(store) else \
-            os.path.abspath(os.fspath(store))
+        self.store = _absolute_url(None if store is None else os.fspath(store))
         self.prefix = prefix
         self.names: list[str] = []
         self.passes = PassLog()
