@@ -25,7 +25,8 @@ from .solvers import riemannian_kmeans as rk
 from .solvers import symnmf
 from .solvers.nomad import CHECKPOINT_KEY as nomad_checkpoint_key
 from .blocks.operators import DataGram, LowRankGram, ScaledMatrix
-from .solvers.bregman.divergences import BregmanDivergence
+from .solvers import nomad as nomad_solver
+from .solvers.bregman.divergences import DIVERGENCES, BregmanDivergence
 from .solvers.burer_monteiro import BurerMonteiroParams, burer_monteiro
 from .solvers.nomad import NomadParams, nomad_cgm
 from .validation import Interval, Options, check_data, validate_params
@@ -167,7 +168,10 @@ def _gated(fit):
             return fit(self, X, y, resume=bool(resume))
         except (InputValueError, InputTypeError):
             if self._store_claim is not None and not resume:
-                run_store.abandon(self.store, created=self._store_claim[1])
+                try:
+                    run_store.abandon(self.store, created=self._store_claim[1])
+                except OSError as exc:          # the input's error is the one to report
+                    logger.warning("could not release store %s: %s", run_store.redact(str(self.store)), exc)
             raise
         finally:
             claim = self.__dict__.pop("_store_claim", None)
@@ -188,6 +192,7 @@ class _Estimator:
     """scikit-learn's parameter protocol: __init__ stores its arguments as given."""
 
     _parameter_constraints = {}
+    _checkpoints = False          # fit(resume=True) continues from a checkpoint (NOMAD, SymNMF)
 
     def _claim_store(self, run_id, resume=False):
         """Claim ``store`` for this run (lock, then the run-identity check: see
@@ -210,18 +215,22 @@ class _Estimator:
             setattr(self, k, v)
         return self
 
-    def _load_finished(self):
+    def _load_finished(self, max_iter=None):
         """If ``store`` holds this run's result, set the learned attributes from it
         (nothing is computed or written) and return True: resuming a finished run leaves
-        it as it is.  Else return False; also for a run that stopped at max_iter when this
-        estimator's ``max_iter`` is larger (resuming it then goes on from its last
-        checkpoint)."""
+        it as it is.  Else return False; also for a run that stopped at max_iter when
+        ``max_iter`` (this fit's, resolved) is larger: its result is withdrawn (so that a
+        crash while it goes on leaves no stale result standing) and the run's record
+        takes the new max_iter, and resuming goes on from the last checkpoint."""
         summary = run_store.read_json(self.store, "result")
         if summary is None:
             return False
-        max_iter = getattr(self, "max_iter", None)
-        if summary.get("stop_reason") == "max_iter" and isinstance(max_iter, (int, np.integer)) and \
+        if summary.get("stop_reason") == "max_iter" and max_iter is not None and \
                 max_iter > summary.get("n_iter", max_iter):
+            run_store.drop_json(self.store, "result")
+            marker = run_store.read_json(self.store, run_store.RUN_MARKER)
+            marker["estimator_params"]["max_iter"] = int(max_iter)
+            run_store.write_json(self.store, run_store.RUN_MARKER, marker)
             return False
         for path, attr in RESULT_ARRAYS.items():
             if run_store.has_array(self.store, f"result/{path}"):
@@ -414,17 +423,18 @@ class NOMAD(_Clustering, _Estimator):
                       "eigen_tol", "eigen_ncv", "rmse_tol", "min_tol", "objective_tol",
                       "checkpoint_every")
 
+    _checkpoints = True
     _parameter_constraints = {
         "n_clusters": [Interval(numbers.Integral, 2, None)], "solver": [Options(*SOLVERS)],
-        "rank": _OPTIONAL_POSITIVE_INT, "layers": [None, Options("halving"), list, tuple],
+        "rank": _OPTIONAL_POSITIVE_INT, "layers": [None, Options("halving"), list, tuple, range, np.ndarray],
         "solver_options": [None, "dict"], "max_iter": _OPTIONAL_POSITIVE_INT, "n_inner": _POSITIVE_INT,
-        "penalty": [Options("scale")] + _POSITIVE, "penalty_schedule": [Options("sqrt", "constant")],
-        "tau": [Options("scale")] + _POSITIVE, "step_rule": [Options("global", "paper", "line_search")],
+        "penalty": [Options("scale")] + _POSITIVE, "penalty_schedule": [Options(*nomad_solver.PENALTY_SCHEDULES)],
+        "tau": [Options("scale")] + _POSITIVE, "step_rule": [Options(*nomad_solver.STEP_RULES)],
         "eigen_tol": [Options("inner", "outer")], "eigen_ncv": [None, Interval(numbers.Integral, 3, None)],
         "rmse_tol": _NONNEGATIVE, "min_tol": _NONNEGATIVE, "objective_tol": _NONNEGATIVE,
         "precomputed": ["boolean"], "center": ["boolean"], "normalize": ["boolean"], "dtype": ["dtype"],
         "block_size": _OPTIONAL_POSITIVE_INT, "backend": [Options(*BACKEND_CHOICES)],
-        "device": [None, Options("cpu", "cuda", "auto")], "checkpoint_every": _OPTIONAL_POSITIVE_INT,
+        "device": [None, str],              # case and choices checked by resolve_device "checkpoint_every": _OPTIONAL_POSITIVE_INT,
         "label_method": [Options(*LABEL_METHODS)],
         "component_threshold": [Interval(numbers.Real, 0, 1, closed="neither")],
         "n_groups": [None, Interval(numbers.Integral, 2, None)], "n_components": _POSITIVE_INT,
@@ -494,8 +504,7 @@ class NOMAD(_Clustering, _Estimator):
                 {"solver": self.solver, "layers": schedule}
             run_id = _run_id("nomad", params_list[0], source, dtype, self.block_size, **extra)
             self._claim_store(run_id, resume)
-            if resume and self._load_finished():
-                self.layers_ = _layer_records(self.store, finished_layers(self.store))
+            if resume and self._load_finished(params_list[-1].max_iter):
                 return self
             if not resume:
                 _write_run_marker(self.store, "nomad", run_id, self, source)
@@ -507,6 +516,16 @@ class NOMAD(_Clustering, _Estimator):
             self._fit_cgm(source, params_list, dtype, resume, start)
         self.fit_seconds_ = time.perf_counter() - start
         return self
+
+    def _load_finished(self, max_iter=None):
+        if not super()._load_finished(max_iter):
+            return False
+        done = finished_layers(self.store)
+        summary = run_store.read_json(self.store, "result")
+        self.layers_ = _layer_records(self.store, done) + [
+            {"n_clusters": summary["layers"][-1], "n_iter": summary["n_iter"], "stop_reason": summary["stop_reason"],
+             "objective": summary["objective"], "seconds": summary.get("fit_seconds"), "Q": self.Q_}]
+        return True
 
     def _check_options(self):
         """What ``_parameter_constraints`` cannot say: parameters that depend on each other."""
@@ -533,9 +552,7 @@ class NOMAD(_Clustering, _Estimator):
         layers = self.layers
         if layers is None:
             return [self.n_clusters]
-        if isinstance(layers, str):
-            if layers != "halving":
-                raise InputValueError(f'layers must be None, "halving" or a list of K; got {layers!r}')
+        if isinstance(layers, str):                       # "halving" (_parameter_constraints)
             K, last = self.n_clusters, self.n_groups
             if not (isinstance(last, (int, np.integer)) and isinstance(K, (int, np.integer))
                     and 1 < last < K):
@@ -1060,9 +1077,10 @@ class SymNMF(_Clustering, _Estimator):
 
     AFFINITIES = ("gaussian", "precomputed")
 
+    _checkpoints = True
     _parameter_constraints = {
         "n_clusters": [Interval(numbers.Integral, 2, None)], "solver": [Options(*symnmf.METHODS)],
-        "step_rule": [Options("line_search", "paper")], "stop_rule": [Options("gap", "objective")],
+        "step_rule": [Options(*symnmf.STEP_RULES)], "stop_rule": [Options(*symnmf.STOP_RULES)],
         "tol": _NONNEGATIVE, "objective_tol": _NONNEGATIVE, "max_iter": _OPTIONAL_POSITIVE_INT,
         "affinity": [Options(*AFFINITIES)], "bandwidth": _POSITIVE,
         "init": [None, Options("random"), "array-like"], "dtype": ["dtype"],
@@ -1131,8 +1149,7 @@ class SymNMF(_Clustering, _Estimator):
             run_id = _run_id("symnmf", params, source, dtype, self.block_size, solver=self.solver,
                              affinity=self.affinity, bandwidth=self.bandwidth)
             self._claim_store(run_id, resume)
-            if resume and self._load_finished():
-                self.labels_ = np.argmax(self.components_, axis=1)
+            if resume and self._load_finished(params.max_iter):
                 return self
             if not resume:
                 _write_run_marker(self.store, "symnmf", run_id, self, source)
@@ -1343,7 +1360,6 @@ class Hottopixx(_Estimator):
         if self.store is not None:
             _start_run_without_checkpoints(self, "hottopixx", asdict(params), X)
         data = blocks.feature_columns(X, store=self.store)
-        params.validate(data.f)
         client = _get_client() if data.kind == "zarr" else None
         res = hott_solver.hottopixx(data, params, random_state=self.random_state,
                                     callback=self.callback, client=client)
@@ -1705,7 +1721,7 @@ class BregmanClustering(_Clustering, _Estimator):
 
     _parameter_constraints = {
         "n_clusters": [Interval(numbers.Integral, 2, None)], "model": [Options(*MODELS)],
-        "divergence": [Options("euclidean", "logistic", "kl", "itakura-saito"), BregmanDivergence],
+        "divergence": [Options(*DIVERGENCES), BregmanDivergence],
         "alpha": _POSITIVE, "beta": _POSITIVE, "gamma": _POSITIVE, "max_iter": _OPTIONAL_POSITIVE_INT,
         "tol": [None] + _POSITIVE, "rounding_repeats": _POSITIVE_INT, "chunk_rows": _OPTIONAL_POSITIVE_INT,
         **_RUN_CONSTRAINTS}
@@ -1868,7 +1884,7 @@ def _symnmf_checkpointer(store):
 def _load_symnmf_checkpoint(store):
     ck = run_store.Checkpoints(store, SYMNMF_CHECKPOINT_KEY).latest()
     if ck is None:
-        raise InputValueError(f"store {store!r} has no SymNMF checkpoint to resume from")
+        raise InputValueError(f"store {run_store.redact(str(store))!r} has no SymNMF checkpoint to resume from")
     return dict(ck, W=run_store.read_vector(store, f"{ck['prefix']}/W"),
                 M=run_store.read_vector(store, f"{ck['prefix']}/M"))
 
@@ -1917,14 +1933,23 @@ def resume(store, **overrides):
     if params.get("dtype") is not None:
         params["dtype"] = np.dtype(params["dtype"])
     est = ESTIMATORS[meta["method"]](**params)
-    if est._load_finished():
-        return est
+    validate_params(est)
     inp = meta["input"]
     if inp["kind"] == "data":
         X = run_store.read_vector(store, "input/X")
     elif inp["kind"] in ("gram_zarr", "data_zarr") and inp.get("url"):
         X = inp["url"]
+    elif est._load_finished():
+        # A finished run without checkpoints (or given its matrix in memory): its result.
+        return est
     else:
         raise StoreError(f"the run in {run_store.redact(str(store))!r} was given an in-memory matrix; call "
                          f"dnomad.fit(..., store=STORE, resume=True) with it again")
+    if not est._checkpoints:
+        if est._load_finished():
+            return est
+        raise InputValueError(f"{type(est).__name__} keeps no checkpoints and its run in "
+                              f"{run_store.redact(str(store))!r} did not finish: fit again")
+    # fit(resume=True): the gate, the store's lock and the run's identity, then either
+    # the finished result as it is or the run from its last checkpoint
     return est.fit(X, resume=True)

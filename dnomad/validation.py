@@ -47,7 +47,10 @@ class Interval:
     def holds(self, value):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, self.kind):
             return False
-        if self.kind is numbers.Real and not math.isfinite(value):
+        try:
+            if self.kind is numbers.Real and not math.isfinite(value):
+                return False
+        except OverflowError:               # an int beyond any float (10**400)
             return False
         lo_ok = self.lo is None or (value >= self.lo if self.closed in ("both", "left") else value > self.lo)
         hi_ok = self.hi is None or (value <= self.hi if self.closed in ("both", "right") else value < self.hi)
@@ -108,9 +111,11 @@ _NAMED = {
     "boolean": (lambda v: isinstance(v, (bool, np.bool_)), "a bool (True or False)"),
     "callable": (callable, "a callable"),
     "callback": (_takes_one_argument, "a callable taking one argument (the history row, a dict)"),
-    "random_state": (lambda v: v is None or isinstance(v, np.random.Generator) or
+    "random_state": (lambda v: v is None or isinstance(v, (np.random.Generator, np.random.BitGenerator,
+                                                           np.random.SeedSequence)) or
                      (isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) and v >= 0),
-                     "None, an int >= 0 or a numpy.random.Generator"),
+                     "None, an int >= 0, or a numpy Generator, BitGenerator or SeedSequence "
+                     "(what numpy.random.default_rng takes)"),
     "path": (_is_path, "a path (str or os.PathLike) or an fsspec URL"),
     "dtype": (_is_dtype, "float32 or float64"),
     "array-like": (lambda v: hasattr(v, "__array__") or isinstance(v, (list, tuple)), "an array"),

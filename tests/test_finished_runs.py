@@ -66,6 +66,8 @@ def test_resume_of_a_finished_run_changes_nothing(case, tmp_path):
     if kw["method"] == "nomad":
         np.testing.assert_array_equal(np.asarray(again.Q_), np.asarray(est.Q_))
         np.testing.assert_array_equal(again.embedding_, est.embedding_)
+        assert [layer["n_clusters"] for layer in again.layers_] == [layer["n_clusters"] for layer in est.layers_]
+        assert [layer["n_iter"] for layer in again.layers_] == [layer["n_iter"] for layer in est.layers_]
     # fit(..., resume=True) on the finished store is the same no-op
     refit = dnomad.fit(make(), store=store, resume=True, **kw)
     assert store_digest(store) == before
@@ -144,3 +146,22 @@ def test_cli_resume_of_a_finished_run_reports_it_and_changes_nothing(tmp_path, c
     out = capsys.readouterr().out
     assert "finished on" in out and "stop_reason tolerance" in out and "nothing to resume" in out
     assert store_digest(store) == before
+
+
+def test_a_max_iter_stop_resumed_with_the_default_max_iter_goes_on_to_the_tolerance(tmp_path):
+    """max_iter=None resolves to the solver's default (2000 outer iterations), larger than
+    the 20 the run stopped at: it goes on; while it does, the old result is withdrawn."""
+    X = blobs()
+    store = str(tmp_path / "run.zarr")
+    dnomad.NOMAD(n_clusters=3, max_iter=20, store=store).fit(X)
+    est = dnomad.NOMAD(n_clusters=3, store=store).fit(X, resume=True)
+    assert est.stop_reason_ == "tolerance" and est.n_iter_ > 20
+    assert run_store.read_json(store, "result")["n_iter"] == est.n_iter_
+    assert run_store.read_json(store, "dnomad_run")["estimator_params"]["max_iter"] == 2000
+
+
+def test_resume_of_a_store_without_a_run_is_refused_and_writes_nothing(tmp_path):
+    store = tmp_path / "empty.zarr"
+    with pytest.raises(dnomad.StoreError, match="holds no dnomad run to resume"):
+        dnomad.NOMAD(n_clusters=3, store=str(store)).fit(blobs(), resume=True)
+    assert not store.exists()

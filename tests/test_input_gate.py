@@ -80,6 +80,7 @@ ISSUE_CASES = [
     ("symnmf", {"init": "kmeans++"}, "init"), ("symnmf", {"init": np.ones((3, 2))}, "init"),
     ("riemannian-kmeans", {"mu": [0.1, 0.2]}, "mu"), ("riemannian-kmeans", {"mu": -1.0}, "mu"),
     ("nlr", {"rank": 1}, "rank"), ("nomad", {"label_method": "spectral"}, "n_groups"),
+    ("nlr", {"tol": 10**400}, "tol"), ("nomad", {"random_state": np.random.RandomState(0)}, "random_state"),
 ]
 
 
@@ -222,6 +223,12 @@ def test_good_values_of_every_kind_pass_the_gate():
                        callback=lambda row: None)
     validation.validate_params(est)
     validation.validate_params(dnomad.SymNMF(2, store=os.path.join("a", "b.zarr"), dtype=np.float32))
+    import pathlib
+
+    validation.validate_params(dnomad.NOMAD(4, layers=np.array([4, 2]), device="CPU", store=pathlib.Path("r.zarr"),
+                                            random_state=np.random.SeedSequence(1)))
+    validation.validate_params(dnomad.NOMAD(4, layers=range(4, 1, -2), random_state=np.random.PCG64(1)))
+    validation.validate_params(dnomad.BregmanClustering(2, divergence=dnomad.solvers.bregman.get_divergence("kl")))
     X = validation.check_data(np.arange(12, dtype=np.int16).reshape(6, 2), owner="T")
     assert X.dtype == np.float64
 

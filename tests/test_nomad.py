@@ -140,8 +140,8 @@ def test_hard_labels_of_unequal_blobs_are_the_blobs(sizes, solver):
 
 @pytest.mark.parametrize("solver", ["cgm", "bm"])
 def test_hard_labels_with_k_above_the_manifolds_are_the_manifolds(solver):
-    X, y = two_rings(400)
-    est = dnomad.NOMAD(n_clusters=16, solver=solver, random_state=0).fit(X)
+    X, y = two_rings(300)
+    est = dnomad.NOMAD(n_clusters=12, solver=solver, random_state=0).fit(X)
     assert adjusted_rand_score(y, est.labels_) == 1.0
 
 

@@ -211,3 +211,9 @@ def test_issue_example_in_a_subprocess(bucket, s3_env, tmp_path):
         for text in (res.stdout, res.stderr):
             assert "se@cr" not in text and "cr/et" not in text and "AKIA:se" not in text, text[-3000:]
         assert res.stderr.splitlines()[-1].startswith("dnomad: error: "), res.stderr[-2000:]
+
+
+def test_a_port_is_not_a_password():
+    for url in ("http://minio:9000/bucket/model@v2.zarr", "s3://bucket/model@v2.zarr", "http://host:8080/a"):
+        assert run_store.redact(url) == url
+    assert run_store.redact("s3://user:pw1@bucket/run.zarr") == "s3://bucket/run.zarr"

@@ -422,12 +422,12 @@ class BlockGroup:
         backend a failed write (a full disk, a store turned read-only) raises a
         :class:`dnomad.errors.StoreError` naming the store and the pass.
         """
-        if self.backend != "zarr":
+        if self.backend != "zarr" or not writes:
             return self._map_blocks(func, args_for, reads=reads, writes=writes, name=name)
         from .store import writing
 
         with writing(self.store, f"the working matrices {sorted(set(writes))} of pass {name!r} (under "
-                     f"{self.prefix}/)", keep="checkpoints already written are intact"):
+                     f"{self.prefix}/)", keep="checkpoints already written are intact", store_errors_only=True):
             return self._map_blocks(func, args_for, reads=reads, writes=writes, name=name)
 
     def _map_blocks(self, func, args_for, *, reads, writes, name):

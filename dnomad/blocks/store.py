@@ -46,6 +46,8 @@ def check_store(url, run_id, *, overwrite=False, resume=False):
     shown = redact(url)
     if "://" not in url:
         _check_local_store_path(url)
+    if resume and read_json(url, RUN_MARKER) is None:           # before anything is created
+        raise StoreError(f"store {shown!r} holds no dnomad run to resume; fit without resume to start one")
     try:
         g = _group(url, mode="a")
     except Exception as exc:  # noqa: BLE001 - any backend error means unusable
@@ -109,7 +111,13 @@ def _userinfo_end(rest):
     after ``scheme://``, up to whitespace), or -1 when it has none."""
     slash = rest.find("/")
     head = rest if slash < 0 else rest[:slash]
+    if ":" in head and "@" not in head and _HOST_PORT.fullmatch(head):
+        return -1                 # host:port (http://minio:9000/...), not user:password
     return rest.rfind("@") if ":" in head else head.rfind("@")
+
+
+# A host and a port: a password of at most 5 digits followed by a '/' would be read as one.
+_HOST_PORT = re.compile(r"[A-Za-z0-9.\-]+:\d{1,5}")
 
 
 def _remember(userinfo):
@@ -176,6 +184,14 @@ def _redacted(obj):
 def write_json(url, key, obj):
     """Store ``obj`` as JSON under ``key`` of the store's attributes (URLs redacted)."""
     _group(url).attrs[key] = _redacted(json.loads(json.dumps(obj, default=_jsonable)))
+
+
+def drop_json(url, key):
+    """Remove ``key`` from the store's attributes (if there)."""
+    g = _group(url)
+    attrs = dict(g.attrs)
+    if attrs.pop(key, None) is not None:
+        g.attrs.put(attrs)
 
 
 def read_json(url, key, default=None):
@@ -246,14 +262,19 @@ _STORE_ERRNOS = {errno.ENOSPC: "no space left", errno.EDQUOT: "disk quota exceed
 
 
 @contextlib.contextmanager
-def writing(url, what, *, keep=None):
+def writing(url, what, *, keep=None, store_errors_only=False):
     """Turn a failed write into a :class:`StoreError` naming the store, what was being
-    written and why, and ``keep`` (what is still intact), before heavy work goes on."""
+    written and why, and ``keep`` (what is still intact), before heavy work goes on.
+    ``store_errors_only``: convert only the errors that mean the store cannot take more
+    writes (a full disk, a read-only or unwritable store, an I/O error); others (a lost
+    connection to a cluster) pass as they are."""
     try:
         yield
     except StoreError:
         raise
     except OSError as exc:
+        if store_errors_only and exc.errno not in _STORE_ERRNOS:
+            raise
         reason = _STORE_ERRNOS.get(exc.errno, exc.strerror or str(exc))
         tail = f"; {keep}" if keep else ""
         raise StoreError(f"store {redact(str(url))!r}: writing {what} failed ({reason}: "
@@ -314,45 +335,79 @@ def _jsonable(o):
 # ------------------------------------------------------------------ claiming a store
 class StoreLock:
     """An exclusive claim on a local store: ``<store>.lock`` beside it (not inside, where
-    ``overwrite`` would wipe it), locked with ``flock`` for as long as the run holds the
-    store, holding the holder's pid, host and start time.  The kernel drops the lock when
-    its process dies, so a crash leaves no stale claim.  A store given by URL
-    (``s3://...``) has no lock file: object stores offer no exclusive create here, so two
-    runs on one URL are not kept apart (a run's marker still names the run)."""
+    ``overwrite`` would wipe it; the path resolved through symlinks, so that one store
+    has one lock), locked with ``flock`` for as long as the run holds the store and
+    holding the holder's pid, host and start time.  The kernel drops the lock when its
+    process dies, so a crash leaves no stale claim.  A store given by URL (``s3://...``)
+    has no lock file: object stores offer no exclusive create here, so two runs on one
+    URL are not kept apart (a run's marker still names the run).  Where no lock can be
+    taken (a parent directory that is not writable, a file system without locks) the
+    run goes on unlocked, with a warning."""
 
     def __init__(self, url):
         url = os.fspath(url)
         self.url = url
-        self.path = None if "://" in url else os.path.abspath(url).rstrip(os.sep) + ".lock"
+        self.path = None if "://" in url else os.path.realpath(url).rstrip(os.sep) + ".lock"
         self._fd = None
+
+    def _open(self):
+        """The lock file, opened read-only where the file system allows an exclusive flock
+        on that (a file open for writing would keep its file system from being remounted
+        read-only), else read-write (NFS, where flock is a byte-range lock)."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644)
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except OSError as exc:
+            if exc.errno != errno.EBADF:
+                os.close(fd)
+                raise
+        os.close(fd)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
+
+    def _holder(self, wait=1.0):
+        """Who holds the lock, from its file (read again for up to ``wait`` seconds: the
+        holder writes it just after it takes the lock)."""
+        import time
+
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                with open(self.path) as f:
+                    who = json.load(f)
+                return f"process {who['pid']} on {who['host']} since {who['since']}"
+            except (OSError, ValueError, KeyError, TypeError):
+                if time.monotonic() > deadline:
+                    return "another process"
+                time.sleep(0.02)
 
     def acquire(self):
         if self.path is None:
             return self
-        import fcntl
         import platform
         import time
+        import warnings
 
         while True:
             try:
-                # Read-only: the lock is the flock, not the file's content, and a file open for
-                # writing would keep its file system from being remounted read-only.
-                fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644)
-            except OSError as exc:
-                raise StoreError(f"store {redact(self.url)!r}: its lock file {self.path!r} cannot be "
-                                 f"created ({exc.strerror}); the store's directory must be writable") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fd = self._open()
             except BlockingIOError:
-                holder = os.read(fd, 4096).decode(errors="replace")
-                os.close(fd)
-                try:
-                    who = json.loads(holder)
-                    who = f"process {who['pid']} on {who['host']} since {who['since']}"
-                except (ValueError, KeyError, TypeError):
-                    who = "another process"
+                who = self._holder()
                 raise StoreError(f"store {redact(self.url)!r} is in use by {who} (lock {self.path!r}); wait "
                                  f"for that run to end, or give another store") from None
+            except OSError as exc:
+                warnings.warn(f"store {redact(self.url)!r} runs without a lock: {self.path!r} cannot be locked "
+                              f"({exc.strerror}); two runs started on this store would not be kept apart",
+                              RuntimeWarning, stacklevel=3)
+                return self
             # The holder before us unlinks the file as it releases: make sure the lock we
             # hold is on the file that is at the path now, else try again.
             try:

@@ -294,7 +294,7 @@ def _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key):
     if resume:
         ck = run_store.Checkpoints(store, checkpoint_key).latest()
         if ck is None:
-            raise InputValueError(f"store {store!r} has no NOMAD checkpoint to resume from")
+            raise InputValueError(f"store {run_store.redact(str(store))!r} has no NOMAD checkpoint to resume from")
         group.load(["P", "Gamma"], store, ck["prefix"])
         start_t, k_total, history = ck["iteration"], ck["k_total"], ck["history"]
         penalty, tau = ck["penalty_value"], ck["tau_value"]
