@@ -434,7 +434,7 @@ class NOMAD(_Clustering, _Estimator):
         "rmse_tol": _NONNEGATIVE, "min_tol": _NONNEGATIVE, "objective_tol": _NONNEGATIVE,
         "precomputed": ["boolean"], "center": ["boolean"], "normalize": ["boolean"], "dtype": ["dtype"],
         "block_size": _OPTIONAL_POSITIVE_INT, "backend": [Options(*BACKEND_CHOICES)],
-        "device": [None, str],              # case and choices checked by resolve_device "checkpoint_every": _OPTIONAL_POSITIVE_INT,
+        "device": [None, str], "checkpoint_every": _OPTIONAL_POSITIVE_INT,
         "label_method": [Options(*LABEL_METHODS)],
         "component_threshold": [Interval(numbers.Real, 0, 1, closed="neither")],
         "n_groups": [None, Interval(numbers.Integral, 2, None)], "n_components": _POSITIVE_INT,

@@ -25,6 +25,12 @@ def moto_s3_server(key_id, secret):
         port = s.getsockname()[1]
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
+    # fsspec caches filesystems by their arguments, not by the environment: one made for an
+    # earlier server (another test module in this process) would still point at its port.
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
     yield {"AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret, "AWS_DEFAULT_REGION": "us-east-1",
            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
     server.stop()
+    s3fs.S3FileSystem.clear_instance_cache()

@@ -209,6 +209,13 @@ def test_bad_data_is_refused_before_any_pass_and_any_store(method, params, err, 
     _refused(method, params, err, match, X, tmp_path, passes)
 
 
+@pytest.mark.parametrize("method", list(ESTIMATORS))
+def test_every_parameter_has_its_constraints(method):
+    """The table is made from the constraints: a parameter without any would go unchecked."""
+    est = ESTIMATORS[method]()
+    assert set(est._parameter_constraints) == set(est.get_params())
+
+
 def test_the_table_is_large_and_covers_every_method():
     cases = parameter_cases() + issue_cases() + data_cases()
     assert len(cases) >= 200
