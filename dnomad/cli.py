@@ -12,7 +12,9 @@ import warnings
 
 import numpy as np
 
+from dnomad.blocks import device
 from dnomad.blocks.store import redact
+from dnomad.fit import BACKEND_CHOICES, ESTIMATORS
 from dnomad.errors import DnomadError, InputTypeError, InputValueError, StoreError
 
 logger = logging.getLogger("dnomad")
@@ -136,9 +138,9 @@ def _check_zarr_input(path, shown):
 # Keys of a run configuration file (TOML or YAML) and of the [cluster] / [security] tables,
 # with the type each value must have: TOML and YAML both have booleans and integers, so a
 # quoted "false" (truthy in Python) or "3" is refused rather than guessed at.
-METHODS = ["nomad", "symnmf", "hottopixx", "riemannian-kmeans", "nlr", "bregman"]
-BACKENDS = ["auto", "local", "distributed", "zarr"]
-DEVICES = ["cpu", "cuda", "auto"]
+METHODS = list(ESTIMATORS)
+BACKENDS = list(BACKEND_CHOICES)
+DEVICES = list(device.DEVICES)
 DTYPES = ["float32", "float64"]
 _STR, _BOOL, _INT, _TABLE, _SECONDS = "a string", "true or false", "an integer >= 1", "a table", \
     "a number of seconds > 0 (or a duration string such as \"90s\")"
@@ -622,7 +624,7 @@ def build_parser():
     p.add_argument("--n-samples", type=int, default=200)
     p.add_argument("--n-clusters", type=int, default=8)
     p.add_argument("--block-size", type=int, default=None)
-    p.add_argument("--backend", default="distributed", choices=["auto", "local", "distributed", "zarr"])
+    p.add_argument("--backend", default="distributed", choices=BACKENDS)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("fit", help="fit a method on data (.npy, .csv or a Zarr path or URL)")

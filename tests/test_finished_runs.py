@@ -78,6 +78,11 @@ class Crash(Exception):
     pass
 
 
+def crash(*args, **kwargs):
+    """Stands for _write_result: the process dies after the last checkpoint, before the result."""
+    raise Crash
+
+
 @pytest.mark.parametrize("case", list(RUNS))
 def test_crash_after_the_last_checkpoint_resumes_to_the_uninterrupted_result(case, tmp_path, monkeypatch):
     make, kw = RUNS[case]
@@ -85,9 +90,6 @@ def test_crash_after_the_last_checkpoint_resumes_to_the_uninterrupted_result(cas
     whole = str(tmp_path / "whole.zarr")
     crashed = str(tmp_path / "crashed.zarr")
     est = dnomad.fit(X, store=whole, **kw)
-
-    def crash(*args, **kwargs):
-        raise Crash
 
     with monkeypatch.context() as m:
         m.setattr(fit_module, "_write_result", crash)
@@ -113,9 +115,6 @@ def test_a_run_stopped_by_its_callback_stays_stopped_on_resume(tmp_path, monkeyp
     crashed run that its callback had stopped from iterating on."""
     X = two_rings(100)[0]
     store = str(tmp_path / "run.zarr")
-
-    def crash(*args, **kwargs):
-        raise Crash
 
     with monkeypatch.context() as m:
         m.setattr(fit_module, "_write_result", crash)
