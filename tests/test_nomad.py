@@ -34,13 +34,23 @@ def _solve_exact(D, K):
 
 # (data, K, solver options, bound on ||Q - Q*||_F / ||Q*||_F or None where the optimum
 # need not be unique).  The trefoil's optimum is nearly degenerate: at the default
-# tolerances CGM stops at 0.073 from it; with rmse_tol=3e-5 it reaches 0.040 (3968 outer
-# iterations), still meeting the default stopping rule that the test checks below.
+# tolerances the paper's loop stops at 0.073 from it; with rmse_tol=3e-5 it reaches 0.040
+# (3968 outer iterations), still meeting the default stopping rule that the test checks
+# below.  The default (block) direction stops at 0.045 (87 outer iterations), at 0.034 with
+# rmse_tol=3e-5.
 CASES = {
     "rings": (lambda: two_rings(120)[0], 8, {}, 0.05),
     "trefoil": (lambda: trefoil_knot(120)[0], 8, {"rmse_tol": 3e-5, "max_iter": 6000}, 0.05),
     "blobs": (lambda: gaussian_blobs(120, n_centers=4)[0], 8, {}, None),
-    "rings_line_search": (lambda: two_rings(120)[0], 8, {"step_rule": "line_search"}, 0.05),
+    "rings_line_search": (lambda: two_rings(120)[0], 8,
+                          {"direction": "vertex", "lagrangian": "paper", "step_rule": "line_search",
+                           "n_inner": 10}, 0.05),
+    # The paper's loop (Alg. 2: Frank-Wolfe vertices, eq. 13), kept for comparison.
+    "rings_paper": (lambda: two_rings(120)[0], 8,
+                    {"direction": "vertex", "lagrangian": "paper", "n_inner": 10, "tau": "scale"}, 0.05),
+    "trefoil_paper": (lambda: trefoil_knot(120)[0], 8,
+                      {"direction": "vertex", "lagrangian": "paper", "n_inner": 10, "tau": "scale",
+                       "rmse_tol": 3e-5, "max_iter": 6000}, 0.05),
 }
 
 
@@ -76,15 +86,23 @@ def test_scale_penalty_is_n_rms_of_centered_gram_over_k():
     J = np.eye(n) - 1.0 / n
     want = PENALTY_SCALE * n * (np.linalg.norm(J @ (F @ F.T) @ J) / n) / K
     group = blocks.new_group(n, dtype=np.float64, backend="local", block_size=40)
+    got = resolve_penalty(NomadParams(n_clusters=K, tau="scale"), group, blocks.DataPanels(group, F))
+    assert got == pytest.approx((want, want), rel=1e-12)
+    # The default multiplier step follows the penalty (the classical method of
+    # multipliers of the shifted Lagrangian): tau None; eq. 13's Lagrangian takes "scale".
     got = resolve_penalty(NomadParams(n_clusters=K), group, blocks.DataPanels(group, F))
+    assert got[0] == pytest.approx(want, rel=1e-12) and got[1] is None
+    got = resolve_penalty(NomadParams(n_clusters=K, lagrangian="paper"), group, blocks.DataPanels(group, F))
     assert got == pytest.approx((want, want), rel=1e-12)
     # From a stored D: a constant offset (an uncentered Gram) does not change it.
     D = blocks.from_array(F @ F.T + 5.0, dtype=np.float64, block_size=40)
-    assert resolve_penalty(NomadParams(n_clusters=K), D.group) == pytest.approx((want, want), rel=1e-9)
-    assert resolve_penalty(NomadParams(n_clusters=K, penalty=2.0), D.group) == pytest.approx((2.0, want))
+    assert resolve_penalty(NomadParams(n_clusters=K, tau="scale"), D.group) == pytest.approx((want, want), rel=1e-9)
+    assert resolve_penalty(NomadParams(n_clusters=K, penalty=2.0, tau="scale"), D.group) == \
+        pytest.approx((2.0, want))
     assert resolve_penalty(NomadParams(n_clusters=K, penalty=2.0, tau=3.0), D.group) == (2.0, 3.0)
+    assert resolve_penalty(NomadParams(n_clusters=K, penalty=2.0), D.group) == (2.0, None)
     with pytest.warns(dnomad.ConvergenceWarning):
-        est = dnomad.NOMAD(n_clusters=K, dtype=np.float64, max_iter=2).fit(X)
+        est = dnomad.NOMAD(n_clusters=K, dtype=np.float64, max_iter=2, tau="scale").fit(X)
     assert (est.penalty_, est.tau_) == pytest.approx((want, want), rel=1e-6)
 
 
@@ -273,10 +291,11 @@ def test_bad_input_raises_clear_error(X, kw, err, match):
 def test_precomputed_gram_and_zarr_input(tmp_path):
     """Data, precomputed Gram and Zarr Gram inputs run the same iterations.
 
-    Over a few iterations they agree to round-off.  A full run does not stay within
-    round-off: ARPACK's loose early tolerances turn 1e-16 differences in D into a
-    different count of Lanczos steps, so converged runs are compared to the solver's
-    accuracy (and labels exactly).
+    Over a few iterations they agree to the eigensolver's round-off: D U formed as
+    F (F^T U) or read from D's blocks differ by 1e-16, which LOBPCG's nearly singular
+    basis Gram matrices amplify to ~1e-8 in Q (entries ~1e-2).  A full run does not stay
+    within that: loose early tolerances turn such differences into different iterates,
+    so converged runs are compared to the solver's accuracy (and labels exactly).
     """
     import zarr
 
@@ -292,7 +311,7 @@ def test_precomputed_gram_and_zarr_input(tmp_path):
         Qs = [np.asarray(dnomad.NOMAD(n_clusters=3, dtype=np.float64, precomputed=pre, **short)
                          .fit(inp).Q_) for inp, pre in inputs]
     for Q in Qs[1:]:
-        np.testing.assert_allclose(Q, Qs[0], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(Q, Qs[0], rtol=0, atol=1e-6)
     full = [dnomad.NOMAD(n_clusters=3, dtype=np.float64, precomputed=pre).fit(inp)
             for inp, pre in inputs]
     Q0 = np.asarray(full[0].Q_)

@@ -12,7 +12,7 @@ import functools
 import numba
 import numpy as np
 
-from .device import is_device_array
+from .device import array_module, is_device_array
 
 # Layout of the statistics vector returned by ``nomad_block``; sums are already
 # weighted (an off-diagonal block of a symmetric layout stands for two blocks).
@@ -37,21 +37,22 @@ _FASTMATH = True
 
 
 @numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
-def _nomad_row_gap(Prow, Gamrow, Grow, drow, vj, av, keep, gamma, inv_n):
+def _nomad_row_gap(Prow, Gamrow, Grow, drow, vj, av, keep, gamma, inv_n, shift, out_p, out_g):
     # The inner pass's row: only <G, P> is reduced, so the loop vectorizes fully.
     s_gp = 0.0
     for c in range(Prow.shape[0]):
         p = keep * Prow[c] + av * vj[c]
         Prow[c] = p
-        g = Gamrow[c] + gamma * min(p + inv_n, 0.0) - drow[c]
-        Grow[c] = g
+        gam = Gamrow[c]
+        g = min(shift * gam + gamma * (p + inv_n), 0.0) + (1.0 - shift) * gam - drow[c]
+        Grow[c] = out_p * p + out_g * g
         s_gp += g * p
     return s_gp
 
 
 @numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
 def _nomad_row(Prow, Gamrow, Grow, drow, vj, av, keep, gamma, tau, inv_n, update_gamma, write_g,
-               acc):
+               shift, out_p, out_g, acc):
     # One row of the fused pass with all statistics, branch-free in its body; the flags
     # are constants at each call site, so the compiler emits one loop per combination.
     s_dq = 0.0
@@ -75,8 +76,8 @@ def _nomad_row(Prow, Gamrow, Grow, drow, vj, av, keep, gamma, tau, inv_n, update
         else:
             gam = Gamrow[c]
         if write_g:
-            g = gam + gamma * qneg - dval
-            Grow[c] = g
+            g = min(shift * gam + gamma * q, 0.0) + (1.0 - shift) * gam - dval
+            Grow[c] = out_p * p + out_g * g
             s_gp += g * p
     # A min reduction keeps LLVM from vectorizing the loop above (3x slower), so it
     # gets its own loop over the row, which is still in L1.
@@ -93,7 +94,7 @@ def _nomad_row(Prow, Gamrow, Grow, drow, vj, av, keep, gamma, tau, inv_n, update
 
 @numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
 def _nomad_block(P, Gam, G, Dblk, Xi, XjT, vi, vj, step, vv_scale, gamma, tau, inv_n,
-                 use_x, update_gamma, write_g, full_stats, weight, out):
+                 use_x, update_gamma, write_g, full_stats, shift, out_p, out_g, weight, out):
     bi, bj = P.shape
     d = Xi.shape[1]
     keep = 1.0 - step
@@ -114,16 +115,16 @@ def _nomad_block(P, Gam, G, Dblk, Xi, XjT, vi, vj, step, vv_scale, gamma, tau, i
             drow[:] = Dblk[r]
         Grow = G[r] if write_g else drow
         if gap_only:
-            acc[1] += _nomad_row_gap(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, inv_n)
+            acc[1] += _nomad_row_gap(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, inv_n, shift, out_p, out_g)
         elif update_gamma:
             if write_g:
-                _nomad_row(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, tau, inv_n, True, True, acc)
+                _nomad_row(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, tau, inv_n, True, True, shift, out_p, out_g, acc)
             else:
-                _nomad_row(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, tau, inv_n, True, False, acc)
+                _nomad_row(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, tau, inv_n, True, False, shift, out_p, out_g, acc)
         elif write_g:
-            _nomad_row(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, tau, inv_n, False, True, acc)
+            _nomad_row(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, tau, inv_n, False, True, shift, out_p, out_g, acc)
         else:
-            _nomad_row(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, tau, inv_n, False, False, acc)
+            _nomad_row(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, tau, inv_n, False, False, shift, out_p, out_g, acc)
     out[0] = weight * acc[0]
     out[1] = weight * acc[1]
     out[2] = weight * acc[2]
@@ -137,18 +138,31 @@ _EMPTY_2D = {np.dtype(np.float32): np.zeros((0, 0), np.float32),
 
 
 def nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, gamma,
-                tau, inv_n, update_gamma, write_g, weight, full_stats=True):
+                tau, inv_n, update_gamma, write_g, weight, full_stats=True, shifted=False,
+                out_p=0.0, out_g=1.0, lowrank=None):
     """One block of NOMAD's fused pass, in place.
 
-    P <- (1 - step) P + step * vv_scale * vi vj^T;  Q = P + inv_n;
-    Gam <- [Gam + tau Q]_- if ``update_gamma``;  G <- -D + Gam + gamma [Q]_-.
+    P <- (1 - step) P + step * vv_scale * vi vj^T  (or, with ``lowrank`` = (Ai, Uj),
+    P <- (1 - step) P + Ai Uj^T: a rank-k step, Ai already scaled by the step);
+    Q = P + inv_n;  Gam <- [Gam + tau Q]_- if ``update_gamma``;
+    the gradient g = -D + Gam + gamma [Q]_- (eq. 13), or g = -D + [Gam + gamma Q]_-
+    when ``shifted`` (the classical augmented Lagrangian of Q >= 0), and the block
+    written is out_p P + out_g g (G itself by default; P - G / L for a projected step).
     D's block is ``D`` or, when ``D`` is None, ``Xi @ Xj.T``.  Returns the
-    statistics named in ``NOMAD_STATS`` (float64); with ``full_stats=False`` a pass
-    that writes G without updating Gam reduces only ``sum_GP`` (the others are NaN),
-    which lets its loop vectorize (about 3x faster).  Reads P, Gam (and D) once,
-    writes P, G (and Gam) once; no b x b temporary unless D is formed by GEMM.
+    statistics named in ``NOMAD_STATS`` (float64; ``sum_GP`` is <g, P>); with
+    ``full_stats=False`` a pass that writes G without updating Gam reduces only
+    ``sum_GP`` (the others are NaN), which lets its loop vectorize (about 3x faster).
+    Reads P, Gam (and D) once, writes P, G (and Gam) once; no b x b temporary unless D is
+    formed by GEMM (the rank-k step is one in-place GEMM on P).
     """
+    if lowrank is not None:
+        lowrank_update_block(P, lowrank[0], lowrank[1], 1.0 - step)
+        step = 0.0
     if is_device_array(P):
+        if shifted or out_p != 0.0 or out_g != 1.0:
+            return array_nomad_block(P, Gam, G, D=D, Xi=Xi, Xj=Xj, vi=vi, vj=vj, step=step, vv_scale=vv_scale,
+                                     gamma=gamma, tau=tau, inv_n=inv_n, update_gamma=update_gamma,
+                                     write_g=write_g, weight=weight, shifted=shifted, out_p=out_p, out_g=out_g)
         return device_nomad_block(P, Gam, G, D=D, Xi=Xi, Xj=Xj, vi=vi, vj=vj, step=step, vv_scale=vv_scale,
                                   gamma=gamma, tau=tau, inv_n=inv_n, update_gamma=update_gamma,
                                   write_g=write_g, weight=weight, full_stats=full_stats)
@@ -169,11 +183,149 @@ def nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, 
     out = np.empty(N_NOMAD_STATS, np.float64)
     _nomad_block(P, Gam, G, D, Xi, XjT, vi.astype(dtype, copy=False), vj.astype(dtype, copy=False),
                  dtype.type(step), dtype.type(vv_scale), dtype.type(gamma), dtype.type(tau),
-                 dtype.type(inv_n), use_x, update_gamma, write_g, full_stats, float(weight), out)
+                 dtype.type(inv_n), use_x, update_gamma, write_g, full_stats, dtype.type(1.0 if shifted else 0.0),
+                 dtype.type(out_p), dtype.type(out_g), float(weight), out)
     if write_g and not update_gamma and not full_stats:
         gp = out[SUM_GP]
         out[:] = np.nan
         out[SUM_GP] = gp
+    return out
+
+
+def lowrank_update_block(P, Ai, Uj, keep):
+    """P <- keep P + Ai Uj^T in place (Ai: rows x k, Uj: cols x k), one GEMM: BLAS
+    writes into P's memory (P^T is Fortran-ordered), so no b x b temporary is made."""
+    xp = array_module(P)
+    Ai = xp.asarray(Ai, dtype=P.dtype)
+    Uj = xp.asarray(Uj, dtype=P.dtype)
+    if xp is not np:
+        P *= P.dtype.type(keep)
+        P += Ai @ Uj.T
+        return
+    from scipy.linalg import blas
+
+    gemm = blas.get_blas_funcs("gemm", dtype=P.dtype)
+    out = gemm(1.0, Uj, Ai, beta=keep, c=P.T, trans_b=1, overwrite_c=1)
+    if not np.shares_memory(out, P):        # P was not contiguous: BLAS worked on a copy
+        P[...] = out.T
+
+
+def array_nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, gamma, tau,
+                      inv_n, update_gamma, write_g, weight, shifted=False, out_p=0.0, out_g=1.0):
+    """:func:`nomad_block` in array expressions of P's own module (NumPy or CuPy): the
+    device path of the variants that have no hand-written CUDA kernel (the shifted
+    Lagrangian, the projected-step output).  Makes b x b temporaries; full statistics
+    (an array of P's module)."""
+    xp = array_module(P)
+    t = P.dtype.type
+    if step != 0.0:
+        P *= t(1.0 - step)
+        P += t(step * vv_scale) * xp.outer(vi, vj)
+    if D is None:
+        D = Xi @ Xj.T
+    Q = P + t(inv_n)
+    if update_gamma:
+        xp.minimum(Gam + t(tau) * Q, 0, out=Gam)
+    qneg = xp.minimum(Q, 0)
+    stats = [xp.vdot(D.astype(np.float64), Q.astype(np.float64)) * weight, xp.asarray(0.0),
+             xp.asarray(float(xp.count_nonzero(Q < 0))) * weight,
+             xp.vdot(qneg.astype(np.float64), qneg.astype(np.float64)) * weight,
+             Q.min().astype(np.float64), xp.vdot(Q.astype(np.float64), Q.astype(np.float64)) * weight]
+    if write_g:
+        g = (xp.minimum(Gam + t(gamma) * Q, 0) if shifted else Gam + t(gamma) * qneg) - D
+        stats[SUM_GP] = xp.vdot(g.astype(np.float64), P.astype(np.float64)) * weight
+        G[...] = t(out_p) * P + t(out_g) * g
+    return xp.stack([xp.asarray(x, dtype=np.float64) for x in stats])
+
+
+# Rows of a rank-k direction formed at a time (rows x b, in cache) by the line search.
+LOWRANK_ROWS = 128
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _lowrank_line_search_rows(P, Gam, V, r0, shift, inv_n, per_octave, nbins, weight, out):
+    # As _line_search_block, along Delta = V - P with V's rows given, for the entries
+    # R = P + inv_n + shift Gam; out[-1] accumulates <P, V>.
+    m1 = nbins + 1
+    last = out.shape[0] - 1
+    for rr in range(V.shape[0]):
+        r = r0 + rr
+        for c in range(P.shape[1]):
+            p = P[r, c]
+            vval = V[rr, c]
+            out[last] += weight * p * vval
+            q = p + inv_n + shift * Gam[r, c]
+            dl = vval - p
+            qe = q + dl
+            if q >= 0.0 and qe >= 0.0:
+                continue
+            a = weight * q * dl
+            b = weight * dl * dl
+            if q < 0.0 and qe < 0.0:
+                out[0] += a
+                out[1] += b
+                continue
+            beta = -q / dl
+            k = nbins
+            if beta > 0.0:
+                k = min(int(-per_octave * np.log2(beta)), nbins)
+            if q < 0.0:
+                out[2 + k] += a
+                out[2 + m1 + k] += b
+            else:
+                out[2 + 2 * m1 + k] += a
+                out[2 + 3 * m1 + k] += b
+
+
+def lowrank_line_search_block(P, Gam, *, Ai, Uj, shift, inv_n, weight):
+    """Binned sums of :func:`line_search_block` along Delta = Ai Uj^T - P, for the
+    entries R = P + inv_n + shift Gam (shift = 1/gamma for the shifted Lagrangian, 0
+    for eq. 13; Gam may be None then), plus <P, Ai Uj^T> as the last entry.  Reads P
+    (and Gam) once; V's rows are formed LOWRANK_ROWS at a time by GEMM."""
+    out_len = 2 + 4 * (LS_BINS + 1) + 1
+    if Gam is None:
+        Gam, shift = P, 0.0
+    if is_device_array(P):
+        return array_lowrank_line_search_block(P, Gam, Ai=Ai, Uj=Uj, shift=shift, inv_n=inv_n, weight=weight)
+    dtype = P.dtype
+    Ai = np.asarray(Ai, dtype=dtype)
+    UjT = np.ascontiguousarray(np.asarray(Uj, dtype=dtype).T)
+    out = np.zeros(out_len, np.float64)
+    for r0 in range(0, P.shape[0], LOWRANK_ROWS):
+        V = Ai[r0:r0 + LOWRANK_ROWS] @ UjT
+        _lowrank_line_search_rows(P, Gam, V, r0, float(shift), float(inv_n), float(LS_BINS_PER_OCTAVE),
+                                  LS_BINS, float(weight), out)
+    return out
+
+
+def array_lowrank_line_search_block(P, Gam, *, Ai, Uj, shift, inv_n, weight):
+    """:func:`lowrank_line_search_block` in array expressions of P's module (NumPy or
+    CuPy; the device path).  Same bins; makes b x b temporaries."""
+    xp = array_module(P)
+    m1 = LS_BINS + 1
+    P64 = P.astype(np.float64)
+    V = xp.asarray(Ai, dtype=np.float64) @ xp.asarray(Uj, dtype=np.float64).T
+    q = P64 + inv_n + shift * Gam.astype(np.float64)
+    dl = V - P64
+    qe = q + dl
+    a, b = weight * q * dl, weight * dl * dl
+    both = (q < 0) & (qe < 0)
+    cross = (q < 0) != (qe < 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        beta = xp.where(cross, -q / xp.where(dl == 0, 1.0, dl), 1.0)
+    k = xp.where(beta > 0, xp.minimum((-LS_BINS_PER_OCTAVE * xp.log2(xp.where(beta > 0, beta, 1.0))).astype(np.int64),
+                                      LS_BINS), LS_BINS)
+    k = xp.maximum(k, 0)
+    dec = cross & (q < 0)
+    rise = cross & (q >= 0)
+    out = xp.zeros(2 + 4 * m1 + 1, np.float64)
+    out[0] = a[both].sum()
+    out[1] = b[both].sum()
+    out[2:2 + m1] = xp.bincount(k[dec], weights=a[dec], minlength=m1)
+    out[2 + m1:2 + 2 * m1] = xp.bincount(k[dec], weights=b[dec], minlength=m1)
+    out[2 + 2 * m1:2 + 3 * m1] = xp.bincount(k[rise], weights=a[rise], minlength=m1)
+    out[2 + 3 * m1:2 + 4 * m1] = xp.bincount(k[rise], weights=b[rise], minlength=m1)
+    out[-1] = weight * xp.vdot(P64, V)
     return out
 
 

@@ -27,6 +27,13 @@ def group_vector(group, v):
     return np.asarray(to_host(v), dtype=group.dtype).reshape(group.n)
 
 
+def group_array(group, A):
+    """A tall array (n x k) in the group's dtype, where its blocks compute."""
+    if group.device == "cuda":
+        return to_device(A, "cuda").astype(group.dtype, copy=False)
+    return np.asarray(to_host(A), dtype=group.dtype)
+
+
 def row_slices(layout, V, key):
     (r0, r1), (c0, c1) = layout.bounds(key[0]), layout.bounds(key[1])
     return V[r0:r1], V[c0:c1]
@@ -76,6 +83,11 @@ class DataPanels:
         F = self._features_like(x)
         return F @ (F.T @ x)
 
+    def gram_bilinear(self, A, U):
+        """sum_j a_j^T D u_j = <D, A U^T> for A, U (n x k): O(n d k), no pass."""
+        F = self._features_like(U)
+        return float((F.T @ A).ravel() @ (F.T @ U).ravel())
+
     def gram_quadratic(self, v):
         """v^T D v = ||X^T v||^2 (a float)."""
         w = self._features_like(v).T @ v
@@ -83,29 +95,37 @@ class DataPanels:
 
 
 # ------------------------------------------------------------------ NOMAD's fused pass
-def _nomad_block_task(bundle, key, vi, vj, Xi, Xj, params, weight, has_d):
+def _nomad_block_task(bundle, key, vi, vj, Xi, Xj, params, weight, has_d, lowrank):
     P = bundle["P"]
     G = None
+    out_name = params["out_name"]
     if params["write_g"]:
-        G = bundle.get("G")
+        G = bundle.get(out_name)
         if G is None or G.shape != P.shape:
             G = array_module(P).empty_like(P)
-            bundle["G"] = G
+            bundle[out_name] = G
     stats = kernels.nomad_block(
         P, bundle["Gamma"], G, D=bundle["D"] if has_d else None, Xi=Xi, Xj=Xj, vi=vi, vj=vj,
         step=params["step"], vv_scale=params["vv_scale"], gamma=params["gamma"],
         tau=params["tau"], inv_n=params["inv_n"], update_gamma=params["update_gamma"],
-        write_g=params["write_g"], weight=weight, full_stats=params["full_stats"])
+        write_g=params["write_g"], weight=weight, full_stats=params["full_stats"],
+        shifted=params["shifted"], out_p=params["out_p"], out_g=params["out_g"], lowrank=lowrank)
     return stats
 
 
 def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma, write_g=True,
-               full_stats=True, data: DataPanels | None = None, exclude_d=False):
+               full_stats=True, data: DataPanels | None = None, exclude_d=False, lowrank=None,
+               shifted=False, out_p=0.0, out_g=1.0, out_name="G"):
     """NOMAD's fused pass (Alg. 2 of Tepper et al.), one read of D, P, Gamma:
 
     P <- (1 - step) P + step * vv_scale * v v^T      (the pending Frank-Wolfe step)
     Gamma <- [Gamma + tau (P + E_n)]_-               (only when ``update_gamma``)
     G <- -D + Gamma + gamma [P + E_n]_-              (the gradient, for the eigensolver)
+
+    With ``lowrank`` = (A, U) (n x k each) the pending step is P <- (1 - step) P + A U^T
+    instead (A already scaled by the step; v is ignored).  ``shifted`` takes the
+    gradient of the classical augmented Lagrangian, G = -D + [Gamma + gamma (P + E_n)]_-.
+    The matrix written, named ``out_name``, is out_p P + out_g G (G by default).
 
     D is the group's matrix "D", or formed per block from ``data`` panels; with
     ``exclude_d`` the pass leaves D out (G <- Gamma + gamma [P + E_n]_-, and ``sum_DQ`` is 0):
@@ -121,7 +141,8 @@ def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma
     has_d = data is None and not exclude_d
     if v is None:
         v = np.zeros(n, group.dtype)
-        step = 0.0
+        if lowrank is None:
+            step = 0.0
     v = group_vector(group, v)
     if exclude_d:
         # Zero-width panels: the kernels' inline D = X_i X_j^T over no features is 0.
@@ -132,15 +153,21 @@ def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma
         pair = data.pair
     params = dict(step=float(step), vv_scale=float(vv_scale), gamma=float(gamma), tau=float(tau),
                   inv_n=1.0 / n, update_gamma=bool(update_gamma), write_g=bool(write_g),
-                  full_stats=bool(full_stats))
+                  full_stats=bool(full_stats), shifted=bool(shifted), out_p=float(out_p),
+                  out_g=float(out_g), out_name=str(out_name))
+    if lowrank is not None:
+        lowrank = (group_array(group, lowrank[0]), group_array(group, lowrank[1]))
 
     def args(key):
         vi, vj = row_slices(layout, v, key)
         Xi, Xj = (None, None) if has_d else pair(key)
-        return (vi, vj, Xi, Xj, params, _weight(layout, key), has_d)
+        low = None
+        if lowrank is not None:
+            low = (row_slices(layout, lowrank[0], key)[0], row_slices(layout, lowrank[1], key)[1])
+        return (vi, vj, Xi, Xj, params, _weight(layout, key), has_d, low)
 
     reads = ["P", "Gamma"] + (["D"] if has_d else [])
-    writes = ["P"] + (["Gamma"] if update_gamma else []) + (["G"] if write_g else [])
+    writes = ["P"] + (["Gamma"] if update_gamma else []) + ([out_name] if write_g else [])
     results = group.map_blocks(_nomad_block_task, args, reads=reads, writes=writes, name="nomad")
     stats = np.stack(results)
     out = dict(zip(kernels.NOMAD_STATS, stats.sum(axis=0)))
@@ -173,6 +200,11 @@ def line_search_pass(group: BlockGroup, *, v, vv_scale, name="P"):
 
     res = np.sum(group.map_blocks(_line_search_task, args, reads=[name], writes=[],
                                   name="line_search"), axis=0)
+    return _line_search_curve(res)
+
+
+def _line_search_curve(res):
+    """(alphas, h(alphas), h(0)) from the binned sums of the line-search kernels."""
     m1 = kernels.LS_BINS + 1
     a0, b0 = res[0], res[1]
     a_dec, b_dec = res[2:2 + m1], res[2 + m1:2 + 2 * m1]
@@ -185,6 +217,31 @@ def line_search_pass(group: BlockGroup, *, v, vv_scale, name="P"):
     rise_b = np.cumsum(b_rise[::-1])[::-1]
     h = a0 + dec_a + rise_a + alphas * (b0 + dec_b + rise_b)
     return alphas, h, a0 + a_dec.sum()
+
+
+def _lowrank_line_search_task(bundle, key, Ai, Uj, shift, inv_n, weight):
+    return kernels.lowrank_line_search_block(bundle["P"], bundle["Gamma"] if shift else None, Ai=Ai, Uj=Uj,
+                                             shift=shift, inv_n=inv_n, weight=weight)
+
+
+def lowrank_line_search_pass(group: BlockGroup, *, A, U, shift):
+    """:func:`line_search_pass` along Delta = A U^T - P (A, U: n x k; the rank-k step
+    of NOMAD's projected direction), for the entries R = P + E_n + shift Gamma
+    (shift = 1/gamma: the classical augmented Lagrangian; 0: eq. 13, Gamma not read).
+    Returns (alphas, h_at_alphas, h_at_0, <P, A U^T>).  One read of P (and Gamma)."""
+    layout = group.layout
+    n = layout.n
+    A, U = group_array(group, A), group_array(group, U)
+
+    def args(key):
+        return (row_slices(layout, A, key)[0], row_slices(layout, U, key)[1], float(shift), 1.0 / n,
+                _weight(layout, key))
+
+    reads = ["P"] + (["Gamma"] if shift else [])
+    res = np.sum([to_host(r) for r in group.map_blocks(_lowrank_line_search_task, args, reads=reads,
+                                                       writes=[], name="line_search")], axis=0)
+    alphas, h, h0 = _line_search_curve(res[:-1])
+    return alphas, h, h0, float(res[-1])
 
 
 # ------------------------------------------------------------------ matmat

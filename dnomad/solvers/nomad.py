@@ -41,6 +41,13 @@ from ._checks import check_choices, check_ints
 logger = logging.getLogger(__name__)
 
 STEP_RULES = ("global", "paper", "line_search")
+DIRECTIONS = ("block", "vertex")
+LAGRANGIANS = ("shifted", "paper")
+# The block direction's eigensolver: LOBPCG iterations per call (each one product M U,
+# one pass) and its residual tolerance; warm-started from the last call's vectors.
+BLOCK_EIG_ITERS = 4
+BLOCK_EIG_TOL = 1e-3
+BLOCK_EIG_FIRST_ITERS = 30          # the first call starts from random vectors
 # penalty="scale" and tau="scale" resolve to PENALTY_SCALE * n * rms(J D J) / K (see
 # ``resolve_penalty``).  0.15 is what the authors' gamma = tau = 1 amounts to on two rings
 # with n = 120 and K = 8; held in these units, the outer iterations to the stopping rule
@@ -56,10 +63,13 @@ class NomadParams:
 
     n_clusters: int
     max_iter: int = 2000
-    n_inner: int = 10
+    n_inner: int = 2
     penalty: float | str = "scale"
     penalty_schedule: str = "sqrt"
-    tau: float | str = "scale"
+    tau: float | str = "auto"
+    direction: str = "block"
+    block_rank: int | None = None
+    lagrangian: str = "shifted"
     step_rule: str = "global"
     eigen_tol: str = "inner"
     eigen_ncv: int | None = 4
@@ -76,8 +86,9 @@ class NomadParams:
         for name in ("penalty", "tau"):
             val = getattr(self, name)
             if isinstance(val, str):
-                if val != "scale":
-                    raise InputValueError(f'{name} must be "scale" or a number > 0; got {val!r}')
+                allowed = ("scale", "auto", "penalty") if name == "tau" else ("scale",)
+                if val not in allowed:
+                    raise InputValueError(f'{name} must be one of {allowed} or a number > 0; got {val!r}')
             elif isinstance(val, bool) or not isinstance(val, (int, float, np.integer, np.floating)) \
                     or not val > 0 or not math.isfinite(val):
                 raise InputValueError(f'{name} must be "scale" or a finite number > 0; got {val!r}')
@@ -85,7 +96,13 @@ class NomadParams:
             if not getattr(self, name) >= 0:
                 raise InputValueError(f"{name} must be >= 0; got {getattr(self, name)!r}")
         check_choices(self, {"step_rule": STEP_RULES, "penalty_schedule": PENALTY_SCHEDULES,
-                             "eigen_tol": EIGEN_TOL_RULES})
+                             "eigen_tol": EIGEN_TOL_RULES, "direction": DIRECTIONS,
+                             "lagrangian": LAGRANGIANS})
+        if self.block_rank is not None and (not isinstance(self.block_rank, (int, np.integer))
+                                            or isinstance(self.block_rank, bool)
+                                            or not 1 <= self.block_rank <= n - 2):
+            raise InputValueError(f"block_rank must be None or an integer in [1, n - 2] = [1, {n - 2}]; "
+                                  f"got {self.block_rank!r}")
         if self.eigen_ncv is not None and (not isinstance(self.eigen_ncv, (int, np.integer))
                                            or self.eigen_ncv < 3):
             raise InputValueError(f"eigen_ncv must be None or an integer >= 3; got {self.eigen_ncv!r}")
@@ -164,21 +181,26 @@ def centered_gram_rms(group, data=None):
 
 
 def resolve_penalty(params, group, data=None):
-    """(gamma, tau) for ``params``: numbers as given; "scale" as PENALTY_SCALE n rms(J D J)/K.
+    """(gamma, tau) for ``params``: numbers as given; "scale" as PENALTY_SCALE n rms(J D J)/K;
+    tau None when the multiplier step follows the penalty (tau = "penalty", and "auto"
+    with the shifted Lagrangian: the classical method of multipliers, tau_t = gamma_t).
 
     Why these units: Q's entries are about K/n and D's about rms(J D J), so the penalty
     and multiplier terms keep the same weight against Tr(D Q) at every n only when
     gamma and tau grow as n rms(J D J) / K.  Fixed gamma = tau = 1 (the paper) makes the
     multiplier move O(K/n) per outer iteration, and the iterations grow about as n."""
-    if params.penalty != "scale" and params.tau != "scale":
-        return float(params.penalty), float(params.tau)
+    tau = params.tau
+    if tau == "auto":
+        tau = "penalty" if params.lagrangian == "shifted" else "scale"
+    if params.penalty != "scale" and tau != "scale":
+        return float(params.penalty), (None if tau == "penalty" else float(tau))
     rms = centered_gram_rms(group, data)
     if not rms > 0:
         raise InputValueError("the Gram matrix is constant after centering (all points equal?): "
                               "NOMAD's objective is flat; give penalty and tau as numbers")
     unit = PENALTY_SCALE * group.layout.n * rms / params.n_clusters
     return (unit if params.penalty == "scale" else float(params.penalty),
-            unit if params.tau == "scale" else float(params.tau))
+            unit if tau == "scale" else None if tau == "penalty" else float(tau))
 
 
 def _step(params, t, s, k):
@@ -306,7 +328,8 @@ def _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key):
         penalty, tau = resolve_penalty(params, group, data)
         blocks.zeros_like_layout(group, ["P", "Gamma"])
         final = None
-    logger.info("NOMAD penalty gamma = %.4g, multiplier step tau = %.4g", penalty, tau)
+    logger.info("NOMAD penalty gamma = %.4g, multiplier step tau = %s", penalty,
+                "gamma" if tau is None else f"{tau:.4g}")
 
     stop_reason, converged = "max_iter", False
     end_t = params.max_iter
@@ -317,52 +340,194 @@ def _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key):
         stop_reason, converged, end_t = final, final == "tolerance", start_t
     prev_obj = history[-1]["objective"] if history else None
     gram = _FactoredGram(data, group, ones, gram_p) if data is not None else None
-    matvec = (lambda x: blocks.matmat(group, "G", x)) if gram is None else gram.gradient_matvec
+    inner = _BlockDirection(group, gram, params, v) if params.direction == "block" else \
+        _VertexDirection(group, gram, params, v, ones)
+    shifted = params.lagrangian == "shifted"
     for t in range(start_t, end_t):
         t0 = time.perf_counter()
         rec0 = group.passes.mark()
         gamma = _penalty(penalty, params, t)
-        eig_matvecs, fw_gap = 0, float("nan")
-        pending_v, pending_step = None, 0.0
-        for s in range(1, params.n_inner + 1):
-            # Apply the previous Frank-Wolfe step and form the gradient G, in one pass.
-            stats = _fused_pass(group, gram, v=pending_v, step=pending_step, vv_scale=vv_scale,
-                                gamma=gamma, tau=tau, update_gamma=False, full_stats=False)
-            eig = extreme_eigenvector(matvec, n, which="SA", deflate=ones, v0=v, tol=_eig_tol(params, t, s),
-                                      ncv=params.eigen_ncv)
-            eig_matvecs += eig.matvecs
-            v = eig.vector
-            fw_gap = stats["sum_GP"] - vv_scale * eig.value
-            if params.step_rule == "line_search" and k_total > 0:
-                alphas, h, h0 = blocks.line_search_pass(group, v=v, vv_scale=vv_scale)
-                pending_step = _line_search_step(alphas, h, h0, fw_gap, gamma)
-            else:
-                pending_step = _step(params, t, s, k_total)
-            pending_v = v
-            k_total += 1
+        pending, k_total = inner.outer_iteration(t, gamma, k_total)
         # Close the outer iteration: last step, then the multiplier update (15b).
-        stats = _fused_pass(group, gram, v=pending_v, step=pending_step, vv_scale=vv_scale, gamma=gamma,
-                            tau=tau, update_gamma=True, write_g=False)
-        _append_history(history, _stats_row(stats, n, K), t, fw_gap, eig_matvecs, group, rec0, t0)
+        stats = _fused_pass(group, gram, pending=pending, vv_scale=vv_scale, gamma=gamma,
+                            tau=gamma if tau is None else tau, update_gamma=True, write_g=False,
+                            shifted=shifted)
+        _append_history(history, _stats_row(stats, n, K), t, inner, group, rec0, t0)
         stop_reason, converged = _check_stop(history[-1], prev_obj, params)
         prev_obj = history[-1]["objective"]
         if callback is not None and callback(dict(history[-1])) is True and not converged:
             stop_reason = "callback"
         last = stop_reason != "max_iter" or t + 1 == params.max_iter
         if store is not None and ((t + 1) % params.checkpoint_every == 0 or last):
-            _checkpoint(group, store, checkpoint_key, t + 1, k_total, v, history, params, penalty, tau,
+            _checkpoint(group, store, checkpoint_key, t + 1, k_total, inner.state, history, params, penalty, tau,
                         gram.inner_p if gram is not None else None, stop_reason if last else None)
         if stop_reason != "max_iter":
             break
     if not converged and stop_reason == "max_iter" and history:
         _warn_max_iter(history, params)
-    # G is the solver's scratch: freed before Q takes its place (on one GPU, P, Gamma,
-    # G and Q of n = 70,000 would not fit together).
-    group.drop(["G"])
+    # G (or M) is the solver's scratch: freed before Q takes its place (on one GPU, P,
+    # Gamma, G and Q of n = 70,000 would not fit together).
+    group.drop(["G", "M"])
     blocks.shifted_copy(group, "P", "Q", 1.0 / n)
     return NomadResult(Q=blocks.BlockMatrix(group, "Q"), P=blocks.BlockMatrix(group, "P"),
                        history=history, n_iter=len(history), stop_reason=stop_reason,
                        params=params, penalty=penalty, tau=tau, converged=converged, solver="cgm")
+
+
+class _VertexDirection:
+    """The paper's inner loop (Alg. 1): n_inner Frank-Wolfe steps toward the vertex
+    (K - 1) v v^T, v the smallest eigenvector of G on 1^perp (Lanczos, warm-started),
+    with the open-loop step 2/(k + 2) or an exact line search."""
+
+    def __init__(self, group, gram, params, v, ones):
+        self.group, self.gram, self.params, self.state, self.ones = group, gram, params, v, ones
+        n = group.layout.n
+        self.matvec = (lambda x: blocks.matmat(group, "G", x)) if gram is None else gram.gradient_matvec
+        self.n, self.vv_scale = n, float(params.n_clusters - 1)
+        self.eig_matvecs, self.fw_gap, self.rank, self.step = 0, float("nan"), 1, float("nan")
+
+    def outer_iteration(self, t, gamma, k_total):
+        params, group, gram, vv_scale = self.params, self.group, self.gram, self.vv_scale
+        self.eig_matvecs, self.fw_gap = 0, float("nan")
+        pending = None
+        shifted = params.lagrangian == "shifted"
+        for s in range(1, params.n_inner + 1):
+            # Apply the previous Frank-Wolfe step and form the gradient G, in one pass.
+            stats = _fused_pass(group, gram, pending=pending, vv_scale=vv_scale, gamma=gamma, tau=0.0,
+                                update_gamma=False, full_stats=False, shifted=shifted)
+            eig = extreme_eigenvector(self.matvec, self.n, which="SA", deflate=self.ones, v0=self.state,
+                                      tol=_eig_tol(params, t, s), ncv=params.eigen_ncv)
+            self.eig_matvecs += eig.matvecs
+            v = self.state = eig.vector
+            self.fw_gap = stats["sum_GP"] - vv_scale * eig.value
+            if params.step_rule == "line_search" and k_total > 0:
+                if shifted:
+                    raise InputValueError('step_rule="line_search" with direction="vertex" needs '
+                                          'lagrangian="paper"')
+                alphas, h, h0 = blocks.line_search_pass(group, v=v, vv_scale=vv_scale)
+                step = _line_search_step(alphas, h, h0, self.fw_gap, gamma)
+            else:
+                step = _step(params, t, s, k_total)
+            self.step = step
+            pending = ("vertex", v, step)
+            k_total += 1
+        return pending, k_total
+
+
+class _BlockDirection:
+    """Projected (block) Frank-Wolfe steps over the spectraplex {P PSD, Tr P = K - 1,
+    P 1 = 0}: V = argmin_{V in the set} <G, V> + L/2 ||V - P||_F^2 restricted to rank k,
+    i.e. the top-k eigenpairs (on 1^perp) of M = P - G / L with their eigenvalues
+    projected onto the simplex {lambda >= 0, sum = K - 1}; then P <- P + a (V - P) with a
+    the exact minimizer of the augmented Lagrangian along the segment.  (Allen-Zhu,
+    Hazan, Hu, Li, "Linear convergence of a Frank-Wolfe type algorithm over trace-norm
+    balls", NeurIPS 2017.)  One step costs a fused pass (which writes M instead of G),
+    a few products M U (LOBPCG, warm-started: each one pass, whatever k) and one
+    line-search pass; the step removes the mass that Frank-Wolfe's rank-one steps leave
+    on stale directions, which is what made the paper's loop need 10^4 outer
+    iterations on MNIST.  L = gamma (the Lipschitz constant of the penalty's gradient).
+
+    k: ``block_rank``, or automatic: 2K + 8 to start, grown by half whenever every
+    Ritz value survives the simplex projection (the solution may need more)."""
+
+    def __init__(self, group, gram, params, U):
+        n, K = group.layout.n, params.n_clusters
+        self.group, self.gram, self.params = group, gram, params
+        self.n, self.K = n, K
+        self.k_cap = max(1, n - 2)
+        self.k = min(params.block_rank or 2 * K + 8, self.k_cap)
+        self.state = None if U is None else np.asarray(to_host(U), dtype=np.float64).reshape(n, -1)
+        if self.state is not None:
+            self.k = self.state.shape[1]
+        self.eig_matvecs, self.fw_gap, self.rank, self.step = 0, float("nan"), 0, float("nan")
+
+    def _start(self, k, have=None):
+        """k orthonormal columns orthogonal to 1: ``have``'s, then deterministic random ones."""
+        rng = np.random.default_rng(12345 + k)
+        cols = rng.standard_normal((self.n, k))
+        if have is not None:
+            cols[:, :have.shape[1]] = have
+        cols -= cols.mean(axis=0)
+        return np.linalg.qr(cols)[0]
+
+    def _eigs(self, L, first):
+        """Top-k eigenpairs of J M J on 1^perp, M = P - G / L (stored as "M")."""
+        import warnings
+
+        from scipy.sparse.linalg import LinearOperator, lobpcg
+
+        n, group, gram = self.n, self.group, self.gram
+        count = [0]
+
+        def mm(X):
+            count[0] += 1
+            X = np.asarray(X, dtype=np.float64).reshape(n, -1)
+            X = X - X.mean(axis=0)
+            Y = np.asarray(to_host(blocks.matmat(group, "M", X)), dtype=np.float64).reshape(n, -1)
+            if gram is not None:            # M = M' + D / L: D's part from its factor
+                Y += np.asarray(to_host(gram.data.gram_product(to_device(X, group.device))),
+                                dtype=np.float64) / L
+            return Y - Y.mean(axis=0)
+
+        if 5 * self.k >= n - 1:
+            # Too small for LOBPCG (it would go dense and drop the constraint): M on 1^perp
+            # in full, from one product with the identity, with 1 pushed to the bottom.
+            Md = mm(np.eye(n))
+            Md = 0.5 * (Md + Md.T)
+            Md -= (2.0 * np.abs(Md).sum(axis=1).max() + 1.0) / n
+            w, U = np.linalg.eigh(Md)
+            return w[::-1][:self.k], U[:, ::-1][:, :self.k], count[0]
+        op = LinearOperator((n, n), matvec=lambda x: mm(x)[:, 0], matmat=mm, dtype=np.float64)
+        ones = np.ones((n, 1)) / math.sqrt(n)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")          # LOBPCG warns whenever it stops at maxiter
+            w, U = lobpcg(op, self.state, Y=ones, largest=True, tol=BLOCK_EIG_TOL,
+                          maxiter=BLOCK_EIG_FIRST_ITERS if first else BLOCK_EIG_ITERS)
+        order = np.argsort(w)[::-1]
+        return np.asarray(w)[order], np.asarray(U)[:, order], count[0]
+
+    def outer_iteration(self, t, gamma, k_total):
+        params, group, gram, K = self.params, self.group, self.gram, self.K
+        L = gamma
+        shifted = params.lagrangian == "shifted"
+        self.eig_matvecs, self.fw_gap = 0, float("nan")
+        pending = None
+        for s in range(1, params.n_inner + 1):
+            stats = _fused_pass(group, gram, pending=pending, vv_scale=0.0, gamma=gamma, tau=0.0,
+                                update_gamma=False, full_stats=False, shifted=shifted,
+                                out_p=1.0, out_g=-1.0 / L, out_name="M")
+            first = self.state is None or self.state.shape[1] < self.k
+            if first:
+                self.state = self._start(self.k, self.state)
+            theta, U, matmats = self._eigs(L, first)
+            self.eig_matvecs += matmats
+            lam = _simplex_projection(theta, K - 1.0)
+            keep = lam > 0
+            if keep.all() and params.block_rank is None and self.k < self.k_cap:
+                self.k = min(self.k_cap, self.k + max(1, self.k // 2))     # grown for the next call
+            self.state = U
+            Uk, lamk = U[:, keep], lam[keep]
+            self.rank = int(keep.sum())
+            A = Uk * lamk
+            shift = 1.0 / gamma if shifted else 0.0
+            alphas, h, h0, pv = blocks.lowrank_line_search_pass(group, A=A, U=Uk, shift=shift)
+            # <G, V> = L (<P, V> - sum_j lambda_j u_j^T M u_j); the Ritz values are u^T M u.
+            gv = L * (pv - float(lamk @ theta[keep]))
+            self.fw_gap = stats["sum_GP"] - gv
+            step = 1.0 if k_total == 0 else _line_search_step(alphas, h, h0, self.fw_gap, gamma)
+            self.step = step
+            pending = ("block", step * A, Uk, step)
+            k_total += 1
+        return pending, k_total
+
+
+def _simplex_projection(x, total):
+    """Euclidean projection of x onto {y >= 0, sum y = total}."""
+    u = np.sort(x)[::-1]
+    css = np.cumsum(u) - total
+    idx = np.arange(1, len(u) + 1)
+    rho = np.flatnonzero(u - css / idx > 0)[-1]
+    return np.maximum(x - css[rho] / (rho + 1), 0.0)
 
 
 class _FactoredGram:
@@ -385,30 +550,40 @@ class _FactoredGram:
         return blocks.matmat(self.group, "G", x) - self.data.gram_product(x)
 
 
-def _fused_pass(group, gram, *, v, step, vv_scale, **kw):
-    """NOMAD's fused pass (``blocks.nomad_pass``) over the stored D, or, when ``gram``
-    holds D's factor, leaving D out and adding its part: <G, P> -= <D, P> and
-    Tr(D Q) = <D, P> + 1^T D 1 / n."""
+def _fused_pass(group, gram, *, pending, vv_scale, **kw):
+    """NOMAD's fused pass (``blocks.nomad_pass``) applying the ``pending`` step
+    (("vertex", v, step): P <- (1 - step) P + step (K - 1) v v^T; ("block", A, U, step):
+    P <- (1 - step) P + A U^T, A = step U diag(lambda); None: no step) over the stored
+    D, or, when ``gram`` holds D's factor, leaving D out and adding its part:
+    <G, P> -= <D, P> and Tr(D Q) = <D, P> + 1^T D 1 / n."""
+    v, step, lowrank = None, 0.0, None
+    if pending is not None and pending[0] == "vertex":
+        v, step = pending[1], pending[2]
+    elif pending is not None:
+        lowrank, step = (pending[1], pending[2]), pending[3]
     if gram is None:
-        return blocks.nomad_pass(group, v=v, step=step, vv_scale=vv_scale, **kw)
-    stats = blocks.nomad_pass(group, v=v, step=step, vv_scale=vv_scale, exclude_d=True, **kw)
+        return blocks.nomad_pass(group, v=v, step=step, vv_scale=vv_scale, lowrank=lowrank, **kw)
+    stats = blocks.nomad_pass(group, v=v, step=step, vv_scale=vv_scale, lowrank=lowrank, exclude_d=True, **kw)
     if v is not None:
         gram.inner_p = (1.0 - step) * gram.inner_p + step * vv_scale * gram.data.gram_quadratic(v)
+    elif lowrank is not None:
+        # <D, A U^T> = sum_j a_j^T D u_j, from F^T A and F^T U (O(n d k), no pass).
+        gram.inner_p = (1.0 - step) * gram.inner_p + gram.data.gram_bilinear(lowrank[0], lowrank[1])
     stats["sum_GP"] -= gram.inner_p
     if not math.isnan(stats["sum_DQ"]):
         stats["sum_DQ"] = gram.inner_p + gram.d_mean
     return stats
 
 
-def _append_history(history, row, t, fw_gap, eig_matvecs, group, rec0, t0):
+def _append_history(history, row, t, inner, group, rec0, t0):
     tot = group.passes.since(rec0)
-    row = dict(iteration=int(t) + 1, **row, fw_gap=float(fw_gap), eig_matvecs=int(eig_matvecs),
-               passes=tot["passes"], seconds=time.perf_counter() - t0,
-               bytes_read=tot["bytes_read"], bytes_written=tot["bytes_written"])
+    row = dict(iteration=int(t) + 1, **row, fw_gap=float(inner.fw_gap), eig_matvecs=int(inner.eig_matvecs),
+               step=float(inner.step), rank=int(inner.rank), passes=tot["passes"],
+               seconds=time.perf_counter() - t0, bytes_read=tot["bytes_read"], bytes_written=tot["bytes_written"])
     history.append(row)
-    logger.info("NOMAD it %d  obj %.6g  rmse_neg %.2e  max_viol %.2e  gap %.2e  matvecs %d  %.2fs",
+    logger.info("NOMAD it %d  obj %.6g  rmse_neg %.2e  max_viol %.2e  gap %.2e  matvecs %d  rank %d  %.2fs",
                 row["iteration"], row["objective"], row["rmse_neg"], row["max_violation"],
-                row["fw_gap"], row["eig_matvecs"], row["seconds"])
+                row["fw_gap"], row["eig_matvecs"], row["rank"], row["seconds"])
 
 
 def _warn_max_iter(history, params):
