@@ -352,3 +352,116 @@ def test_line_search_pass_and_step_match_dense(block_size, rng):
     step = _line_search_step(alphas, h, h0, gap, gamma)
     assert abs(step - best) <= 0.1 * best
     assert phi(step) - phi(best) <= 1e-3 * (phi(0) - phi(best))
+
+
+@pytest.mark.parametrize("block_size", [25, 60])
+@pytest.mark.parametrize("shifted", [True, False])
+def test_lowrank_line_search_pass_matches_dense(block_size, shifted, rng):
+    """The block direction's line-search pass (Delta = A U^T - P, entries of
+    R = P + E_n + Gamma / gamma) equals the dense h(alpha) at its grid and <P, A U^T>; the
+    array-expression version (the device path, run here on NumPy blocks) gives the same bins."""
+    from dnomad.blocks import kernels
+
+    n, k, gamma = 60, 3, 2.5
+    B = rng.standard_normal((n, 4))
+    P = B @ B.T / n - 0.05
+    P -= P.mean(0)[None] + P.mean(1)[:, None] - P.mean()
+    Gam = -np.abs(rng.standard_normal((n, n))) * 0.02 * (rng.random((n, n)) < 0.5)
+    Gam = np.minimum(Gam, Gam.T)
+    U = np.linalg.qr(rng.standard_normal((n, k)) - 0.0)[0]
+    A = U * np.array([2.0, 1.5, 0.5])
+    bm = blocks.from_array(P, block_size=block_size, dtype=np.float64)
+    group = bm.group
+    group.build(["Gamma"], lambda key, blk: {"Gamma": blk}, lambda key: (
+        np.ascontiguousarray(Gam[slice(*group.layout.bounds(key[0])), slice(*group.layout.bounds(key[1]))]),))
+    blocks.shifted_copy(group, bm.name, "P", 0.0)       # the pass reads "P" and "Gamma"
+    shift = 1.0 / gamma if shifted else 0.0
+    alphas, h, h0, pv = blocks.lowrank_line_search_pass(group, A=A, U=U, shift=shift)
+    R, Delta = P + 1.0 / n + shift * Gam, A @ U.T - P
+    dense_h = [np.sum(np.minimum(R + a * Delta, 0) * Delta) for a in alphas]
+    np.testing.assert_allclose(h, dense_h, rtol=1e-10, atol=1e-12)
+    assert h0 == pytest.approx(np.sum(np.minimum(R, 0) * Delta), rel=1e-10)
+    assert pv == pytest.approx(np.sum(P * (A @ U.T)), rel=1e-12)
+    by_kernel = kernels.lowrank_line_search_block(P, Gam, Ai=A, Uj=U, shift=shift, inv_n=1.0 / n, weight=1.0)
+    by_arrays = kernels.array_lowrank_line_search_block(P, Gam, Ai=A, Uj=U, shift=shift, inv_n=1.0 / n,
+                                                        weight=1.0)
+    np.testing.assert_allclose(by_arrays, by_kernel, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shifted,update_gamma,write_g", [(True, False, True), (False, False, True),
+                                                          (True, True, False), (True, True, True)])
+def test_fused_block_with_rank_k_step_matches_dense(dtype, shifted, update_gamma, write_g, rng):
+    """nomad_block with a rank-k step and the projected-step output M = P - G / L equals
+    its dense formula, in the numba kernel and in the array expressions (device path)."""
+    from dnomad.blocks import kernels
+
+    bi, bj, k, n = 30, 40, 4, 200
+    gamma, tau, L, step = 1.7, 0.9, 2.3, 0.35
+    P0 = rng.standard_normal((bi, bj)) * 0.01
+    Gam0 = np.minimum(rng.standard_normal((bi, bj)) * 0.01, 0)
+    D = rng.standard_normal((bi, bj))
+    Ai, Uj = rng.standard_normal((bi, k)) * 0.1, rng.standard_normal((bj, k)) * 0.1
+    Pn = (1 - step) * P0 + step * Ai @ Uj.T
+    Q = Pn + 1.0 / n
+    Gn = np.minimum(Gam0 + tau * Q, 0) if update_gamma else Gam0
+    g = (np.minimum(Gn + gamma * Q, 0) if shifted else Gn + gamma * np.minimum(Q, 0)) - D
+    M = Pn - g / L
+    tol = dict(rtol=1e-4, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-13)
+    for fn in (kernels.nomad_block, kernels.array_nomad_block):
+        P, Gam, G = (np.array(a, dtype=dtype) for a in (P0, Gam0, np.zeros((bi, bj))))
+        kw = dict(lowrank=(step * Ai, Uj), step=step) if fn is kernels.nomad_block else {}
+        if fn is kernels.array_nomad_block:                 # the device path gets the step applied first
+            kernels.lowrank_update_block(P, step * Ai, Uj, 1.0 - step)
+            kw = dict(step=0.0)
+        stats = fn(P, Gam, G, D=np.asarray(D, dtype), vi=np.zeros(bi, dtype), vj=np.zeros(bj, dtype),
+                   vv_scale=0.0, gamma=gamma, tau=tau, inv_n=1.0 / n, update_gamma=update_gamma,
+                   write_g=write_g, weight=1.0, shifted=shifted, out_p=1.0, out_g=-1.0 / L, **kw)
+        np.testing.assert_allclose(P, Pn, **tol)
+        np.testing.assert_allclose(Gam, Gn, **tol)
+        if write_g:
+            np.testing.assert_allclose(G, M, **tol)
+            assert stats[kernels.SUM_GP] == pytest.approx(np.sum(g * Pn), rel=1e-3 if dtype == np.float32 else 1e-9)
+        assert stats[kernels.MIN_Q] == pytest.approx(Q.min(), rel=1e-4)
+
+
+def test_block_direction_matches_dense_reference(rng):
+    """Two outer iterations of the block direction against the same iteration written
+    densely here: the fused pass, the projected step from the exact top-k eigenpairs of
+    J M J (n small: the solver's dense path), the line-search step, the multiplier update."""
+    from dnomad.solvers.nomad import NomadParams, _line_search_step, _simplex_projection, nomad_cgm
+
+    X = rng.standard_normal((60, 30)) + 3.0 * (np.arange(60) % 3)[:, None]     # D of rank 29 > k: no ties
+    F = blocks.prepare_gram_data(X)
+    D = F @ F.T
+    n, K, gamma0, k = len(D), 4, 20.0, 12        # 5 k >= n - 1: the solver's exact (dense) path
+    params = NomadParams(n_clusters=K, max_iter=2, n_inner=2, penalty=gamma0, block_rank=k,
+                         rmse_tol=0, min_tol=0, objective_tol=0)
+    with pytest.warns(dnomad.ConvergenceWarning):
+        res = nomad_cgm(blocks.from_array(D, dtype=np.float64, block_size=25).group, params)
+    P, Gam = np.zeros((n, n)), np.zeros((n, n))
+    J = np.eye(n) - 1.0 / n
+    first = True
+    for t in range(2):
+        gamma = gamma0 * np.sqrt(t + 1)
+        for _ in range(2):
+            Q = P + 1.0 / n
+            G = -D + np.minimum(Gam + gamma * Q, 0)
+            M = J @ (P - G / gamma) @ J - 10.0 * np.ones((n, n)) / n
+            w, V = np.linalg.eigh(M)
+            theta, U = w[::-1][:k], V[:, ::-1][:, :k]
+            lam = _simplex_projection(theta, K - 1.0)
+            Vd = (U * lam) @ U.T
+            Delta = Vd - P
+            R = Q + Gam / gamma
+            from dnomad.blocks import kernels
+            alphas = 2.0 ** (-np.arange(kernels.LS_BINS + 1) / kernels.LS_BINS_PER_OCTAVE)
+            h = np.array([np.sum(np.minimum(R + a * Delta, 0) * Delta) for a in alphas])
+            gap = -np.sum(G * Delta)
+            a = 1.0 if first else _line_search_step(alphas, h, np.sum(np.minimum(R, 0) * Delta), gap, gamma)
+            first = False
+            P = P + a * Delta
+        Gam = np.minimum(Gam + gamma * (P + 1.0 / n), 0)
+    assert min(r["rank"] for r in res.history) >= 3       # a rank-k step, not a vertex
+    np.testing.assert_allclose(np.asarray(res.P), P, rtol=0, atol=1e-9)
+    assert np.abs(P).max() > 1e-3
