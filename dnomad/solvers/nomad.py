@@ -322,12 +322,13 @@ def _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key):
         penalty, tau = ck["penalty_value"], ck["tau_value"]
         v = to_device(run_store.read_vector(store, f"{ck['prefix']}/v"), group.device) if ck["has_v"] else None
         gram_p = ck.get("gram_inner_p")
+        block_k = ck.get("block_k")
         final = ck.get("stop_reason")
         logger.info("resuming NOMAD from outer iteration %d", start_t)
     else:
         penalty, tau = resolve_penalty(params, group, data)
         blocks.zeros_like_layout(group, ["P", "Gamma"])
-        final = None
+        final, block_k = None, None
     logger.info("NOMAD penalty gamma = %.4g, multiplier step tau = %s", penalty,
                 "gamma" if tau is None else f"{tau:.4g}")
 
@@ -340,7 +341,7 @@ def _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key):
         stop_reason, converged, end_t = final, final == "tolerance", start_t
     prev_obj = history[-1]["objective"] if history else None
     gram = _FactoredGram(data, group, ones, gram_p) if data is not None else None
-    inner = _BlockDirection(group, gram, params, v) if params.direction == "block" else \
+    inner = _BlockDirection(group, gram, params, v, block_k) if params.direction == "block" else \
         _VertexDirection(group, gram, params, v, ones)
     shifted = params.lagrangian == "shifted"
     for t in range(start_t, end_t):
@@ -360,7 +361,8 @@ def _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key):
         last = stop_reason != "max_iter" or t + 1 == params.max_iter
         if store is not None and ((t + 1) % params.checkpoint_every == 0 or last):
             _checkpoint(group, store, checkpoint_key, t + 1, k_total, inner.state, history, params, penalty, tau,
-                        gram.inner_p if gram is not None else None, stop_reason if last else None)
+                        gram.inner_p if gram is not None else None, stop_reason if last else None,
+                        getattr(inner, "k", None))
         if stop_reason != "max_iter":
             break
     if not converged and stop_reason == "max_iter" and history:
@@ -430,7 +432,7 @@ class _BlockDirection:
     k: ``block_rank``, or automatic: 2K + 8 to start, grown by half whenever every
     Ritz value survives the simplex projection (the solution may need more)."""
 
-    def __init__(self, group, gram, params, U):
+    def __init__(self, group, gram, params, U, k=None):
         n, K = group.layout.n, params.n_clusters
         self.group, self.gram, self.params = group, gram, params
         self.n, self.K = n, K
@@ -438,7 +440,9 @@ class _BlockDirection:
         self.k = min(params.block_rank or 2 * K + 8, self.k_cap)
         self.state = None if U is None else np.asarray(to_host(U), dtype=np.float64).reshape(n, -1)
         if self.state is not None:
-            self.k = self.state.shape[1]
+            # k as checkpointed: it may have grown past the saved vectors' count, which the
+            # next call extends, as the uninterrupted run does.
+            self.k = int(k) if k is not None else self.state.shape[1]
         self.eig_matvecs, self.fw_gap, self.rank, self.step = 0, float("nan"), 0, float("nan")
 
     def _start(self, k, have=None):
@@ -609,12 +613,14 @@ def _check_stop(row, prev_obj, params):
     return "max_iter", False
 
 
-def _checkpoint(group, store, key, t, k_total, v, history, params, penalty, tau, gram_p, stop_reason):
-    """Checkpoint P, Gamma, v and the history; ``stop_reason`` is set on the run's last
-    checkpoint (None before), so that a resume after it finishes instead of iterating on."""
+def _checkpoint(group, store, key, t, k_total, v, history, params, penalty, tau, gram_p, stop_reason,
+                block_k=None):
+    """Checkpoint P, Gamma, v (the block direction's n x k vectors U) and the history;
+    ``stop_reason`` is set on the run's last checkpoint (None before), so that a resume
+    after it finishes instead of iterating on."""
     record = {"iteration": int(t), "k_total": int(k_total), "has_v": v is not None,
               "params": asdict(params), "penalty_value": penalty, "tau_value": tau,
-              "gram_inner_p": gram_p, "stop_reason": stop_reason}
+              "gram_inner_p": gram_p, "stop_reason": stop_reason, "block_k": block_k}
     with run_store.Checkpoints(store, key).write(record, history) as prefix:
         group.save(["P", "Gamma"], store, prefix)
         if v is not None:
