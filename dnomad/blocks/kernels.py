@@ -246,7 +246,6 @@ LOWRANK_ROWS = 128
 def _lowrank_line_search_rows(P, Gam, V, r0, shift, inv_n, per_octave, nbins, weight, out):
     # As _line_search_block, along Delta = V - P with V's rows given, for the entries
     # R = P + inv_n + shift Gam; out[-1] accumulates <P, V>.
-    m1 = nbins + 1
     last = out.shape[0] - 1
     for rr in range(V.shape[0]):
         r = r0 + rr
@@ -254,27 +253,7 @@ def _lowrank_line_search_rows(P, Gam, V, r0, shift, inv_n, per_octave, nbins, we
             p = P[r, c]
             vval = V[rr, c]
             out[last] += weight * p * vval
-            q = p + inv_n + shift * Gam[r, c]
-            dl = vval - p
-            qe = q + dl
-            if q >= 0.0 and qe >= 0.0:
-                continue
-            a = weight * q * dl
-            b = weight * dl * dl
-            if q < 0.0 and qe < 0.0:
-                out[0] += a
-                out[1] += b
-                continue
-            beta = -q / dl
-            k = nbins
-            if beta > 0.0:
-                k = min(int(-per_octave * np.log2(beta)), nbins)
-            if q < 0.0:
-                out[2 + k] += a
-                out[2 + m1 + k] += b
-            else:
-                out[2 + 2 * m1 + k] += a
-                out[2 + 3 * m1 + k] += b
+            _bin_entry(p + inv_n + shift * Gam[r, c], vval - p, weight, per_octave, nbins, out)
 
 
 def lowrank_line_search_block(P, Gam, *, Ai, Uj, shift, inv_n, weight):
@@ -439,35 +418,42 @@ LS_BINS_PER_OCTAVE = 8
 LS_BINS = 8 * 30
 
 
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
+def _bin_entry(q, dl, weight, per_octave, nbins, out):
+    # One entry's share of h(alpha) = <[Q + alpha Delta]_-, Delta>: q and dl are its Q and
+    # Delta.  out: [A0, B0, A_dec[0..nbins], B_dec[...], A_rise[...], B_rise[...]]
+    qe = q + dl                                 # Q + Delta: the entry at alpha = 1
+    if q >= 0.0 and qe >= 0.0:
+        return
+    m1 = nbins + 1
+    a = weight * q * dl
+    b = weight * dl * dl
+    if q < 0.0 and qe < 0.0:
+        out[0] += a
+        out[1] += b
+        return
+    beta = -q / dl
+    k = nbins
+    if beta > 0.0:
+        k = min(int(-per_octave * np.log2(beta)), nbins)
+    if q < 0.0:                                  # active for alpha < beta
+        out[2 + k] += a
+        out[2 + m1 + k] += b
+    else:                                        # active for alpha > beta
+        out[2 + 2 * m1 + k] += a
+        out[2 + 3 * m1 + k] += b
+
+
 @numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
 def _line_search_block(P, vi, vj, vv_scale, inv_n, per_octave, nbins, weight, out):
-    # out: [A0, B0, A_dec[0..nbins], B_dec[...], A_rise[...], B_rise[...]]
-    m1 = nbins + 1
+    # out: the bins of _bin_entry
     for r in range(P.shape[0]):
         sv = vv_scale * vi[r]
         for c in range(P.shape[1]):
             p = P[r, c]
             q = p + inv_n
             dl = sv * vj[c] - p
-            qe = q + dl                         # Q + Delta: the entry at alpha = 1
-            if q >= 0.0 and qe >= 0.0:
-                continue
-            a = weight * q * dl
-            b = weight * dl * dl
-            if q < 0.0 and qe < 0.0:
-                out[0] += a
-                out[1] += b
-                continue
-            beta = -q / dl
-            k = nbins
-            if beta > 0.0:
-                k = min(int(-per_octave * np.log2(beta)), nbins)
-            if q < 0.0:                          # active for alpha < beta
-                out[2 + k] += a
-                out[2 + m1 + k] += b
-            else:                                # active for alpha > beta
-                out[2 + 2 * m1 + k] += a
-                out[2 + 3 * m1 + k] += b
+            _bin_entry(q, dl, weight, per_octave, nbins, out)
 
 
 def line_search_block(P, *, vi, vj, vv_scale, inv_n, weight):

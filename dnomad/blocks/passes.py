@@ -22,9 +22,7 @@ def _weight(layout, key):
 def group_vector(group, v):
     """``v`` (length n) in the group's dtype, where its blocks compute (a CuPy vector for
     device blocks: one host-to-device copy when it came from the host)."""
-    if group.device == "cuda":
-        return to_device(v, "cuda").astype(group.dtype, copy=False).reshape(group.n)
-    return np.asarray(to_host(v), dtype=group.dtype).reshape(group.n)
+    return group_array(group, v).reshape(group.n)
 
 
 def group_array(group, A):

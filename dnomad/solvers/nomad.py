@@ -98,6 +98,9 @@ class NomadParams:
         check_choices(self, {"step_rule": STEP_RULES, "penalty_schedule": PENALTY_SCHEDULES,
                              "eigen_tol": EIGEN_TOL_RULES, "direction": DIRECTIONS,
                              "lagrangian": LAGRANGIANS})
+        if self.direction == "vertex" and self.step_rule == "line_search" and self.lagrangian != "paper":
+            # The vertex line search's pass bins the entries of Q alone (eq. 13's penalty).
+            raise InputValueError('step_rule="line_search" with direction="vertex" needs lagrangian="paper"')
         if self.block_rank is not None and (not isinstance(self.block_rank, (int, np.integer))
                                             or isinstance(self.block_rank, bool)
                                             or not 1 <= self.block_rank <= n - 2):
@@ -403,9 +406,6 @@ class _VertexDirection:
             v = self.state = eig.vector
             self.fw_gap = stats["sum_GP"] - vv_scale * eig.value
             if params.step_rule == "line_search" and k_total > 0:
-                if shifted:
-                    raise InputValueError('step_rule="line_search" with direction="vertex" needs '
-                                          'lagrangian="paper"')
                 alphas, h, h0 = blocks.line_search_pass(group, v=v, vv_scale=vv_scale)
                 step = _line_search_step(alphas, h, h0, self.fw_gap, gamma)
             else:
