@@ -438,7 +438,10 @@ class _BlockDirection:
         self.n, self.K = n, K
         self.k_cap = max(1, n - 2)
         self.k = min(params.block_rank or 2 * K + 8, self.k_cap)
-        self.state = None if U is None else np.asarray(to_host(U), dtype=np.float64).reshape(n, -1)
+        # C order throughout: LOBPCG's BLAS calls sum in an order that depends on the
+        # layout, so a resumed run (vectors read back C-ordered) must see the layout the
+        # uninterrupted run saw to retrace it bit for bit.
+        self.state = None if U is None else np.ascontiguousarray(to_host(U), dtype=np.float64).reshape(n, -1)
         if self.state is not None:
             # k as checkpointed: it may have grown past the saved vectors' count, which the
             # next call extends, as the uninterrupted run does.
@@ -452,7 +455,7 @@ class _BlockDirection:
         if have is not None:
             cols[:, :have.shape[1]] = have
         cols -= cols.mean(axis=0)
-        return np.linalg.qr(cols)[0]
+        return np.ascontiguousarray(np.linalg.qr(cols)[0])
 
     def _eigs(self, L, first):
         """Top-k eigenpairs of J M J on 1^perp, M = P - G / L (stored as "M")."""
@@ -509,7 +512,7 @@ class _BlockDirection:
             keep = lam > 0
             if keep.all() and params.block_rank is None and self.k < self.k_cap:
                 self.k = min(self.k_cap, self.k + max(1, self.k // 2))     # grown for the next call
-            self.state = U
+            self.state = np.ascontiguousarray(U)
             Uk, lamk = U[:, keep], lam[keep]
             self.rank = int(keep.sum())
             A = Uk * lamk
