@@ -24,7 +24,7 @@ from .solvers._rounding import component_labels, kmeans_rows
 from .solvers import riemannian_kmeans as rk
 from .solvers import symnmf
 from .solvers.nomad import CHECKPOINT_KEY as nomad_checkpoint_key
-from .blocks.operators import DataGram, LowRankGram, ScaledMatrix
+from .blocks.operators import LowRankGram, ScaledMatrix
 from .solvers import nomad as nomad_solver
 from .solvers.bregman.divergences import DIVERGENCES, BregmanDivergence
 from .solvers.burer_monteiro import BurerMonteiroParams, burer_monteiro
@@ -304,8 +304,11 @@ class NOMAD(_Clustering, _Estimator):
         its Frobenius norm).
     solver_options : dict, optional
         (bm) sigma, phi, eta (default 1), tol (1e-5: stop when Y changes by less,
-        relative, and the constraints hold to feasibility_tol, 1e-4), inner_max_iter
-        (15000) and inner_tol (1e-10) of L-BFGS-B, start ("symnmf" or "random").
+        relative, and the constraints hold to feasibility_tol, 1e-4), optimizer of each
+        multiplier step ("lbfgs": projected L-BFGS over Y's row chunks, the default;
+        "spg": spectral projected gradient; "scipy": SciPy's L-BFGS-B in this process),
+        memory (5 pairs, lbfgs), inner_max_iter (15000) and inner_tol (1e-10: ftol
+        and gtol), start ("symnmf" or "random").
     max_iter : int, optional
         Outer (multiplier) iterations; default 2000 (cgm), 1000 (bm).
     n_inner : int, default 2
@@ -733,7 +736,10 @@ class NOMAD(_Clustering, _Estimator):
     def _fit_bm(self, source, params_list, dtype, resume, start):
         n, store, last = source.n, self.store, len(params_list) - 1
         if source.is_data:
-            backend = "local"                       # D Y from X's row chunks, in this process
+            # Y in row chunks beside X: on the workers when asked or when a connected
+            # cluster's rows threshold is met, else in this process.
+            backend = "distributed" if self.backend == "distributed" or (
+                self.backend == "auto" and _get_client() is not None and n >= ROWS_DISTRIBUTED_MIN) else "local"
         elif source.matrix is not None:
             backend = source.matrix.backend
         else:
@@ -773,10 +779,13 @@ class NOMAD(_Clustering, _Estimator):
 
     def _bm_operator(self, source, backend, client, dtype):
         """D / ||D||_F as an operator (Burer-Monteiro's normalization), and the block
-        group holding D if there is one."""
+        group holding D if there is one; for data, X's row chunks (here or on the
+        client's workers) for both: D is their rows' normalized Gram matrix."""
         if source.is_data:
             X = source.zarr_data if source.zarr_data is not None else source.data
-            return DataGram(X, center=self.center, scale="frobenius"), None
+            chunks = blocks.RowChunks(X, client=client if backend == "distributed" else None,
+                                      center=self.center)
+            return chunks, chunks
         if source.matrix is not None:
             D = source.matrix
         else:
@@ -808,7 +817,8 @@ CGM_MAX_ITER = 2000
 CGM_CHECKPOINT_EVERY = 20
 BM_MAX_ITER = 1000
 # Burer-Monteiro settings passed through ``solver_options`` (see BurerMonteiroParams).
-BM_OPTIONS = ("sigma", "phi", "eta", "tol", "feasibility_tol", "inner_max_iter", "inner_tol", "start")
+BM_OPTIONS = ("sigma", "phi", "eta", "tol", "feasibility_tol", "optimizer", "memory", "inner_max_iter", "inner_tol",
+              "start")
 # Rows per chunk of the n x r factor Y in a store.
 Y_CHUNK_ROWS = 65536
 

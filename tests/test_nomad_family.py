@@ -151,6 +151,23 @@ def test_burer_monteiro_reads_data_from_zarr_chunk_by_chunk(tmp_path):
     assert run_store.read_json(str(tmp_path / "s.zarr"), run_store.RUN_MARKER)["input"]["kind"] == "data_zarr"
 
 
+def test_burer_monteiro_on_two_workers_from_zarr_equals_the_run_in_this_process(tmp_path, cluster_client):
+    """Y in row chunks beside X on a 2-worker LocalCluster (X read from Zarr by the
+    workers, chunk by chunk) or in this process: the same chunks, kernels and chunk-order
+    sums, so the same Y to round-off, outer step for outer step."""
+    X, y = gaussian_blobs(400, n_centers=3, separation=12.0)
+    url = str(tmp_path / "X.zarr")
+    arr = zarr.create_array(store=url, shape=X.shape, dtype="f8", chunks=(64, 2))
+    arr[...] = X
+    kw = dict(solver="bm", n_clusters=3, rank=6, random_state=0)
+    here = dnomad.NOMAD(**kw, backend="local").fit(url)
+    workers = dnomad.NOMAD(**kw, backend="distributed").fit(url)
+    assert workers.backend_used_ == "distributed" and here.backend_used_ == "local"
+    np.testing.assert_allclose(workers.Y_, here.Y_, rtol=0, atol=1e-12)
+    assert [r["inner_iterations"] for r in workers.history_] == [r["inner_iterations"] for r in here.history_]
+    assert adjusted_rand_score(y, workers.labels_) == 1.0
+
+
 def test_low_rank_components_match_dense_components(rng):
     from scipy.sparse.csgraph import connected_components
 

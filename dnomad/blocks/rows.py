@@ -82,7 +82,7 @@ class RowChunks:
         self._workers = None if workers is None else list(workers)
         self.backend = "distributed" if client is not None else "local"
         self._X = X if self.source is None else None
-        self.passes, self.rows_read, self.seconds = 0, 0, 0.0
+        self.passes, self.state_passes, self.rows_read, self.seconds = 0, 0, 0, 0.0
         self._pool = None
         self._chunks = {}               # local: index -> state dict
         self._shards, self._owner, self._shard_futures = {}, {}, []
@@ -98,13 +98,16 @@ class RowChunks:
         self.gram = xtx - self.n * np.outer(self.mean, self.mean)
 
     # ------------------------------------------------------------ passes
-    def map(self, kernel, *args):
-        """``[kernel(chunk, *args) for every chunk]``, in chunk order (one pass over X)."""
+    def map(self, kernel, *args, read_x=True):
+        """``[kernel(chunk, *args) for every chunk]``, in chunk order: one pass over X, or,
+        with ``read_x=False``, over the state alone (``chunk`` holds no ``"X"``; X in
+        Zarr is not read).  Only state passes that read X count in ``passes``."""
         t0 = time.perf_counter()
+        rows_of = self._rows_of if read_x else (lambda i: False)
         if self.backend == "local":
             def run(i):
                 state = self._chunks.setdefault(i, {})
-                return _chunk_task(state, i, kernel, self._rows_of(i), self.mean, args)
+                return _chunk_task(state, i, kernel, rows_of(i), self.mean, args)
 
             if self._pool is None and _n_threads() > 1 and len(self.spans) > 1:
                 self._pool = ThreadPoolExecutor(_n_threads(), thread_name_prefix="dnomad-rows")
@@ -112,9 +115,12 @@ class RowChunks:
             out = list(self._pool.map(run, indices) if self._pool is not None else map(run, indices))
         else:
             out = self._call_shards(lambda shard, keys: shard.run(
-                _chunk_task, keys, [(kernel, self._rows_of(i), self.mean, args) for i in keys]))
-        self.passes += 1
-        self.rows_read += self.n
+                _chunk_task, keys, [(kernel, rows_of(i), self.mean, args) for i in keys]))
+        if read_x:
+            self.passes += 1
+            self.rows_read += self.n
+        else:
+            self.state_passes += 1
         self.seconds += time.perf_counter() - t0
         return out
 
@@ -220,19 +226,70 @@ class RowChunks:
         return wait_for_actors(self.client, self._shards, make_calls, "row chunks")
 
 
+class RowState:
+    """Per-row state of n rows with no X beside it, in this process: the row space of a
+    solver whose products with D come from elsewhere (a block matrix, a low-rank
+    factor).  The state interface of :class:`RowChunks` (``map`` with
+    ``read_x=False``, ``put``, ``get``, ``drop``, ``close``), on one chunk by default."""
+
+    backend = "local"
+
+    def __init__(self, n, *, chunk_rows=None):
+        if not (isinstance(n, (int, np.integer)) and n >= 1):
+            raise InputValueError(f"n must be a positive integer; got {n!r}")
+        self.n = int(n)
+        step = int(chunk_rows or n)
+        self.spans = [(r0, min(self.n, r0 + step)) for r0 in range(0, self.n, step)]
+        self._chunks = [{} for _ in self.spans]
+        self.passes, self.state_passes, self.rows_read, self.seconds = 0, 0, 0, 0.0
+
+    def map(self, kernel, *args, read_x=False):
+        if read_x:
+            raise InputValueError("RowState holds no X to read")
+        t0 = time.perf_counter()
+        out = [kernel(chunk, *args) for chunk in self._chunks]
+        self.state_passes += 1
+        self.seconds += time.perf_counter() - t0
+        return out
+
+    def put(self, name, A):
+        A = np.asarray(A)
+        if A.shape[0] != self.n:
+            raise InputValueError(f"state {name!r} must have {self.n} rows; got shape {A.shape}")
+        for chunk, (r0, r1) in zip(self._chunks, self.spans):
+            chunk[name] = np.array(A[r0:r1])
+
+    def get(self, name):
+        return np.concatenate([chunk[name] for chunk in self._chunks], axis=0)
+
+    def drop(self, name):
+        for chunk in self._chunks:
+            chunk.pop(name, None)
+
+    def close(self):
+        self._chunks = [{} for _ in self.spans]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 # ------------------------------------------------------------ task functions
 # Module-level so that workers import them.
 def _chunk_task(state, index, kernel, rows, mean, args):
     """Run ``kernel`` on one chunk: its rows of X (given; read from Zarr when ``rows``
-    says where they are; the state's own copy when None), centred, and its state; keep
-    the state the kernel leaves."""
-    if rows is None:
-        rows = state["_X"]
-    elif isinstance(rows, tuple):
-        url, path, r0, r1 = rows
-        rows = _open_zarr_array(url, path, "input")[r0:r1]
+    says where they are; the state's own copy when None; none when False), centred, and
+    its state; keep the state the kernel leaves."""
     chunk = {k: v for k, v in state.items() if k != "_X"}
-    chunk["X"] = np.asarray(rows, dtype=np.float64) - mean
+    if rows is not False:
+        if rows is None:
+            rows = state["_X"]
+        elif isinstance(rows, tuple):
+            url, path, r0, r1 = rows
+            rows = _open_zarr_array(url, path, "input")[r0:r1]
+        chunk["X"] = np.asarray(rows, dtype=np.float64) - mean
     out = kernel(chunk, *args)
     for name, value in chunk.items():
         if name not in ("X", "_X"):

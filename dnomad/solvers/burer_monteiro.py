@@ -11,10 +11,13 @@ solved by the method of multipliers on the augmented Lagrangian (32)
     L(Y, mu, lam) = -Tr(D Y Y^T) + sigma/2 ||Y Y^T 1 - 1||^2 - mu^T (Y Y^T 1 - 1)
                     + phi/2 (||Y||_F^2 - K)^2 - lam (||Y||_F^2 - K),
 
-each step minimizing L over Y in [0, 1]^{n x r} by L-BFGS-B (SciPy), then (33b, 33c)
-mu -= eta sigma (Y Y^T 1 - 1), lam -= eta phi (||Y||_F^2 - K).  One evaluation of L and
-its gradient costs one product D Y: a pass over D's blocks, or two passes over the rows
-of X when D is X's Gram matrix; nothing n x n is ever formed.  Nonconvex: r >= K trades
+each step minimizing L over Y in [0, 1]^{n x r} by a bound-constrained method whose
+every step is row-chunk work (:mod:`dnomad.solvers.box_optim`: projected L-BFGS in
+vector-free form by default, or spectral projected gradient), so that Y can live in row
+chunks beside X on a cluster's workers, then (33b, 33c) mu -= eta sigma (Y Y^T 1 - 1),
+lam -= eta phi (||Y||_F^2 - K).  One evaluation of L and its gradient costs one product
+D Y: a pass over D's blocks, or two passes over the rows of X when D is X's Gram
+matrix; nothing n x n is ever formed.  Nonconvex: r >= K trades
 speed for closeness to the SDP's solution (r = K gives hard clusterings, Kulis et al.
 2007; the authors' default is r = 8K).
 
@@ -99,6 +102,9 @@ def symnmf_admm(matmat, n, rank, *, W0=None, sigma=1.0, eta=1.0, max_iter=1000, 
 
 
 # ------------------------------------------------------------------ Burer-Monteiro
+BM_OPTIMIZERS = ("lbfgs", "spg", "scipy")
+
+
 @dataclass
 class BurerMonteiroParams:
     """Parameters of :func:`burer_monteiro` (the paper's defaults)."""
@@ -111,8 +117,10 @@ class BurerMonteiroParams:
     max_iter: int = 1000             # multiplier (outer) steps
     tol: float = 1e-5                # stop: ||Y - Y_prev||_F <= tol ||Y_prev||_F ...
     feasibility_tol: float = 1e-4    # ... and the constraints met to this (relative) level
-    inner_max_iter: int = 15000      # L-BFGS-B iterations per outer step (SciPy's default)
-    inner_tol: float = 1e-10         # L-BFGS-B's ftol and gtol (D normalized: entries ~ 1/n)
+    optimizer: str = "lbfgs"         # inner solver: "lbfgs", "spg" or "scipy" (L-BFGS-B)
+    memory: int = 5                  # pairs kept by "lbfgs"
+    inner_max_iter: int = 15000      # inner iterations per outer step (SciPy's default)
+    inner_tol: float = 1e-10         # the inner ftol and gtol (D normalized: entries ~ 1/n)
     start: str = "symnmf"            # "symnmf" (App. E) or "random"
     random_state: object = None
 
@@ -120,7 +128,7 @@ class BurerMonteiroParams:
         return min(8 * self.n_clusters, n) if self.rank is None else self.rank
 
     def validate(self, n):
-        check_ints(self, ("n_clusters", "max_iter", "inner_max_iter"))
+        check_ints(self, ("n_clusters", "max_iter", "inner_max_iter", "memory"))
         if not 1 <= self.n_clusters < n:
             raise InputValueError(f"n_clusters must be in [1, {n - 1}] for n = {n}; got {self.n_clusters}")
         r = self.resolved_rank(n)
@@ -128,7 +136,7 @@ class BurerMonteiroParams:
             raise InputValueError(f"rank must be an integer in [n_clusters, n] = [{self.n_clusters}, {n}]; "
                                   f"got {self.rank!r}")
         check_numbers(self, ("sigma", "phi", "eta", "tol", "feasibility_tol", "inner_tol"), positive=True)
-        check_choices(self, {"start": ("symnmf", "random")})
+        check_choices(self, {"start": ("symnmf", "random"), "optimizer": BM_OPTIMIZERS})
 
 
 def lagrangian(Y, DY, mu, lam, K, sigma, phi):
@@ -150,9 +158,9 @@ def constraint_residuals(Y, K):
 
 def burer_monteiro(D, params: BurerMonteiroParams, *, Y0=None, callback=None, state=None,
                    checkpoint=None, checkpoint_every=1):
-    """See :func:`_burer_monteiro`; runs with BLAS on one thread (L-BFGS-B and the
-    O(n r) vector work make many small BLAS calls, on which OpenBLAS's threads spin:
-    measured 29x slower per evaluation at n r = 12,800 on 2 cores)."""
+    """See :func:`_burer_monteiro`; runs with BLAS on one thread (the optimizers make
+    many small BLAS calls, on which OpenBLAS's threads spin: measured 29x slower per
+    evaluation at n r = 12,800 on 2 cores; row chunks spread the work instead)."""
     from ..blocks import single_threaded_blas
 
     with single_threaded_blas():
@@ -160,10 +168,126 @@ def burer_monteiro(D, params: BurerMonteiroParams, *, Y0=None, callback=None, st
                                checkpoint=checkpoint, checkpoint_every=checkpoint_every)
 
 
+class _AugmentedLagrangian:
+    """L(., mu, lam) of (32) over a row space, for :mod:`dnomad.solvers.box_optim`.
+
+    Data mode (``D`` None; the space is a RowChunks): D = F F^T / ||F^T F||_F of the
+    chunks' centred rows F, and an evaluation is two passes over X (F^T Y, then
+    F (F^T Y)) plus two over the state.  Operator mode: D Y from ``D.matmat`` on Y
+    gathered from the space.  mu is the state ``"mu"``, lam an attribute."""
+
+    def __init__(self, space, D, K, sigma, phi):
+        self.space, self.D, self.K, self.sigma, self.phi = space, D, K, sigma, phi
+        self.scale = float(np.linalg.norm(space.gram)) if D is None else None
+        if self.scale == 0:
+            raise InputValueError("X is constant after centering: its Gram matrix is zero")
+        self.lam, self.matmats = 0.0, 0
+        self.objective = {}          # state name -> Tr(D Y Y^T) at its last evaluation
+
+    def products(self, x):
+        """(B, c, ||Y||^2): B = F^T Y / scale (data mode; None in operator mode, where
+        D Y is left in state "_DY"), c = Y^T 1, for Y the state ``x``."""
+        space = self.space
+        self.matmats += 1
+        if self.D is None:
+            parts = space.map(_ft_y, x)
+            B = _ordered_sum([p[0] for p in parts]) / self.scale
+        else:
+            space.put("_DY", np.asarray(self.D.matmat(space.get(x)), dtype=np.float64))
+            parts = space.map(_column_stats, x, read_x=False)
+            B = None
+        return B, _ordered_sum([p[1] for p in parts]), _ordered_sum([p[2] for p in parts])
+
+    def evaluate(self, x, g):
+        B, c, trace = self.products(x)
+        t = trace - self.K
+        parts = self.space.map(_lagrangian_rows, x, g, B, c, self.sigma, self.phi * t - self.lam,
+                               read_x=self.D is None)
+        ydy, ss, mus = (_ordered_sum([p[k] for p in parts]) for k in range(3))
+        self.space.map(_add_to_rows, g, _ordered_sum([p[3] for p in parts]), read_x=False)
+        self.objective[x] = float(ydy)
+        return float(-ydy + 0.5 * self.sigma * ss - mus + 0.5 * self.phi * t * t - self.lam * t)
+
+    def matmat(self, Y):
+        """D Y for Y in memory (the symmetric NMF start)."""
+        if self.D is not None:
+            self.matmats += 1
+            return self.D.matmat(Y)
+        self.space.put("_start", Y)
+        B = self.products("_start")[0]
+        out = np.concatenate(self.space.map(_times, B), axis=0)
+        self.space.map(_drop, ["_start"], read_x=False)
+        return out
+
+
+def _ordered_sum(parts):
+    """Per-chunk results added in chunk order: the same sum wherever the chunks ran."""
+    total = np.array(parts[0], dtype=np.float64)
+    for p in parts[1:]:
+        total = total + p
+    return total
+
+
+# Per-chunk kernels (module level: workers import them).
+def _ft_y(chunk, x):
+    Y = chunk[x]
+    return chunk["X"].T @ Y, Y.sum(axis=0), float(np.vdot(Y, Y))
+
+
+def _column_stats(chunk, x):
+    Y = chunk[x]
+    return None, Y.sum(axis=0), float(np.vdot(Y, Y))
+
+
+def _times(chunk, B):
+    return chunk["X"] @ B
+
+
+def _drop(chunk, names):
+    for name in names:
+        chunk.pop(name, None)
+
+
+def _lagrangian_rows(chunk, x, g, B, c, sigma, trace_coef):
+    """The rows' share of L and of its gradient, less the gradient's rank-one term
+    1 (w^T Y) (added when w^T Y is summed: :func:`_add_to_rows`)."""
+    Y, mu = chunk[x], chunk["mu"]
+    DY = chunk["X"] @ B if B is not None else chunk["_DY"]
+    s = Y @ c - 1.0
+    w = sigma * s - mu
+    chunk[g] = -2.0 * DY + np.outer(w, c) + (2.0 * trace_coef) * Y
+    return float(np.vdot(Y, DY)), float(s @ s), float(mu @ s), w @ Y
+
+
+def _add_to_rows(chunk, g, h):
+    chunk[g] += h
+
+
+def _multiplier_step(chunk, c, step):
+    """mu -= step (Y Y^T 1 - 1) (33b); (max |Y Y^T 1 - 1|, ||Y - Y_prev||^2, ||Y_prev||^2)."""
+    Y, prev = chunk["Y"], chunk["Y_prev"]
+    s = Y @ c - 1.0
+    chunk["mu"] = chunk["mu"] - step * s
+    return float(np.abs(s).max(initial=0.0)), float(np.vdot(Y - prev, Y - prev)), float(np.vdot(prev, prev))
+
+
+def _copy(chunk, src, dst):
+    chunk[dst] = chunk[src].copy()
+
+
 def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint=None,
                     checkpoint_every=1):
-    """Solve (11) for the operator D (``D.matmat(Y)``, ``D.shape``; normalize it first,
-    e.g. :class:`dnomad.blocks.operators.DataGram` with scale "frobenius").
+    """Solve (11) for D: a :class:`dnomad.blocks.RowChunks` (D = F F^T / ||F^T F||_F of
+    its centred rows: Y is kept in row chunks beside X, on the workers when the chunks
+    are, and every optimizer step is row-chunk work), or any operator with ``matmat``
+    and ``shape`` (normalize it first, e.g. :class:`dnomad.blocks.operators.DataGram`
+    with scale "frobenius"; Y is then kept in this process).
+
+    Each multiplier step minimizes L(., mu, lam) over [0, 1]^{n x r} by
+    ``params.optimizer``: "spg" (spectral projected gradient, nonmonotone) or "lbfgs"
+    (projected L-BFGS, vector-free) from :mod:`dnomad.solvers.box_optim`, or "scipy"
+    (SciPy's L-BFGS-B on Y gathered into this process: the reference).  Float64
+    throughout: the multiplier steps difference nearly equal row sums.
 
     The start Y0 defaults to symmetric NMF of D at rank r by ADMM (App. E), clipped to
     [0, 1].  Stops when Y changes by less than ``tol`` (relative) between outer steps
@@ -171,49 +295,41 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
     ``max_iter`` ("max_iter", with a ConvergenceWarning), or when ``callback`` returns
     True ("callback").
     History rows: iteration, objective Tr(D Y Y^T), lagrangian, row_sum_violation,
-    trace_violation, change, inner_iterations, matmats, seconds.
+    trace_violation, change, inner_iterations, evaluations, matmats, passes (over X,
+    data mode), seconds.
 
     ``state`` (a dict Y, mu, lam, history, matmats, as passed to ``checkpoint``)
     resumes a run exactly where it was saved; ``checkpoint(state)`` is called every
     ``checkpoint_every`` outer steps and at the end.  Returns a
     :class:`dnomad.solvers.nomad.NomadResult` with Q = Y Y^T as a LowRankGram.
     """
-    from scipy.optimize import Bounds, minimize
-
+    from ..blocks import RowChunks, RowState
     from ..blocks.operators import LowRankGram
     from .nomad import NomadResult
 
-    n = D.shape[0]
+    data_mode = isinstance(D, RowChunks)
+    n = D.n if data_mode else D.shape[0]
     params.validate(n)
     K, r = params.n_clusters, params.resolved_rank(n)
-    matmats = [0 if state is None else int(state["matmats"])]
-
-    def DY_of(Y):
-        matmats[0] += 1
-        return D.matmat(Y)
-
+    space = D if data_mode else RowState(n)
+    problem = _AugmentedLagrangian(space, None if data_mode else D, K, params.sigma, params.phi)
     if state is not None:
+        problem.matmats = int(state["matmats"])
         Y0 = state["Y"]
     elif Y0 is None:
         if params.start == "symnmf":
-            Y0 = symnmf_admm(DY_of, n, r, random_state=params.random_state).W
+            Y0 = symnmf_admm(problem.matmat, n, r, random_state=params.random_state).W
         else:
             rng = np.random.default_rng(params.random_state)
             Y0 = rng.random((n, r)) * math.sqrt(K / (n * r))
-    Y = np.clip(np.array(Y0, dtype=np.float64), 0.0, 1.0)
-    if Y.shape != (n, r):
-        raise InputValueError(f"Y0 must have shape ({n}, {r}); got {Y.shape}")
-    mu, lam = (np.zeros(n), 0.0) if state is None else (np.array(state["mu"], dtype=np.float64),
-                                                        float(state["lam"]))
+    Y0 = np.clip(np.array(Y0, dtype=np.float64), 0.0, 1.0)
+    if Y0.shape != (n, r):
+        raise InputValueError(f"Y0 must have shape ({n}, {r}); got {Y0.shape}")
+    space.put("Y", Y0)
+    del Y0
+    space.put("mu", np.zeros(n) if state is None else np.array(state["mu"], dtype=np.float64))
+    problem.lam = 0.0 if state is None else float(state["lam"])
     sigma, phi = params.sigma, params.phi
-
-    last = {}        # the last point L-BFGS-B evaluated and D Y there
-
-    def fun(x, mu, lam):
-        Yx = x.reshape(n, r)
-        last["x"], last["DY"] = x.copy(), DY_of(Yx)
-        value, grad = lagrangian(Yx, last["DY"], mu, lam, K, sigma, phi)
-        return value, grad.ravel()
 
     history = [] if state is None else list(state["history"])
     stop_reason = "max_iter"
@@ -223,42 +339,47 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
         # from it as the uninterrupted run did.
         stop_reason, end = state["stop_reason"], len(history)
     t0 = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+    passes0 = space.passes - (history[-1].get("passes", 0) if history else 0)
 
     def save(final):
         if checkpoint is not None:
-            checkpoint({"Y": Y, "mu": mu, "lam": lam, "history": history, "matmats": matmats[0],
-                        "stop_reason": stop_reason if final else None})
+            checkpoint({"Y": space.get("Y"), "mu": space.get("mu"), "lam": problem.lam, "history": history,
+                        "matmats": problem.matmats, "stop_reason": stop_reason if final else None})
 
-    for it in range(len(history) + 1, end + 1):
-        Y_prev = Y
-        res = minimize(fun, Y.ravel(), args=(mu, lam), jac=True, method="L-BFGS-B",
-                       bounds=Bounds(0.0, 1.0),
-                       options={"maxiter": params.inner_max_iter, "ftol": params.inner_tol,
-                                "gtol": params.inner_tol})
-        Y = res.x.reshape(n, r)
-        row_sums = Y @ Y.sum(axis=0)
-        trace = float(np.vdot(Y, Y))
-        mu = mu - params.eta * sigma * (row_sums - 1.0)
-        lam = lam - params.eta * phi * (trace - K)
-        change = np.linalg.norm(Y - Y_prev) / max(np.linalg.norm(Y_prev), 1e-300)
-        row_violation, trace_violation = constraint_residuals(Y, K)
-        # L-BFGS-B returns the point it evaluated last (almost always): its D Y is known.
-        DY = last["DY"] if np.array_equal(last.get("x"), res.x) else DY_of(Y)
-        history.append({"iteration": it, "objective": float(np.vdot(Y, DY)), "lagrangian": float(res.fun),
-                        "row_sum_violation": row_violation, "trace_violation": trace_violation,
-                        "change": float(change), "inner_iterations": int(res.nit),
-                        "matmats": matmats[0], "seconds": time.perf_counter() - t0})
-        logger.info("BM it %d  obj %.6g  row viol %.2e  trace viol %.2e  change %.2e  inner %d",
-                    it, history[-1]["objective"], row_violation, trace_violation, change, res.nit)
-        if change <= params.tol and max(row_violation, trace_violation) <= params.feasibility_tol:
-            stop_reason = "tolerance"
-        elif callback is not None and callback(dict(history[-1])) is True:
-            stop_reason = "callback"
-        final = stop_reason != "max_iter" or it == params.max_iter
-        if final or it % checkpoint_every == 0:
-            save(final)
-        if stop_reason != "max_iter":
-            break
+    try:
+        for it in range(len(history) + 1, end + 1):
+            space.map(_copy, "Y", "Y_prev", read_x=False)
+            nit, nfev, lagr, objective = _minimize(space, problem, params, n, r)
+            parts = space.map(_column_stats, "Y", read_x=False)
+            c, trace = _ordered_sum([p[1] for p in parts]), _ordered_sum([p[2] for p in parts])
+            parts = space.map(_multiplier_step, c, params.eta * sigma, read_x=False)
+            row_violation = max(p[0] for p in parts)
+            change = math.sqrt(_ordered_sum([p[1] for p in parts])) / max(
+                math.sqrt(_ordered_sum([p[2] for p in parts])), 1e-300)
+            problem.lam = problem.lam - params.eta * phi * (float(trace) - K)
+            trace_violation = abs(float(trace) - K) / K
+            history.append({"iteration": it, "objective": objective, "lagrangian": lagr,
+                            "row_sum_violation": row_violation, "trace_violation": trace_violation,
+                            "change": float(change), "inner_iterations": nit, "evaluations": nfev,
+                            "matmats": problem.matmats, "passes": space.passes - passes0,
+                            "seconds": time.perf_counter() - t0})
+            logger.info("BM it %d  obj %.6g  row viol %.2e  trace viol %.2e  change %.2e  inner %d",
+                        it, objective, row_violation, trace_violation, change, nit)
+            if change <= params.tol and max(row_violation, trace_violation) <= params.feasibility_tol:
+                stop_reason = "tolerance"
+            elif callback is not None and callback(dict(history[-1])) is True:
+                stop_reason = "callback"
+            final = stop_reason != "max_iter" or it == params.max_iter
+            if final or it % checkpoint_every == 0:
+                save(final)
+            if stop_reason != "max_iter":
+                break
+        Y, mu = space.get("Y"), space.get("mu")
+    finally:
+        if data_mode:
+            space.map(_drop, ["Y", "Y_prev", "mu", "_DY"], read_x=False)
+        else:
+            space.close()
     if stop_reason == "max_iter" and history:
         last = history[-1]
         violation = max(last["row_sum_violation"], last["trace_violation"])
@@ -268,4 +389,40 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
                          f"(feasibility_tol {params.feasibility_tol:g})")
     return NomadResult(Q=LowRankGram(Y), history=history, n_iter=len(history), stop_reason=stop_reason,
                        params=params, converged=stop_reason == "tolerance", solver="bm", Y=Y, mu=mu,
-                       lam=lam, matmats=matmats[0])
+                       lam=problem.lam, matmats=problem.matmats)
+
+
+def _minimize(space, problem, params, n, r):
+    """One multiplier step's inner minimization from state "Y", leaving its solution in
+    "Y": (iterations, evaluations, L there, Tr(D Y Y^T) there)."""
+    from . import box_optim
+
+    if params.optimizer == "scipy":
+        from scipy.optimize import Bounds, minimize
+
+        last = {}
+
+        def fun(x):
+            space.put("_x", x.reshape(n, r))
+            value = problem.evaluate("_x", "_gx")
+            last["x"], last["objective"] = x.copy(), problem.objective["_x"]
+            return value, space.get("_gx").ravel()
+
+        res = minimize(fun, space.get("Y").ravel(), jac=True, method="L-BFGS-B", bounds=Bounds(0.0, 1.0),
+                       options={"maxiter": params.inner_max_iter, "ftol": params.inner_tol,
+                                "gtol": params.inner_tol})
+        space.put("Y", res.x.reshape(n, r))
+        if not np.array_equal(last.get("x"), res.x):      # L-BFGS-B almost always ends on its last point
+            problem.evaluate("Y", "_gx")
+            last["objective"] = problem.objective["Y"]
+        space.map(_drop, ["_x", "_gx"], read_x=False)
+        return int(res.nit), int(res.nfev), float(res.fun), last["objective"]
+    method = box_optim.spg if params.optimizer == "spg" else box_optim.lbfgs
+    kw = {} if params.optimizer == "spg" else {"memory": params.memory}
+    res = method(space, problem, "Y", lo=0.0, hi=1.0, max_iter=params.inner_max_iter, ftol=params.inner_tol,
+                 gtol=params.inner_tol, **kw)
+    objective = problem.objective[res.x]
+    if res.x != "Y":
+        space.map(box_optim._rename, res.x, "Y", read_x=False)
+    space.map(_drop, [res.g], read_x=False)
+    return res.nit, res.nfev, res.f, objective

@@ -1,0 +1,321 @@
+"""Bound-constrained minimization over a row space: every step is row-chunk work.
+
+The iterate x (n x r, lo <= x <= hi) and every vector the methods keep are named state
+arrays of a row space -- :class:`dnomad.blocks.RowChunks` (row chunks beside X, in this
+process or on a cluster's workers) or :class:`dnomad.blocks.RowState` -- and each
+vector operation is one pass over that state (``space.map(kernel, ..., read_x=False)``)
+whose per-chunk results are summed in chunk order.  The client holds only scalars and
+small matrices.  The objective is a ``problem`` with ``evaluate(x, g) -> f`` that
+writes the gradient at state ``x`` into state ``g``.
+
+Two methods:
+
+* :func:`spg` -- spectral projected gradient (Birgin, Martinez and Raydan, "Nonmonotone
+  spectral projected gradient methods on convex sets", SIAM J. Optim. 10, 2000; SPG2):
+  x+ = P(x - alpha g) with the Barzilai-Borwein step alpha = s's / s'y and Grippo-
+  Lampariello-Lucidi's nonmonotone line search over the last M values.  One evaluation
+  and two O(n r) passes per iteration when the step is taken whole.
+* :func:`lbfgs` -- projected L-BFGS in vector-free form (Chen et al., "Large-scale
+  L-BFGS using MapReduce", NIPS 2014): the two-loop recursion runs on the (2m+1)^2 Gram
+  matrix of the stored pairs and the gradient, so its only vector work is one pass of
+  dot products and one linear combination.  Bounds as in Kim, Sra and Dhillon
+  ("Tackling box-constrained optimization via a new projected quasi-Newton approach",
+  SIAM J. Sci. Comput. 32, 2010): the quasi-Newton direction is computed from the
+  gradient with its binding entries (at a bound, pointing out) zeroed, zeroed there
+  too, then projected, with an Armijo search along the projection arc.
+
+Both stop on the projected gradient, ||P(x - g) - x||_inf <= gtol, or on the relative
+decrease of f, (f_old - f) <= ftol max(|f|, |f_old|, 1) (per iteration for L-BFGS, as
+SciPy's L-BFGS-B; averaged over the nonmonotone window for SPG), or at max_iter.
+Float64 throughout (the multipliers' updates difference nearly equal sums).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SPG_MEMORY = 10                 # M: the nonmonotone line search's window
+ARMIJO = 1e-4                   # sufficient decrease constant (both methods)
+MAX_BACKTRACKS = 40
+STEP_BOUNDS = (1e-30, 1e30)     # BB steps are clipped to this range (SPG2)
+
+
+@dataclass
+class OptimResult:
+    x: str              # state name holding the solution
+    g: str              # state name holding the gradient there
+    f: float
+    nit: int
+    nfev: int
+    reason: str         # "gtol", "ftol", "max_iter" or "line_search"
+
+
+# ------------------------------------------------------------ per-chunk kernels
+def _combine(chunk, out, terms, lo, hi, dots):
+    """chunk[out] = clip(sum c * chunk[name]); the dots of the named pairs."""
+    v = None
+    for c, name in terms:
+        v = c * chunk[name] if v is None else v + c * chunk[name]
+    if lo is not None:
+        np.clip(v, lo, hi, out=v)
+    chunk[out] = v
+    return [float(np.vdot(chunk[a], chunk[b])) for a, b in dots]
+
+
+def _dots(chunk, pairs):
+    return [float(np.vdot(chunk[a], chunk[b])) for a, b in pairs]
+
+
+def _rename(chunk, old, new):
+    chunk[new] = chunk.pop(old)
+
+
+def _binding(x, g, lo, hi):
+    """Entries at a bound whose gradient points out of the box."""
+    return ((x <= lo) & (g > 0)) | ((x >= hi) & (g < 0))
+
+
+def _projected_gradient_stats(x, g, lo, hi):
+    pg = np.clip(x - g, lo, hi) - x
+    return float(np.abs(pg).max(initial=0.0))
+
+
+def _spg_trial(chunk, x, g, alpha, lo, hi, d, xt):
+    """d = P(x - alpha g) - x, xt = x + d; (g'd, d'd, ||P(x - g) - x||_inf, ||g free||^2)
+    with "g free" the gradient less its binding entries."""
+    X, G = chunk[x], chunk[g]
+    D = np.clip(X - alpha * G, lo, hi) - X
+    chunk[d], chunk[xt] = D, X + D
+    free = np.where(_binding(X, G, lo, hi), 0.0, G)
+    return (float(np.vdot(G, D)), float(np.vdot(D, D)), _projected_gradient_stats(X, G, lo, hi),
+            float(np.vdot(free, free)))
+
+
+def _free_gradient(chunk, x, g, lo, hi, out, names):
+    """chunk[out] = g with its binding entries zeroed; its dots with ``names`` and
+    itself, and ||P(x - g) - x||_inf."""
+    X, G = chunk[x], chunk[g]
+    gh = np.where(_binding(X, G, lo, hi), 0.0, G)
+    chunk[out] = gh
+    return ([float(np.vdot(gh, chunk[n])) for n in names] + [float(np.vdot(gh, gh))],
+            _projected_gradient_stats(X, G, lo, hi))
+
+
+def _lbfgs_trial(chunk, x, g, terms, lo, hi, d, xt, step):
+    """d = sum c * chunk[name], zeroed on the binding set; xt = P(x + step d);
+    returns g'(xt - x)."""
+    X, G = chunk[x], chunk[g]
+    D = None
+    for c, name in terms:
+        D = c * chunk[name] if D is None else D + c * chunk[name]
+    D[_binding(X, G, lo, hi)] = 0.0
+    chunk[d] = D
+    chunk[xt] = np.clip(X + step * D, lo, hi)
+    return float(np.vdot(G, chunk[xt] - X))
+
+
+def _arc(chunk, x, g, d, step, lo, hi, xt):
+    X = chunk[x]
+    chunk[xt] = np.clip(X + step * chunk[d], lo, hi)
+    return float(np.vdot(chunk[g], chunk[xt] - X))
+
+
+def _pair(chunk, x_new, x_old, g_new, g_old, s, y, others):
+    """s = x_new - x_old, y = g_new - g_old; their dots with each other and ``others``."""
+    S = chunk[s] = chunk[x_new] - chunk[x_old]
+    Y = chunk[y] = chunk[g_new] - chunk[g_old]
+    return ([float(np.vdot(S, S)), float(np.vdot(S, Y)), float(np.vdot(Y, Y))]
+            + [float(np.vdot(S, chunk[o])) for o in others] + [float(np.vdot(Y, chunk[o])) for o in others])
+
+
+# ------------------------------------------------------------ helpers
+def _sum(parts):
+    """Per-chunk results summed in chunk order (so the sum does not depend on where the
+    chunks ran)."""
+    return np.sum(np.asarray(parts, dtype=np.float64), axis=0)
+
+
+def _ftol_met(f_old, f, ftol, steps=1):
+    return (f_old - f) <= ftol * steps * max(abs(f), abs(f_old), 1.0)
+
+
+def _quadratic_backtrack(step, f0, slope, f_trial):
+    """The minimizer of the quadratic through f(0), f'(0) = slope and f(step),
+    safeguarded to [0.1 step, 0.5 step]."""
+    denom = 2.0 * (f_trial - f0 - step * slope)
+    new = -slope * step * step / denom if denom > 0 else 0.5 * step
+    return float(np.clip(new, 0.1 * step, 0.5 * step))
+
+
+# ------------------------------------------------------------ SPG
+def spg(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=1e-10,
+        memory=SPG_MEMORY):
+    """Minimize ``problem`` over lo <= x <= hi from state ``x`` (feasible) by spectral
+    projected gradient with a nonmonotone line search (see the module docstring).
+    Uses states ``x``, ``x + "_t"``, ``"_g"``, ``"_gt"``, ``"_d"``; returns an
+    :class:`OptimResult` naming the state that holds the solution."""
+    xt, g, gt, d = x + "_t", "_g", "_gt", "_d"
+    f = problem.evaluate(x, g)
+    nfev, history = 1, [f]
+    alpha = None
+    reason, it = "max_iter", 0
+    for it in range(1, max_iter + 1):
+        if alpha is None:
+            # The first step moves by at most unit length, 1 / ||g free||_2, as L-BFGS-B's
+            # (SPG2's 1 / ||P(x - g) - x||_inf is about 1 whenever the gradient dwarfs the
+            # box, and jumps to its faces).
+            parts = space.map(_spg_trial, x, g, 0.0, lo, hi, d, xt, read_x=False)
+            if max(p[2] for p in parts) <= gtol:
+                reason = "gtol"
+                break
+            alpha = float(np.clip(1.0 / np.sqrt(_sum([p[3] for p in parts])), *STEP_BOUNDS))
+        parts = space.map(_spg_trial, x, g, alpha, lo, hi, d, xt, read_x=False)
+        gd, dd = _sum([p[:2] for p in parts])[:2]
+        pginf = max(p[2] for p in parts)
+        if pginf <= gtol or gd >= 0:
+            reason = "gtol"
+            break
+        f_ref = max(history[-memory:])
+        step, backtracks = 1.0, 0
+        while True:
+            ft = problem.evaluate(xt, gt)
+            nfev += 1
+            if ft <= f_ref + ARMIJO * step * gd:
+                break
+            backtracks += 1
+            if backtracks > MAX_BACKTRACKS:
+                reason = "line_search"
+                break
+            step = _quadratic_backtrack(step, history[-1], gd, ft)
+            space.map(_combine, xt, [(1.0, x), (step, d)], None, None, (), read_x=False)
+        if reason == "line_search":
+            break
+        # s = step d, y = gt - g: s's = step^2 d'd, s'y = step (d'gt - d'g).
+        d_gt = _sum(space.map(_dots, [(d, gt)], read_x=False))[0]
+        sty = step * (d_gt - gd)
+        sts = step * step * dd
+        alpha = float(np.clip(sts / sty, *STEP_BOUNDS)) if sty > 0 else STEP_BOUNDS[1]
+        x, xt, g, gt = xt, x, gt, g
+        f = ft
+        history.append(f)
+        if len(history) > memory and _ftol_met(history[-1 - memory], f, ftol, memory):
+            reason = "ftol"
+            break
+    space.map(_drop_states, [xt, gt, d], read_x=False)
+    return OptimResult(x=x, g=g, f=f, nit=it, nfev=nfev, reason=reason)
+
+
+def _drop_states(chunk, names):
+    for name in names:
+        chunk.pop(name, None)
+
+
+# ------------------------------------------------------------ projected L-BFGS
+def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=1e-10, memory=5):
+    """Minimize ``problem`` over lo <= x <= hi from state ``x`` (feasible) by projected
+    L-BFGS in vector-free form (see the module docstring); ``memory`` pairs (s, y) kept
+    as states ``"_s0"``, ``"_y0"``, ...  Returns an :class:`OptimResult`."""
+    xt, g, gt, gh, d = x + "_t", "_g", "_gt", "_gh", "_d"
+    s_names = [f"_s{i}" for i in range(memory)]
+    y_names = [f"_y{i}" for i in range(memory)]
+    slots = []                          # ring of slot indices, oldest first
+    SY = np.zeros((memory, memory))     # SY[i, j] = s_i'y_j (slots)
+    SS = np.zeros((memory, memory))
+    YY = np.zeros((memory, memory))
+    f = problem.evaluate(x, g)
+    nfev, reason, it = 1, "max_iter", 0
+    gamma0 = None
+    for it in range(1, max_iter + 1):
+        names = [s_names[i] for i in slots] + [y_names[i] for i in slots]
+        parts = space.map(_free_gradient, x, g, lo, hi, gh, names, read_x=False)
+        dots = _sum([p[0] for p in parts])
+        pginf = max(p[1] for p in parts)
+        if pginf <= gtol:
+            reason = "gtol"
+            break
+        if gamma0 is None:              # the first step: at most unit length (see spg)
+            gamma0 = 1.0 / np.sqrt(dots[-1]) if dots[-1] > 0 else 1.0
+        coef = _two_loop(slots, SY, SS, YY, dots, gamma0)
+        terms = [(-coef[0], gh)] + [(-c, n) for c, n in zip(coef[1:], names) if c != 0.0]
+        step = 1.0
+        slope = _sum(space.map(_lbfgs_trial, x, g, terms, lo, hi, d, xt, step, read_x=False))
+        if not slope < 0:
+            # Not a descent direction along the arc: forget the pairs, take a gradient step.
+            slots = []
+            coef = _two_loop(slots, SY, SS, YY, dots[-1:], gamma0)
+            slope = _sum(space.map(_lbfgs_trial, x, g, [(-coef[0], gh)], lo, hi, d, xt, step, read_x=False))
+            if not slope < 0:
+                reason = "gtol"
+                break
+        backtracks = 0
+        while True:
+            ft = problem.evaluate(xt, gt)
+            nfev += 1
+            if ft <= f + ARMIJO * slope:
+                break
+            backtracks += 1
+            if backtracks > MAX_BACKTRACKS:
+                reason = "line_search"
+                break
+            step = _quadratic_backtrack(step, f, slope / step, ft)
+            slope = _sum(space.map(_arc, x, g, d, step, lo, hi, xt, read_x=False))
+        if reason == "line_search":
+            break
+        # The new pair in the oldest slot (or a free one); its dots with the others.
+        slot = len(slots) if len(slots) < memory else slots[0]
+        others_s = [s_names[i] for i in slots if i != slot]
+        others_y = [y_names[i] for i in slots if i != slot]
+        out = _sum(space.map(_pair, xt, x, gt, g, s_names[slot], y_names[slot], others_s + others_y,
+                             read_x=False))
+        sts, sty, yty = out[:3]
+        rest = out[3:]
+        m = len(others_s)
+        s_dot_s, s_dot_y = rest[:m], rest[m:2 * m]
+        y_dot_s, y_dot_y = rest[2 * m:3 * m], rest[3 * m:]
+        if slot in slots:                   # its vectors are overwritten, kept or not
+            slots.remove(slot)
+        if sty > 1e-12 * yty and sty > 0:
+            for k, j in enumerate(i for i in slots if i != slot):
+                SS[slot, j] = SS[j, slot] = s_dot_s[k]
+                SY[slot, j] = s_dot_y[k]
+                SY[j, slot] = y_dot_s[k]
+                YY[slot, j] = YY[j, slot] = y_dot_y[k]
+            SS[slot, slot], SY[slot, slot], YY[slot, slot] = sts, sty, yty
+            slots.append(slot)
+        f_old, f = f, ft
+        x, xt, g, gt = xt, x, gt, g
+        if _ftol_met(f_old, f, ftol):
+            reason = "ftol"
+            break
+    space.map(_drop_states, [xt, gt, gh, d] + s_names + y_names, read_x=False)
+    return OptimResult(x=x, g=g, f=f, nit=it, nfev=nfev, reason=reason)
+
+
+def _two_loop(slots, SY, SS, YY, gdots, gamma0):
+    """The coefficients of H g over the basis [g, s_slots..., y_slots...] from the Gram
+    matrix of that basis (``gdots``: g's dots with the s's, the y's, then itself)."""
+    m = len(slots)
+    idx = np.asarray(slots, dtype=int)
+    n_basis = 1 + 2 * m
+    Gm = np.empty((n_basis, n_basis))
+    Gm[0, 0] = gdots[-1]
+    Gm[0, 1:1 + m] = Gm[1:1 + m, 0] = gdots[:m]
+    Gm[0, 1 + m:] = Gm[1 + m:, 0] = gdots[m:2 * m]
+    Gm[1:1 + m, 1:1 + m] = SS[np.ix_(idx, idx)]
+    Gm[1:1 + m, 1 + m:] = SY[np.ix_(idx, idx)]
+    Gm[1 + m:, 1:1 + m] = SY[np.ix_(idx, idx)].T
+    Gm[1 + m:, 1 + m:] = YY[np.ix_(idx, idx)]
+    q = np.zeros(n_basis)
+    q[0] = 1.0
+    rho = [1.0 / SY[i, i] for i in slots]
+    alphas = [0.0] * m
+    for k in reversed(range(m)):
+        alphas[k] = rho[k] * (Gm[1 + k] @ q)
+        q[1 + m + k] -= alphas[k]
+    gamma = SY[slots[-1], slots[-1]] / YY[slots[-1], slots[-1]] if m else gamma0
+    r = gamma * q
+    for k in range(m):
+        beta = rho[k] * (Gm[1 + m + k] @ r)
+        r[1 + k] += alphas[k] - beta
+    return r
