@@ -8,10 +8,9 @@ The GPU benchmark (graphs/gpu_nomad.py) runs all 70,000 digits with K = 256, abo
 images per cluster; a time cap stops it before the stopping rule.  The outer iterations
 that the rule needs are a property of the problem, not of the device, so they are measured
 here on stratified random subsets of MNIST with the same images per cluster
-(K = round(n / 273.4)), float32, --n-inner Frank-Wolfe steps per outer iteration (default:
-the paper's 10; at n = 1,752 one step met the rule in 10,852 outer iterations and 75,969
-passes against 11,265 and 687,170, but on two rings one step never converges), NOMAD's
-defaults otherwise, each to the authors' stopping
+(K = round(n / 273.4)), float32, --solver block (dnomad's default: block Frank-Wolfe steps,
+2 per outer iteration) or paper (Alg. 2's loop: 10 Frank-Wolfe steps to a vertex per outer
+iteration), NOMAD's defaults otherwise, each to the authors' stopping
 rule (RMSE of [Q]_- <= 1e-4, |min Q| <= 1e-2 K / n) or a time cap per size.  The slow part
 is the max violation |min Q| n / K reaching 0.01; for each of the levels 0.3, 0.1, 0.03 and
 0.01 that three or more sizes reach, a power law in n fitted to the outer iterations to first
@@ -50,7 +49,13 @@ def stratified_subset(y, n, seed=0):
     return np.sort(np.concatenate(picks))
 
 
-def run_size(X, y, n, max_seconds, n_inner=10, stop_at=None):
+# The solvers' settings: "paper" is Alg. 2 as the authors run it (10 Frank-Wolfe steps to
+# the vertex per outer iteration); "block" is dnomad's default (block steps, n_inner 2).
+SOLVERS = {"paper": dict(direction="vertex", lagrangian="paper", n_inner=10, tau="scale"),
+           "block": {}}
+
+
+def run_size(X, y, n, max_seconds, solver="block", stop_at=None):
     idx = stratified_subset(y, n)
     Xs, ys = X[idx], y[idx]
     K = max(2, int(round(len(idx) / PER_CLUSTER)))
@@ -63,15 +68,16 @@ def run_size(X, y, n, max_seconds, n_inner=10, stop_at=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est = dnomad.NOMAD(n_clusters=K, backend="local", device="cpu", max_iter=100000, callback=stop,
-                           n_inner=n_inner,
+                           **SOLVERS[solver],
                            label_method="spectral", n_groups=10, random_state=0).fit(Xs)
     h = est.history_
-    row = {"n": len(idx), "K": K, "n_inner": n_inner, "outer_iterations": est.n_iter_,
+    row = {"n": len(idx), "K": K, "solver": solver, "n_inner": est.n_inner, "outer_iterations": est.n_iter_,
            "stop_reason": est.stop_reason_,
            "seconds": time.perf_counter() - t0, "passes": est.passes_["passes"],
            "objective": h[-1]["objective"], "rmse_neg": h[-1]["rmse_neg"], "max_violation": h[-1]["max_violation"],
            "ari_spectral10": dnomad.metrics.adjusted_rand_score(ys, est.labels_),
            "max_violation_history": [r["max_violation"] for r in h],
+           "passes_history": np.cumsum([r["passes"] for r in h]).tolist(),
            "rmse_neg_history": [r["rmse_neg"] for r in h]}
     print(json.dumps({k: v for k, v in row.items() if not k.endswith("_history")}), flush=True)
     return row
@@ -91,27 +97,39 @@ def project(runs):
     """For each level of the max violation that at least three runs reached: the outer
     iterations to first reach it, a least-squares power law a n^b over the runs, and its
     value at n = 70,000 (times the GPU's seconds per outer iteration, where measured)."""
-    seconds_per_outer, code = None, None
+    seconds_per_outer, seconds_per_pass, code = None, None, None
     gpu = os.path.join(HERE, "gpu_nomad.json")
     if os.path.exists(gpu):
         with open(gpu) as f:
             mnist = json.load(f).get("mnist") or {}
         seconds_per_outer, code = mnist.get("seconds_per_outer"), mnist.get("code")
+        if mnist.get("passes"):     # fused and eigensolver passes alike, over n = 70,000
+            seconds_per_pass = mnist["solve_seconds"] / mnist["passes"]
         # An outer iteration's cost depends on its inner steps (rows before the option: 10).
         if mnist.get("n_inner", 10) != runs[0].get("n_inner", 10):
             seconds_per_outer, code = None, f"GPU row ran {mnist.get('n_inner', 10)} inner steps: not comparable"
-    out = {"gpu_seconds_per_outer": seconds_per_outer, "gpu_code": code, "levels": {}}
+    out = {"gpu_seconds_per_outer": seconds_per_outer, "gpu_seconds_per_pass": seconds_per_pass,
+           "gpu_code": code, "levels": {}}
     for level in LEVELS:
-        pts = [(r["n"], first_below(r["max_violation_history"], level)) for r in runs]
-        pts = [(n, it) for n, it in pts if it is not None]
-        entry = {"iterations": {str(n): it for n, it in pts}}
+        pts = [(r["n"], first_below(r["max_violation_history"], level), r.get("passes_history")) for r in runs]
+        pts = [(n, it, ph) for n, it, ph in pts if it is not None]
+        entry = {"iterations": {str(n): it for n, it, _ in pts}}
         if len(pts) >= 3:          # two noisy first crossings make no trend
-            n, it = np.array(pts, float).T
+            n, it = np.array([p[:2] for p in pts], float).T
             b, log_a = np.polyfit(np.log(n), np.log(it), 1)
             entry.update(exponent=float(b), coefficient=float(np.exp(log_a)),
                          at_70000=float(np.exp(log_a) * N_FULL ** b))
             if seconds_per_outer:
                 entry["gpu_minutes_at_70000"] = entry["at_70000"] * seconds_per_outer / 60
+            if all(p[2] for p in pts):
+                # Passes to the level, and the GPU's measured seconds per pass (a pass at
+                # n = 70,000 costs the same whichever step it serves).
+                passes = np.array([p[2][p[1] - 1] for p in pts], float)
+                bp, log_ap = np.polyfit(np.log(n), np.log(passes), 1)
+                entry.update(passes={str(int(k)): int(v) for k, v in zip(n, passes)}, passes_exponent=float(bp),
+                             passes_at_70000=float(np.exp(log_ap) * N_FULL ** bp))
+                if seconds_per_pass:
+                    entry["gpu_minutes_at_70000_from_passes"] = entry["passes_at_70000"] * seconds_per_pass / 60
         out["levels"][str(level)] = entry
     return out
 
@@ -131,7 +149,8 @@ def plot(result, path):
     ax.axhline(0.01, color="k", lw=0.8, ls="--")
     ax.set_xlabel("outer iteration")
     ax.set_ylabel("max violation (|min Q| n / K); rule: 0.01")
-    ax.set_title(f"MNIST subsets, 273 images per cluster, {runs[0].get('n_inner', 10)} inner step(s) (CPU)",
+    ax.set_title(f"MNIST subsets, 273 images per cluster, {runs[0].get('solver', 'paper')} steps, "
+                 f"{runs[0].get('n_inner', 10)} per outer iteration (CPU)",
                  fontsize=10)
     ax.legend(fontsize=8)
     ax = axes[1]
@@ -161,8 +180,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1750, 3500, 7000])
     ap.add_argument("--max-seconds", type=float, default=900.0, help="cap per size")
-    ap.add_argument("--n-inner", type=int, default=10,
-                    help="Frank-Wolfe steps per outer iteration (default: the paper's 10)")
+    ap.add_argument("--solver", choices=sorted(SOLVERS), default="block",
+                    help="block: dnomad's default steps; paper: Alg. 2's loop, 10 Frank-Wolfe steps")
     ap.add_argument("--stop-at", type=float, default=None,
                     help="also stop a size when its max violation reaches this (a level, not the rule)")
     ap.add_argument("--out", default=HERE, help="folder for the json and png (default: beside this script)")
@@ -175,7 +194,7 @@ def main():
         write_result(args.out, NAME, result, plot)
         return
     X, y = dnomad.data.mnist()
-    runs = [run_size(X, y, n, args.max_seconds, args.n_inner, args.stop_at) for n in args.sizes]
+    runs = [run_size(X, y, n, args.max_seconds, args.solver, args.stop_at) for n in args.sizes]
     result = {"runs": runs, "projection": project(runs), "per_cluster": PER_CLUSTER,
               "cpu_count": os.cpu_count()}
     print(json.dumps(result["projection"]), flush=True)

@@ -47,8 +47,8 @@ class RowChunks:
 
     Construction makes one pass over X: it checks that X is finite and computes
     ``mean`` and ``gram`` = F^T F for the centred F (d x d).  Attributes ``passes``
-    (passes so far, construction included), ``rows_read`` and ``seconds`` count the
-    work.
+    (passes over X so far, construction included), ``rows_read`` and ``seconds`` count
+    the work; ``state_passes`` and ``state_seconds`` the passes over the state alone.
     """
 
     def __init__(self, X, *, chunk_rows=None, client=None, workers=None, center=True):
@@ -82,7 +82,7 @@ class RowChunks:
         self._workers = None if workers is None else list(workers)
         self.backend = "distributed" if client is not None else "local"
         self._X = X if self.source is None else None
-        self.passes, self.state_passes, self.rows_read, self.seconds = 0, 0, 0, 0.0
+        self.passes, self.state_passes, self.rows_read, self.seconds, self.state_seconds = 0, 0, 0, 0.0, 0.0
         self._pool = None
         self._chunks = {}               # local: index -> state dict
         self._shards, self._owner, self._shard_futures = {}, {}, []
@@ -121,6 +121,7 @@ class RowChunks:
             self.rows_read += self.n
         else:
             self.state_passes += 1
+            self.state_seconds += time.perf_counter() - t0
         self.seconds += time.perf_counter() - t0
         return out
 
@@ -241,7 +242,7 @@ class RowState:
         step = int(chunk_rows or n)
         self.spans = [(r0, min(self.n, r0 + step)) for r0 in range(0, self.n, step)]
         self._chunks = [{} for _ in self.spans]
-        self.passes, self.state_passes, self.rows_read, self.seconds = 0, 0, 0, 0.0
+        self.passes, self.state_passes, self.rows_read, self.seconds, self.state_seconds = 0, 0, 0, 0.0, 0.0
 
     def map(self, kernel, *args, read_x=False):
         if read_x:
@@ -249,6 +250,7 @@ class RowState:
         t0 = time.perf_counter()
         out = [kernel(chunk, *args) for chunk in self._chunks]
         self.state_passes += 1
+        self.state_seconds += time.perf_counter() - t0
         self.seconds += time.perf_counter() - t0
         return out
 

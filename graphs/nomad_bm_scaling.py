@@ -1,0 +1,259 @@
+"""NOMAD's low-rank form (Burer-Monteiro) at the sizes dnomad exists for, in one run.
+
+step: all 70,000 MNIST digits (K = 16, r = 8K = 128), one multiplier step capped at
+    --inner iterations, by each inner optimizer from the same start: SciPy's L-BFGS-B
+    (Y gathered in this process, the solver this replaces), the row-space projected
+    L-BFGS (the default) and spectral projected gradient.  Seconds per evaluation of
+    L and its gradient, and their split: the passes over X (D Y = F (F^T Y)), the
+    optimizer's own work (row-space vector passes, or L-BFGS-B's setulb and the copies
+    in and out of the row space), the Lagrangian at the cap.
+million: 10^6 rows (a noisy trefoil knot, dnomad.data) read from a Zarr store by the
+    workers of a 2-worker LocalCluster, Y in row chunks on the workers (K = 8,
+    r = 64), capped at --million-outer outer steps of --million-inner iterations:
+    seconds per outer step and per evaluation, share of the X passes, and the peak
+    resident memory of every process against Y (n r 8 bytes) and against D (n^2 8).
+mnist: all 70,000 digits to the stopping rule with the default optimizer, capped at
+    --max-seconds: outer steps, evaluations, violations, wall time.
+
+    python graphs/nomad_bm_scaling.py [--only step,million,mnist] [--plot-only]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from _bench import replot, write_result  # noqa: E402
+
+from dnomad.blocks import RowChunks  # noqa: E402
+from dnomad.solvers import burer_monteiro as bm  # noqa: E402
+
+NAME = "nomad_bm_scaling"
+
+
+def _peak_rss():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class _Timed:
+    """Wraps the augmented Lagrangian's evaluate: count, seconds in it (the X passes and
+    the state passes that form the gradient), last value."""
+
+    def __init__(self):
+        self.orig = bm._AugmentedLagrangian.evaluate
+        self.count, self.seconds, self.last = 0, 0.0, None
+
+    def __enter__(self):
+        timed = self
+
+        def evaluate(problem, x, g):
+            t0 = time.perf_counter()
+            f = timed.orig(problem, x, g)
+            timed.seconds += time.perf_counter() - t0
+            timed.count += 1
+            timed.last = f
+            return f
+
+        bm._AugmentedLagrangian.evaluate = evaluate
+        return self
+
+    def __exit__(self, *exc):
+        bm._AugmentedLagrangian.evaluate = self.orig
+
+
+def _mnist(n=None):
+    from dnomad.data.real import mnist
+
+    X, y = mnist()
+    if n is not None and n < len(X):
+        idx = np.sort(np.random.default_rng(0).permutation(len(X))[:n])
+        X, y = X[idx], y[idx]
+    return X, y
+
+
+def part_step(inner=100):
+    X, _ = _mnist()
+    n, K = len(X), 16
+    r = 8 * K
+    # One start for all: symmetric NMF would take minutes; a scaled random Y does here.
+    rng = np.random.default_rng(0)
+    Y0 = rng.random((n, r)) * np.sqrt(1.0 / (n * r) * 4)
+    rows = []
+    for optimizer in ("scipy", "lbfgs", "spg"):
+        with RowChunks(X) as chunks, _Timed() as timed, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            x_seconds0 = chunks.seconds - chunks.state_seconds
+            t = time.perf_counter()
+            res = bm.burer_monteiro(chunks, bm.BurerMonteiroParams(
+                n_clusters=K, max_iter=1, inner_max_iter=inner, optimizer=optimizer), Y0=Y0)
+            seconds = time.perf_counter() - t
+            x_seconds = chunks.seconds - chunks.state_seconds - x_seconds0
+        h = res.history[-1]
+        row = {"optimizer": optimizer, "n": n, "rank": r, "seconds": seconds, "inner": h["inner_iterations"],
+               "evaluations": h["evaluations"], "x_pass_seconds": x_seconds,
+               "evaluate_seconds": timed.seconds, "lagrangian": h["lagrangian"],
+               "state_seconds": chunks.state_seconds}
+        row["optimizer_seconds"] = seconds - x_seconds
+        rows.append(row)
+        print(f"{optimizer:>6}: {seconds:7.1f} s for {row['inner']} iterations, {row['evaluations']} evaluations "
+              f"({seconds / row['evaluations'] * 1e3:.0f} ms each); X passes {x_seconds / seconds:.0%}, "
+              f"optimizer and vector work {row['optimizer_seconds'] / seconds:.0%}; L = {h['lagrangian']:.6g}",
+              flush=True)
+    base = rows[0]
+    print(f"\nper evaluation, L-BFGS-B / row-space L-BFGS: "
+          f"{(base['seconds'] / base['evaluations']) / (rows[1]['seconds'] / rows[1]['evaluations']):.2f}x; "
+          f"/ SPG: {(base['seconds'] / base['evaluations']) / (rows[2]['seconds'] / rows[2]['evaluations']):.2f}x")
+    return rows
+
+
+def part_million(n=1_000_000, K=8, outer=2, inner=20):
+    import zarr
+    from distributed import Client, LocalCluster
+
+    from dnomad.data import trefoil_knot
+
+    X = trefoil_knot(n, noise=0.05)[0]
+    r = 8 * K
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        url = os.path.join(tmp, "X.zarr")
+        z = zarr.create_array(store=url, shape=X.shape, dtype=X.dtype, chunks=(62_500, X.shape[1]))
+        z[...] = X
+        del X
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                          memory_limit=0) as cluster, Client(cluster) as client:
+            t = time.perf_counter()
+            with RowChunks(url, client=client) as chunks, _Timed() as timed:
+                rows = []
+
+                def report(row):
+                    rows.append(row)
+                    print(f"  outer {row['iteration']}: {row['seconds']:.1f} s, {row['evaluations']} evaluations, "
+                          f"row-sum violation {row['row_sum_violation']:.2e}", flush=True)
+
+                res = bm.burer_monteiro(chunks, bm.BurerMonteiroParams(
+                    n_clusters=K, max_iter=outer, inner_max_iter=inner, start="random", random_state=0),
+                    callback=report)
+                x_seconds = chunks.seconds - chunks.state_seconds
+                state_seconds = chunks.state_seconds
+            seconds = time.perf_counter() - t
+            workers = client.run(_peak_rss)
+    client_peak = _peak_rss()
+    evaluations = sum(r["evaluations"] for r in res.history)
+    row = {"n": n, "K": K, "rank": r, "seconds": seconds, "outer": res.n_iter, "evaluations": evaluations,
+           "x_pass_seconds": x_seconds, "state_seconds": state_seconds, "evaluate_seconds": timed.seconds,
+           "worker_peak_bytes": sorted(workers.values()), "client_peak_bytes": client_peak,
+           "Y_bytes": n * r * 8, "D_bytes": n * n * 8, "history": res.history}
+    print(f"\nmillion: n = {n:,}, r = {r}, 2 workers, X from Zarr: {seconds:.0f} s for {res.n_iter} outer steps "
+          f"({seconds / res.n_iter:.0f} s each), {evaluations} evaluations "
+          f"({seconds / evaluations:.2f} s each); X passes {x_seconds / seconds:.0%} of the time, state "
+          f"(optimizer) passes {state_seconds / seconds:.0%}; peak RSS: workers "
+          + ", ".join(f"{b / 2**30:.2f} GiB = {b / (n * r * 8):.1f} x Y" for b in row["worker_peak_bytes"])
+          + f", client {client_peak / 2**30:.2f} GiB = {client_peak / (n * r * 8):.1f} x Y; "
+          f"D would be {n * n * 8 / 2**40:.1f} TiB", flush=True)
+    return row
+
+
+def part_mnist(max_seconds=1800):
+    X, y = _mnist()
+    n, K = len(X), 16
+    t = time.perf_counter()
+    rows = []
+
+    def report(row):
+        rows.append(row)
+        print(f"  outer {row['iteration']}: {row['seconds']:.0f} s, {row['evaluations']} evaluations, "
+              f"objective {row['objective']:.6g}, row-sum violation {row['row_sum_violation']:.2e}, "
+              f"change {row['change']:.2e}", flush=True)
+        return time.perf_counter() - t > max_seconds
+
+    with RowChunks(X) as chunks, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = bm.burer_monteiro(chunks, bm.BurerMonteiroParams(n_clusters=K, random_state=0), callback=report)
+    seconds = time.perf_counter() - t
+    from dnomad.metrics import adjusted_rand_score
+    from dnomad.solvers._rounding import kmeans_rows
+
+    labels = kmeans_rows(res.Y, 10, 0)
+    out = {"n": n, "K": K, "rank": 8 * K, "seconds": seconds, "stop": res.stop_reason, "outer": res.n_iter,
+           "evaluations": sum(r["evaluations"] for r in res.history), "history": res.history,
+           "ari_kmeans_on_Y": float(adjusted_rand_score(y, labels))}
+    print(f"\nmnist: n = {n:,}, K = {K}, r = {8 * K}: {res.stop_reason} after {res.n_iter} outer steps, "
+          f"{out['evaluations']} evaluations, {seconds:.0f} s (cap {max_seconds} s)", flush=True)
+    return out
+
+
+def plot(result, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    if "step" in result:
+        rows = result["step"]
+        names = [r["optimizer"] for r in rows]
+        per = [r["seconds"] / r["evaluations"] * 1e3 for r in rows]
+        xp = [r["x_pass_seconds"] / r["evaluations"] * 1e3 for r in rows]
+        axes[0].bar(names, xp, label="passes over X (D Y)")
+        axes[0].bar(names, np.subtract(per, xp), bottom=xp, label="optimizer and vector work")
+        axes[0].set_ylabel("ms per evaluation")
+        axes[0].set_title(f"MNIST n = {rows[0]['n']:,}, r = {rows[0]['rank']}: one multiplier step")
+        axes[0].legend()
+    if "million" in result:
+        m = result["million"]
+        procs = [f"worker {i}" for i in range(len(m["worker_peak_bytes"]))] + ["client"]
+        peaks = list(m["worker_peak_bytes"]) + [m["client_peak_bytes"]]
+        axes[1].bar(procs, [p / m["Y_bytes"] for p in peaks])
+        axes[1].set_ylabel("peak resident memory / bytes of Y")
+        axes[1].set_title(f"{m['n']:,} rows from Zarr, 2 workers, r = {m['rank']}:\n"
+                          f"{m['seconds'] / m['outer']:.0f} s per outer step, D would be "
+                          f"{m['D_bytes'] / 2**40:.1f} TiB")
+    if "mnist" in result:
+        h = result["mnist"]["history"]
+        axes[2].semilogy([r["seconds"] for r in h], [r["row_sum_violation"] for r in h], "o-",
+                         label="max row-sum violation")
+        axes[2].semilogy([r["seconds"] for r in h], [max(r["change"], 1e-16) for r in h], "s-",
+                         label="relative change of Y")
+        axes[2].axhline(1e-4, color="k", ls=":", lw=0.8)
+        axes[2].set_xlabel("seconds")
+        axes[2].set_title(f"all 70,000 MNIST digits, K = 16: {result['mnist']['stop']}")
+        axes[2].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="step,million,mnist")
+    ap.add_argument("--inner", type=int, default=100)
+    ap.add_argument("--million-outer", type=int, default=2)
+    ap.add_argument("--million-inner", type=int, default=20)
+    ap.add_argument("--max-seconds", type=float, default=1800)
+    ap.add_argument("--plot-only", action="store_true")
+    args = ap.parse_args()
+    if args.plot_only:
+        replot(HERE, NAME, plot)
+        return
+    path = os.path.join(HERE, f"{NAME}.json")
+    result = json.load(open(path)) if os.path.exists(path) else {}
+    parts = {"step": lambda: part_step(args.inner),
+             "million": lambda: part_million(outer=args.million_outer, inner=args.million_inner),
+             "mnist": lambda: part_mnist(args.max_seconds)}
+    for name in args.only.split(","):
+        result[name] = parts[name]()
+        write_result(HERE, NAME, result, plot)
+
+
+if __name__ == "__main__":
+    main()
