@@ -285,8 +285,9 @@ class NOMAD(_Clustering, _Estimator):
     solver : {"cgm", "bm"}, default "cgm"
         Conditional gradient in the method of multipliers (Sec. 5, Alg. 2; converges
         to the SDP's solution), or Burer-Monteiro (Sec. 4, App. E: the augmented
-        Lagrangian (32) minimized over Y in [0, 1]^{n x r} by L-BFGS-B, multipliers by
-        (33b, 33c), D divided by its Frobenius norm, symmetric-NMF start).
+        Lagrangian (32) minimized over Y in [0, 1]^{n x r} by projected L-BFGS over Y's
+        row chunks, multipliers by (33b, 33c), D divided by its Frobenius norm,
+        symmetric-NMF start).
     rank : int, optional
         (bm) r, Y's columns, K <= r <= n; default 8 K, the authors' practice: r = K
         returns hard clusterings (Kulis et al.), larger r comes closer to the SDP's
@@ -382,7 +383,7 @@ class NOMAD(_Clustering, _Estimator):
         Replace a store holding another run.
     checkpoint_every : int, optional
         Outer iterations between checkpoints to ``store``; default 20 (cgm), 1 (bm: an
-        outer step is a whole L-BFGS-B solve, and a checkpoint only writes Y and mu).
+        outer step is a whole inner solve, and a checkpoint only writes Y and mu).
     label_method : {"components", "spectral"}, default "components"
         Hard labels: connected components of the graph that links i and j where
         Q_ij > component_threshold * max(Q_ii, Q_jj) (Sec. 3;
@@ -567,7 +568,7 @@ class NOMAD(_Clustering, _Estimator):
                                   f"allowed: {list(allowed)}")
         if self.solver == "bm" and isinstance(self.device, str) and self.device.lower() == "cuda":
             raise InputValueError("device='cuda' runs solver='cgm'; the Burer-Monteiro solver runs on the "
-                                  "host (L-BFGS-B)")
+                                  "host (NumPy row chunks)")
         if self.solver == "cgm" and blocks.device.resolve_device(self.device) == "cuda" and \
                 self.backend not in ("auto", "local"):
             raise InputValueError(f"device='cuda' runs with backend='local' (the blocks in this process's "

@@ -16,7 +16,8 @@ is the max violation |min Q| n / K reaching 0.01; for each of the levels 0.3, 0.
 0.01 that three or more sizes reach, a power law in n fitted to the outer iterations to first
 reach it gives the projection for n = 70,000, and times the GPU's seconds per outer
 iteration (graphs/gpu_nomad.json) the projected GPU time.  Writes
-graphs/mnist_outer_projection.json and .png (--plot-only recomputes both from the json).
+graphs/mnist_outer_projection.json and .png for --solver paper, mnist_outer_projection_block.*
+for block (--plot-only recomputes them from the json).
 """
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ import dnomad
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "mnist_outer_projection"
+
+
+def result_name(solver):
+    """The paper's loop keeps the original file name (its runs are quoted as such)."""
+    return NAME if solver == "paper" else f"{NAME}_{solver}"
 N_FULL = 70_000
 K_FULL = 256
 PER_CLUSTER = N_FULL / K_FULL
@@ -188,17 +194,17 @@ def main():
     ap.add_argument("--plot-only", action="store_true")
     args = ap.parse_args()
     if args.plot_only:        # the projection is recomputed from the saved runs
-        with open(os.path.join(args.out, f"{NAME}.json")) as f:
+        with open(os.path.join(args.out, f"{result_name(args.solver)}.json")) as f:
             result = json.load(f)
         result["projection"] = project(result["runs"])
-        write_result(args.out, NAME, result, plot)
+        write_result(args.out, result_name(args.solver), result, plot)
         return
     X, y = dnomad.data.mnist()
     runs = [run_size(X, y, n, args.max_seconds, args.solver, args.stop_at) for n in args.sizes]
     result = {"runs": runs, "projection": project(runs), "per_cluster": PER_CLUSTER,
               "cpu_count": os.cpu_count()}
     print(json.dumps(result["projection"]), flush=True)
-    write_result(args.out, NAME, result, plot)
+    write_result(args.out, result_name(args.solver), result, plot)
 
 
 if __name__ == "__main__":

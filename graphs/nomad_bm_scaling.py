@@ -51,6 +51,8 @@ class _Timed:
     def __init__(self):
         self.orig = bm._AugmentedLagrangian.evaluate
         self.count, self.seconds, self.last = 0, 0.0, None
+        self.t0 = time.perf_counter()
+        self.trace = []             # (seconds since start, L) per evaluation
 
     def __enter__(self):
         timed = self
@@ -61,6 +63,7 @@ class _Timed:
             timed.seconds += time.perf_counter() - t0
             timed.count += 1
             timed.last = f
+            timed.trace.append((time.perf_counter() - timed.t0, f))
             return f
 
         bm._AugmentedLagrangian.evaluate = evaluate
@@ -101,13 +104,19 @@ def part_step(inner=100):
         row = {"optimizer": optimizer, "n": n, "rank": r, "seconds": seconds, "inner": h["inner_iterations"],
                "evaluations": h["evaluations"], "x_pass_seconds": x_seconds,
                "evaluate_seconds": timed.seconds, "lagrangian": h["lagrangian"],
-               "state_seconds": chunks.state_seconds}
+               "state_seconds": chunks.state_seconds, "trace": timed.trace}
         row["optimizer_seconds"] = seconds - x_seconds
         rows.append(row)
         print(f"{optimizer:>6}: {seconds:7.1f} s for {row['inner']} iterations, {row['evaluations']} evaluations "
               f"({seconds / row['evaluations'] * 1e3:.0f} ms each); X passes {x_seconds / seconds:.0%}, "
               f"optimizer and vector work {row['optimizer_seconds'] / seconds:.0%}; L = {h['lagrangian']:.6g}",
               flush=True)
+    # Progress at equal wall time: the best L each reached within the default's run time.
+    horizon = next(r["seconds"] for r in rows if r["optimizer"] == "lbfgs")
+    for r in rows:
+        r["best_L_at_horizon"] = min((f for t, f in r["trace"] if t <= horizon), default=float("nan"))
+    print(f"best L within {horizon:.0f} s: " + ", ".join(f"{r['optimizer']} {r['best_L_at_horizon']:.6g}"
+                                                         for r in rows))
     base = rows[0]
     print(f"\nper evaluation, L-BFGS-B / row-space L-BFGS: "
           f"{(base['seconds'] / base['evaluations']) / (rows[1]['seconds'] / rows[1]['evaluations']):.2f}x; "
@@ -208,7 +217,15 @@ def plot(result, path):
         axes[0].bar(names, np.subtract(per, xp), bottom=xp, label="optimizer and vector work")
         axes[0].set_ylabel("ms per evaluation")
         axes[0].set_title(f"MNIST n = {rows[0]['n']:,}, r = {rows[0]['rank']}: one multiplier step")
-        axes[0].legend()
+        axes[0].legend(loc="upper center")
+        inset = axes[0].inset_axes([0.55, 0.45, 0.42, 0.4])
+        for r in rows:
+            t, f = np.array(r.get("trace") or [(np.nan, np.nan)]).T
+            inset.semilogy(t, np.minimum.accumulate(f), label=r["optimizer"])
+        inset.set_xlabel("s", fontsize=7)
+        inset.set_ylabel("best L", fontsize=7)
+        inset.tick_params(labelsize=6)
+        inset.legend(fontsize=6)
     if "million" in result:
         m = result["million"]
         procs = [f"worker {i}" for i in range(len(m["worker_peak_bytes"]))] + ["client"]

@@ -296,6 +296,11 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
 
     Notes
     -----
+    Precision: the n x n blocks (P, Gamma, G or M, D) are in the group's dtype, float32
+    by default (each entry's update is local and the stopping rule's tolerances, 1e-4
+    and 1e-2 K / n, sit far above float32's round-off); every reduction over a pass,
+    the eigensolvers' vectors, the line search's bins and the multipliers' scalars are
+    float64 (sums over n^2 entries and eigenvector differences would lose digits).
     Per inner step: one fused pass (reads P, Gamma, and D when it is stored; writes
     P, G, and Gamma once per outer iteration) plus the eigensolver's matvecs over G
     (about ncv - 2 with the warm start, each plus O(n d) for a factored D); one gather
