@@ -44,15 +44,20 @@ def _peak_rss():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+class _TimeUp(Exception):
+    pass
+
+
 class _Timed:
     """Wraps the augmented Lagrangian's evaluate: count, seconds in it (the X passes and
     the state passes that form the gradient), last value."""
 
-    def __init__(self):
+    def __init__(self, deadline=None):
         self.orig = bm._AugmentedLagrangian.evaluate
         self.count, self.seconds, self.last = 0, 0.0, None
         self.t0 = time.perf_counter()
         self.trace = []             # (seconds since start, L) per evaluation
+        self.deadline = deadline    # seconds after which an evaluation raises _TimeUp
 
     def __enter__(self):
         timed = self
@@ -64,6 +69,8 @@ class _Timed:
             timed.count += 1
             timed.last = f
             timed.trace.append((time.perf_counter() - timed.t0, f))
+            if timed.deadline is not None and timed.trace[-1][0] > timed.deadline:
+                raise _TimeUp
             return f
 
         bm._AugmentedLagrangian.evaluate = evaluate
@@ -173,9 +180,10 @@ def part_million(n=1_000_000, K=8, outer=2, inner=20):
 
 
 def part_mnist(max_seconds=1800):
+    """The default solver on all of MNIST until its stopping rule or ``max_seconds``
+    (checked at every evaluation: one multiplier step may outlast the cap)."""
     X, y = _mnist()
     n, K = len(X), 16
-    t = time.perf_counter()
     rows = []
 
     def report(row):
@@ -183,21 +191,35 @@ def part_mnist(max_seconds=1800):
         print(f"  outer {row['iteration']}: {row['seconds']:.0f} s, {row['evaluations']} evaluations, "
               f"objective {row['objective']:.6g}, row-sum violation {row['row_sum_violation']:.2e}, "
               f"change {row['change']:.2e}", flush=True)
-        return time.perf_counter() - t > max_seconds
 
-    with RowChunks(X) as chunks, warnings.catch_warnings():
+    stop, start_seconds = "tolerance", None
+    with RowChunks(X) as chunks, _Timed(deadline=max_seconds) as timed, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = bm.burer_monteiro(chunks, bm.BurerMonteiroParams(n_clusters=K, random_state=0), callback=report)
-    seconds = time.perf_counter() - t
-    from dnomad.metrics import adjusted_rand_score
-    from dnomad.solvers._rounding import kmeans_rows
+        orig_admm = bm.symnmf_admm
 
-    labels = kmeans_rows(res.Y, 10, 0)
-    out = {"n": n, "K": K, "rank": 8 * K, "seconds": seconds, "stop": res.stop_reason, "outer": res.n_iter,
-           "evaluations": sum(r["evaluations"] for r in res.history), "history": res.history,
-           "ari_kmeans_on_Y": float(adjusted_rand_score(y, labels))}
-    print(f"\nmnist: n = {n:,}, K = {K}, r = {8 * K}: {res.stop_reason} after {res.n_iter} outer steps, "
-          f"{out['evaluations']} evaluations, {seconds:.0f} s (cap {max_seconds} s)", flush=True)
+        def admm(*a, **kw):
+            nonlocal start_seconds
+            t0 = time.perf_counter()
+            out = orig_admm(*a, **kw)
+            start_seconds = time.perf_counter() - t0
+            print(f"  symmetric NMF start: {out.n_iter} ADMM iterations, {start_seconds:.0f} s", flush=True)
+            return out
+
+        bm.symnmf_admm = admm
+        try:
+            res = bm.burer_monteiro(chunks, bm.BurerMonteiroParams(n_clusters=K, random_state=0), callback=report)
+            stop = res.stop_reason
+        except _TimeUp:
+            stop = "time cap"
+        finally:
+            bm.symnmf_admm = orig_admm
+    seconds = time.perf_counter() - timed.t0
+    out = {"n": n, "K": K, "rank": 8 * K, "seconds": seconds, "stop": stop, "outer": len(rows),
+           "start_seconds": start_seconds, "evaluations": timed.count, "history": rows, "trace": timed.trace,
+           "cap_seconds": max_seconds}
+    print(f"\nmnist: n = {n:,}, K = {K}, r = {8 * K}: {stop} after {len(rows)} complete outer steps, "
+          f"{timed.count} evaluations ({timed.seconds / max(timed.count, 1):.2f} s each), {seconds:.0f} s "
+          f"(start {start_seconds or 0:.0f} s; cap {max_seconds:.0f} s)", flush=True)
     return out
 
 
@@ -236,15 +258,16 @@ def plot(result, path):
                           f"{m['seconds'] / m['outer']:.0f} s per outer step, D would be "
                           f"{m['D_bytes'] / 2**40:.1f} TiB")
     if "mnist" in result:
-        h = result["mnist"]["history"]
-        axes[2].semilogy([r["seconds"] for r in h], [r["row_sum_violation"] for r in h], "o-",
-                         label="max row-sum violation")
-        axes[2].semilogy([r["seconds"] for r in h], [max(r["change"], 1e-16) for r in h], "s-",
-                         label="relative change of Y")
-        axes[2].axhline(1e-4, color="k", ls=":", lw=0.8)
-        axes[2].set_xlabel("seconds")
-        axes[2].set_title(f"all 70,000 MNIST digits, K = 16: {result['mnist']['stop']}")
-        axes[2].legend()
+        m = result["mnist"]
+        t, f = np.array(m["trace"]).T
+        axes[2].plot(t, f, lw=0.8)
+        for row in m["history"]:          # its seconds count from after the start
+            axes[2].axvline(row["seconds"] + (m.get("start_seconds") or 0.0), color="k", ls=":", lw=0.6)
+        axes[2].set_yscale("symlog")
+        axes[2].set_xlabel("seconds (dotted: multiplier steps)")
+        axes[2].set_ylabel("augmented Lagrangian L")
+        axes[2].set_title(f"all 70,000 MNIST digits, K = 16, r = 128: {m['stop']}\n"
+                          f"{m['outer']} multiplier steps, {m['evaluations']} evaluations in {m['seconds']:.0f} s")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

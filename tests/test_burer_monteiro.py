@@ -248,3 +248,29 @@ def test_row_space_burer_monteiro_finds_the_planted_clustering_as_the_operator_d
     for res in (a, b):
         assert res.stop_reason == "tolerance" and res.Y.min() >= 0 and res.Y.max() <= 1
         np.testing.assert_allclose(res.Y @ res.Y.T, Q_star, atol=2e-3)
+
+
+@pytest.mark.parametrize("where", ["chunks", "operator"])
+def test_row_space_lagrangian_equals_the_dense_formula(where, rng):
+    """The augmented Lagrangian and its gradient as the optimizers see them -- summed over
+    row chunks of uneven size (data mode) or from an operator's D Y -- equal (32) and its
+    gradient computed densely (which test_lagrangian_gradient_has_taylor_slope_two checks
+    against finite differences)."""
+    from dnomad.blocks import RowChunks, RowState
+    from dnomad.solvers.burer_monteiro import _AugmentedLagrangian
+
+    X = rng.standard_normal((90, 4)) + 2.0
+    n, r, K = 90, 6, 3
+    G = DataGram(X)
+    D = G.dense()
+    space = RowChunks(X, chunk_rows=32) if where == "chunks" else RowState(n, chunk_rows=40)
+    problem = _AugmentedLagrangian(space, None if where == "chunks" else G, K, sigma=1.3, phi=0.8)
+    Y, mu = rng.random((n, r)) * 0.1, rng.standard_normal(n)
+    problem.lam = 0.7
+    space.put("Y", Y)
+    space.put("mu", mu)
+    f = problem.evaluate("Y", "g")
+    f_ref, g_ref = lagrangian(Y, D @ Y, mu, 0.7, K, sigma=1.3, phi=0.8)
+    assert f == pytest.approx(f_ref, rel=1e-12)
+    np.testing.assert_allclose(space.get("g"), g_ref, rtol=1e-10, atol=1e-12)
+    assert problem.objective["Y"] == pytest.approx(np.sum(Y * (D @ Y)), rel=1e-12)

@@ -101,7 +101,8 @@ class RowChunks:
     def map(self, kernel, *args, read_x=True):
         """``[kernel(chunk, *args) for every chunk]``, in chunk order: one pass over X, or,
         with ``read_x=False``, over the state alone (``chunk`` holds no ``"X"``; X in
-        Zarr is not read).  Only state passes that read X count in ``passes``."""
+        Zarr is not read).  Passes that read X count in ``passes``, the others in
+        ``state_passes``."""
         t0 = time.perf_counter()
         rows_of = self._rows_of if read_x else (lambda i: False)
         if self.backend == "local":

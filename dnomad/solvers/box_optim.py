@@ -67,7 +67,8 @@ def _dots(chunk, pairs):
     return [float(np.vdot(chunk[a], chunk[b])) for a, b in pairs]
 
 
-def _rename(chunk, old, new):
+def rename_state(chunk, old, new):
+    """chunk[new] = chunk[old], without a copy (a kernel for ``space.map``)."""
     chunk[new] = chunk.pop(old)
 
 
@@ -195,18 +196,22 @@ def spg(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=1e
         d_gt = _sum(space.map(_dots, [(d, gt)], read_x=False))[0]
         sty = step * (d_gt - gd)
         sts = step * step * dd
-        alpha = float(np.clip(sts / sty, *STEP_BOUNDS)) if sty > 0 else STEP_BOUNDS[1]
+        # Without curvature (s'y <= 0) keep the last step: SPG2's alpha_max would jump to
+        # the box's faces whenever the gradient dwarfs the box.
+        if sty > 0:
+            alpha = float(np.clip(sts / sty, *STEP_BOUNDS))
         x, xt, g, gt = xt, x, gt, g
         f = ft
         history.append(f)
         if len(history) > memory and _ftol_met(history[-1 - memory], f, ftol, memory):
             reason = "ftol"
             break
-    space.map(_drop_states, [xt, gt, d], read_x=False)
+    space.map(drop_states, [xt, gt, d], read_x=False)
     return OptimResult(x=x, g=g, f=f, nit=it, nfev=nfev, reason=reason)
 
 
-def _drop_states(chunk, names):
+def drop_states(chunk, names):
+    """Forget the named states of a chunk (a kernel for ``space.map``)."""
     for name in names:
         chunk.pop(name, None)
 
@@ -288,7 +293,7 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
         if _ftol_met(f_old, f, ftol):
             reason = "ftol"
             break
-    space.map(_drop_states, [xt, gt, gh, d] + s_names + y_names, read_x=False)
+    space.map(drop_states, [xt, gt, gh, d] + s_names + y_names, read_x=False)
     return OptimResult(x=x, g=g, f=f, nit=it, nfev=nfev, reason=reason)
 
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from ..errors import InputValueError, warn_convergence
 from ._checks import check_choices, check_ints, check_numbers
+from .box_optim import drop_states
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +217,7 @@ class _AugmentedLagrangian:
         self.space.put("_start", Y)
         B = self.products("_start")[0]
         out = np.concatenate(self.space.map(_times, B), axis=0)
-        self.space.map(_drop, ["_start"], read_x=False)
+        self.space.map(drop_states, ["_start"], read_x=False)
         return out
 
 
@@ -241,11 +242,6 @@ def _column_stats(chunk, x):
 
 def _times(chunk, B):
     return chunk["X"] @ B
-
-
-def _drop(chunk, names):
-    for name in names:
-        chunk.pop(name, None)
 
 
 def _lagrangian_rows(chunk, x, g, B, c, sigma, trace_coef):
@@ -377,7 +373,7 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
         Y, mu = space.get("Y"), space.get("mu")
     finally:
         if data_mode:
-            space.map(_drop, ["Y", "Y_prev", "mu", "_DY"], read_x=False)
+            space.map(drop_states, ["Y", "Y_prev", "mu", "_DY"], read_x=False)
         else:
             space.close()
     if stop_reason == "max_iter" and history:
@@ -415,7 +411,7 @@ def _minimize(space, problem, params, n, r):
         if not np.array_equal(last.get("x"), res.x):      # L-BFGS-B almost always ends on its last point
             problem.evaluate("Y", "_gx")
             last["objective"] = problem.objective["Y"]
-        space.map(_drop, ["_x", "_gx"], read_x=False)
+        space.map(drop_states, ["_x", "_gx"], read_x=False)
         return int(res.nit), int(res.nfev), float(res.fun), last["objective"]
     method = box_optim.spg if params.optimizer == "spg" else box_optim.lbfgs
     kw = {} if params.optimizer == "spg" else {"memory": params.memory}
@@ -423,6 +419,6 @@ def _minimize(space, problem, params, n, r):
                  gtol=params.inner_tol, **kw)
     objective = problem.objective[res.x]
     if res.x != "Y":
-        space.map(box_optim._rename, res.x, "Y", read_x=False)
-    space.map(_drop, [res.g], read_x=False)
+        space.map(box_optim.rename_state, res.x, "Y", read_x=False)
+    space.map(drop_states, [res.g], read_x=False)
     return res.nit, res.nfev, res.f, objective
