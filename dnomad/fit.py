@@ -304,12 +304,15 @@ class NOMAD(_Clustering, _Estimator):
         bm) and in ``layers_``.  A layer's D is the previous Q as it is (bm: divided by
         its Frobenius norm).
     solver_options : dict, optional
-        (bm) sigma, phi, eta (default 1), tol (1e-5: stop when Y changes by less,
-        relative, and the constraints hold to feasibility_tol, 1e-4), optimizer of each
-        multiplier step ("lbfgs": projected L-BFGS over Y's row chunks, the default;
-        "spg": spectral projected gradient; "scipy": SciPy's L-BFGS-B in this process),
-        memory (5 pairs, lbfgs), inner_max_iter (15000) and inner_tol (1e-10: ftol
-        and gtol), start ("symnmf" or "random").
+        (bm) sigma (the row-sum penalty; default 10 / n, the paper's 1 is
+        ill-conditioned at large n), phi, eta (default 1), tol (1e-5: stop when Y
+        changes by less, relative, and the constraints hold to feasibility_tol, 1e-4),
+        optimizer of each multiplier step ("lbfgs": projected L-BFGS over Y's row
+        chunks, the default; "spg": spectral projected gradient; "scipy": SciPy's
+        L-BFGS-B in this process), memory (5 pairs, lbfgs), inner_max_iter (15000),
+        inner_tol (1e-10: ftol and gtol), inner_rtol (0.1: each multiplier step stops
+        once its projected gradient has fallen to this fraction of where it started;
+        not "scipy"), start ("symnmf" or "random").
     max_iter : int, optional
         Outer (multiplier) iterations; default 2000 (cgm), 1000 (bm).
     n_inner : int, default 2
@@ -819,7 +822,7 @@ CGM_CHECKPOINT_EVERY = 20
 BM_MAX_ITER = 1000
 # Burer-Monteiro settings passed through ``solver_options`` (see BurerMonteiroParams).
 BM_OPTIONS = ("sigma", "phi", "eta", "tol", "feasibility_tol", "optimizer", "memory", "inner_max_iter", "inner_tol",
-              "start")
+              "inner_rtol", "start")
 # Rows per chunk of the n x r factor Y in a store.
 Y_CHUNK_ROWS = 65536
 

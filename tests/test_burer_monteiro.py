@@ -142,12 +142,34 @@ def test_matrix_free_memory_grows_as_n_not_n_squared():
 
 @pytest.mark.parametrize("kw,match", [({"rank": 2}, "rank"), ({"rank": 300}, "rank"),
                                       ({"n_clusters": 0}, "n_clusters"), ({"sigma": 0}, "sigma"),
-                                      ({"start": "kmeans"}, "start")])
+                                      ({"start": "kmeans"}, "start"), ({"inner_rtol": -0.1}, "inner_rtol"),
+                                      ({"sigma": float("nan")}, "sigma")])
 def test_bad_parameters_are_refused_before_work(kw, match):
     params = dict(n_clusters=3)
     params.update(kw)
     with pytest.raises(InputValueError, match=match):
         burer_monteiro(DataGram(gaussian_blobs(60, n_centers=3)[0]), BurerMonteiroParams(**params))
+
+
+def test_inexact_multiplier_steps_end_where_exact_ones_do():
+    """Multiplier steps solved to inner_rtol of their starting projected gradient (the
+    default; the first step and the step that confirms the stopping rule are solved to
+    inner_tol) reach the exact steps' solution, in fewer evaluations; sigma defaults to
+    10 / n."""
+    X, y = gaussian_blobs(300, n_centers=4, separation=6.0, random_state=2)
+    kw = dict(n_clusters=4, random_state=0, tol=1e-7, feasibility_tol=1e-6)
+    assert BurerMonteiroParams(**kw).resolved_sigma(300) == pytest.approx(10 / 300)
+    inexact = burer_monteiro(DataGram(X), BurerMonteiroParams(**kw))
+    exact = burer_monteiro(DataGram(X), BurerMonteiroParams(**kw, inner_rtol=0.0))
+    for res in (inexact, exact):
+        assert res.stop_reason == "tolerance"
+        assert res.history[0]["exact"] and res.history[-1]["exact"]
+        assert adjusted_rand_score(y, res.Y.argmax(axis=1)) == 1.0
+    assert not all(h["exact"] for h in inexact.history)
+    Q_in, Q_ex = inexact.Y @ inexact.Y.T, exact.Y @ exact.Y.T
+    np.testing.assert_allclose(Q_in, Q_ex, rtol=0, atol=1e-3 * Q_ex.max())
+    assert inexact.history[-1]["objective"] == pytest.approx(exact.history[-1]["objective"], rel=1e-6)
+    assert sum(h["evaluations"] for h in inexact.history) < sum(h["evaluations"] for h in exact.history)
 
 
 def test_a_block_matrix_gram_gives_the_same_solution_as_the_data():
@@ -227,6 +249,39 @@ def test_row_space_optimizers_find_the_box_constrained_minimizer(method, chunk_r
     assert x.min() >= 0 and x.max() <= 1
     np.testing.assert_allclose(x, ref, atol=1e-6)
     assert res.f == pytest.approx(problem.dense_value_and_grad(ref)[0], rel=1e-10)
+
+
+@pytest.mark.parametrize("method", ["spg", "lbfgs"])
+def test_a_warm_start_with_the_returned_scale_ends_at_the_new_minimizer(method):
+    """A solve warm-started from a previous solution with that solve's curvature scale
+    (as Burer-Monteiro's multiplier steps are) ends at the shifted problem's minimizer."""
+    from scipy.optimize import Bounds, minimize
+
+    from dnomad.blocks import RowState
+    from dnomad.solvers import box_optim
+
+    rng = np.random.default_rng(5)
+    n, r = 30, 2
+    M = rng.standard_normal((n, n))
+    H = M @ M.T / n + np.diag(np.geomspace(1e-2, 10, n))
+    b = rng.standard_normal((n, r)) * 2
+    space = RowState(n)
+    space.put("x", np.full((n, r), 0.5))
+    first = getattr(box_optim, method)(space, _BoxQuadratic(space, H, b), "x", max_iter=5000, ftol=1e-15,
+                                       gtol=1e-9)
+    assert first.scale is not None and 0 < first.scale < np.inf
+    shifted = _BoxQuadratic(space, H, b + 0.05 * rng.standard_normal((n, r)))
+    space.put("x", space.get(first.x))
+    res = getattr(box_optim, method)(space, shifted, "x", max_iter=5000, ftol=1e-15, gtol=1e-9,
+                                     scale0=first.scale)
+
+    def fun(x):
+        f, g = shifted.dense_value_and_grad(x.reshape(n, r))
+        return f, g.ravel()
+
+    ref = minimize(fun, np.full(n * r, 0.5), jac=True, method="L-BFGS-B", bounds=Bounds(0, 1),
+                   options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10000}).x.reshape(n, r)
+    np.testing.assert_allclose(space.get(res.x), ref, atol=1e-6)
 
 
 @pytest.mark.parametrize("optimizer", ["spg", "lbfgs"])

@@ -24,9 +24,13 @@ Two methods:
   gradient with its binding entries (at a bound, pointing out) zeroed, zeroed there
   too, then projected, with an Armijo search along the projection arc.
 
-Both stop on the projected gradient, ||P(x - g) - x||_inf <= gtol, or on the relative
+Both stop on the projected gradient, ||P(x - g) - x||_inf <= max(gtol, rtol times its
+value at the start) (``rtol`` makes the solve inexact in proportion to how far from
+optimal it starts: an augmented Lagrangian method's inner solves), or on the relative
 decrease of f, (f_old - f) <= ftol max(|f|, |f_old|, 1) (per iteration for L-BFGS, as
 SciPy's L-BFGS-B; averaged over the nonmonotone window for SPG), or at max_iter.
+The first step has unit length, or the scale ``scale0`` a previous solve returned if
+that is shorter (a sequence of nearby problems).
 Float64 throughout (the multipliers' updates difference nearly equal sums).
 """
 from __future__ import annotations
@@ -49,6 +53,7 @@ class OptimResult:
     nit: int
     nfev: int
     reason: str         # "gtol", "ftol", "max_iter" or "line_search"
+    scale: float | None = None  # the last curvature scale (BB step / s'y / y'y): a warm start's scale0
 
 
 # ------------------------------------------------------------ per-chunk kernels
@@ -150,8 +155,8 @@ def _quadratic_backtrack(step, f0, slope, f_trial):
 
 
 # ------------------------------------------------------------ SPG
-def spg(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=1e-10,
-        memory=SPG_MEMORY):
+def spg(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=1e-10, rtol=0.0,
+        scale0=None, memory=SPG_MEMORY):
     """Minimize ``problem`` over lo <= x <= hi from state ``x`` (feasible) by spectral
     projected gradient with a nonmonotone line search (see the module docstring).
     Uses states ``x``, ``x + "_t"``, ``"_g"``, ``"_gt"``, ``"_d"``; returns an
@@ -167,10 +172,11 @@ def spg(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=1e
             # (SPG2's 1 / ||P(x - g) - x||_inf is about 1 whenever the gradient dwarfs the
             # box, and jumps to its faces).
             parts = space.map(_spg_trial, x, g, 0.0, lo, hi, d, xt, read_x=False)
+            gtol = max(gtol, rtol * max(p[2] for p in parts))
             if max(p[2] for p in parts) <= gtol:
                 reason = "gtol"
                 break
-            alpha = float(np.clip(1.0 / np.sqrt(_sum([p[3] for p in parts])), *STEP_BOUNDS))
+            alpha = float(np.clip(_first_scale(_sum([p[3] for p in parts]), scale0), *STEP_BOUNDS))
         parts = space.map(_spg_trial, x, g, alpha, lo, hi, d, xt, read_x=False)
         gd, dd = _sum([p[:2] for p in parts])[:2]
         pginf = max(p[2] for p in parts)
@@ -207,7 +213,15 @@ def spg(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=1e
             reason = "ftol"
             break
     space.map(drop_states, [xt, gt, d], read_x=False)
-    return OptimResult(x=x, g=g, f=f, nit=it, nfev=nfev, reason=reason)
+    return OptimResult(x=x, g=g, f=f, nit=it, nfev=nfev, reason=reason, scale=alpha)
+
+
+def _first_scale(g_dot_g, scale0):
+    """The first step's scale: at most unit length, 1 / ||g||_2, and at most ``scale0``
+    (the curvature a previous, nearby solve ended with: a warm start's unit-length first
+    step is far too long and ends in a backtracked sliver that trips ftol)."""
+    unit = 1.0 / np.sqrt(g_dot_g) if g_dot_g > 0 else 1.0
+    return unit if scale0 is None else min(unit, scale0)
 
 
 def drop_states(chunk, names):
@@ -217,7 +231,8 @@ def drop_states(chunk, names):
 
 
 # ------------------------------------------------------------ projected L-BFGS
-def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=1e-10, memory=5):
+def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=1e-10, rtol=0.0,
+          scale0=None, memory=5):
     """Minimize ``problem`` over lo <= x <= hi from state ``x`` (feasible) by projected
     L-BFGS in vector-free form (see the module docstring); ``memory`` pairs (s, y) kept
     as states ``"_s0"``, ``"_y0"``, ...  Returns an :class:`OptimResult`."""
@@ -236,11 +251,13 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
         parts = space.map(_free_gradient, x, g, lo, hi, gh, names, read_x=False)
         dots = _sum([p[0] for p in parts])
         pginf = max(p[1] for p in parts)
+        if it == 1:
+            gtol = max(gtol, rtol * pginf)
         if pginf <= gtol:
             reason = "gtol"
             break
         if gamma0 is None:              # the first step: at most unit length (see spg)
-            gamma0 = 1.0 / np.sqrt(dots[-1]) if dots[-1] > 0 else 1.0
+            gamma0 = _first_scale(dots[-1], scale0)
         coef = _two_loop(slots, SY, SS, YY, dots, gamma0)
         terms = [(-coef[0], gh)] + [(-c, n) for c, n in zip(coef[1:], names) if c != 0.0]
         step = 1.0
@@ -294,7 +311,8 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
             reason = "ftol"
             break
     space.map(drop_states, [xt, gt, gh, d] + s_names + y_names, read_x=False)
-    return OptimResult(x=x, g=g, f=f, nit=it, nfev=nfev, reason=reason)
+    scale = SY[slots[-1], slots[-1]] / YY[slots[-1], slots[-1]] if slots else gamma0
+    return OptimResult(x=x, g=g, f=f, nit=it, nfev=nfev, reason=reason, scale=scale)
 
 
 def _two_loop(slots, SY, SS, YY, gdots, gamma0):
