@@ -310,9 +310,10 @@ class NOMAD(_Clustering, _Estimator):
         optimizer of each multiplier step ("lbfgs": projected L-BFGS over Y's row
         chunks, the default; "spg": spectral projected gradient; "scipy": SciPy's
         L-BFGS-B in this process), memory (5 pairs, lbfgs), inner_max_iter (15000),
-        inner_tol (1e-10: ftol and gtol), inner_rtol (0.1: each multiplier step stops
-        once its projected gradient has fallen to this fraction of where it started;
-        not "scipy"), start ("symnmf" or "random").
+        inner_tol (1e-10: ftol and gtol), inner_rtol (0.1: a multiplier step stops
+        once its projected gradient has fallen to this fraction of where it started,
+        except the first and one confirming the stopping rule, solved to inner_tol;
+        0: every step to inner_tol; not "scipy"), start ("symnmf" or "random").
     max_iter : int, optional
         Outer (multiplier) iterations; default 2000 (cgm), 1000 (bm).
     n_inner : int, default 2
