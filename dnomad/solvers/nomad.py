@@ -144,7 +144,10 @@ class NomadResult:
         (cgm) The values used (``params`` may say "scale").
     Y, mu, lam, matmats
         (bm) The factor Q = Y Y^T (n x r), the multipliers of Y Y^T 1 = 1 and of
-        Tr(Y^T Y) = K, and the products D Y made.
+        Tr(Y^T Y) = K, and the products D Y made by the multiplier steps.
+    start : dict or None
+        (bm) The symmetric NMF start, where one was run: method, iterations, converged,
+        products, passes (over X), seconds.
     """
 
     Q: object
@@ -161,6 +164,7 @@ class NomadResult:
     mu: np.ndarray | None = None
     lam: float | None = None
     matmats: int = 0
+    start: dict | None = None
 
 
 def _penalty(penalty, params, t):
