@@ -4,6 +4,8 @@ import os
 import sys
 import warnings
 
+import sklearn.exceptions
+
 
 class DnomadError(Exception):
     """Base class of every error dnomad raises on purpose."""
@@ -36,8 +38,9 @@ class NotPicklableError(DnomadError, TypeError):
     workers): pickling it would not carry what it stands for."""
 
 
-class ConvergenceWarning(UserWarning):
-    """A solver stopped at max_iter before meeting its tolerance."""
+class ConvergenceWarning(sklearn.exceptions.ConvergenceWarning):
+    """A solver stopped at max_iter before meeting its tolerance (scikit-learn's
+    ConvergenceWarning, so its filters apply)."""
 
 
 class MissingDataError(DnomadError, ImportError):

@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict
 
 import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin
 
 from . import blocks
 from .blocks import store as run_store
@@ -152,6 +153,15 @@ def _with_restarts(attempt, *, store, resume, checkpoint_key, rebuildable=True):
                            "the last checkpoint" if resume else "the start")
 
 
+def _n_features(X):
+    """The column count of a fit's input (n for a precomputed n x n matrix), read from
+    its metadata; None where the input does not say."""
+    shape = blocks.input_metadata(X).get("shape")
+    if shape is None:
+        shape = np.shape(X)
+    return int(shape[1]) if len(shape) == 2 else None
+
+
 def _gated(fit):
     """The input gate around an estimator's ``fit``: every parameter checked against
     ``_parameter_constraints`` first; the store, claimed inside ``fit`` (after its data
@@ -164,8 +174,13 @@ def _gated(fit):
         if not isinstance(resume, (bool, np.bool_)):
             raise InvalidParameterError(f"{type(self).__name__}.fit: resume must be a bool; got {resume!r}")
         self._store_claim = None
+        self.__dict__.pop("n_features_in_", None)
         try:
-            return fit(self, X, y, resume=bool(resume))
+            fitted = fit(self, X, y, resume=bool(resume))
+            n_features = _n_features(X)
+            if n_features is not None:
+                self.n_features_in_ = n_features
+            return fitted
         except (InputValueError, InputTypeError):
             if self._store_claim is not None and not resume:
                 try:
@@ -188,8 +203,10 @@ _NONNEGATIVE = [Interval(numbers.Real, 0, None)]
 _RUN_CONSTRAINTS = {"store": [None, "path"], "overwrite": ["boolean"], "random_state": ["random_state"]}
 
 
-class _Estimator:
-    """scikit-learn's parameter protocol: __init__ stores its arguments as given."""
+class _Estimator(BaseEstimator):
+    """scikit-learn's estimator: __init__ stores its arguments as given (get_params,
+    set_params, clone and the repr come from BaseEstimator); fit checks them against
+    ``_parameter_constraints`` (:func:`_gated`) and sets ``n_features_in_``."""
 
     _parameter_constraints = {}
     _checkpoints = False          # fit(resume=True) continues from a checkpoint (NOMAD, SymNMF)
@@ -199,21 +216,6 @@ class _Estimator:
         :func:`dnomad.blocks.store.claim`); :func:`_gated` releases it."""
         self._store_claim = run_store.claim(self.store, run_id, overwrite=self.overwrite and not resume,
                                             resume=resume)
-
-    def get_params(self, deep=True):
-        import inspect
-
-        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
-        return {k: getattr(self, k) for k in names}
-
-    def set_params(self, **params):
-        valid = self.get_params()
-        for k, v in params.items():
-            if k not in valid:
-                raise InputValueError(f"invalid parameter {k!r} for {type(self).__name__}; valid: "
-                                      f"{sorted(valid)}")
-            setattr(self, k, v)
-        return self
 
     def _load_finished(self, max_iter=None):
         """If ``store`` holds this run's result, set the learned attributes from it
@@ -258,12 +260,13 @@ RESULT_SUMMARY = ("n_iter", "stop_reason", "objective", "gap", "passes", "penalt
                   "relaxation_objective", "reoptimized_objectives")
 
 
-class _Clustering:
-    """``fit_predict`` for the estimators that learn ``labels_`` (not Hottopixx)."""
+class _Clustering(ClusterMixin):
+    """The estimators that learn ``labels_`` (not Hottopixx): scikit-learn's clusterer."""
 
-    def fit_predict(self, X, y=None):
-        """Fit on X and return ``labels_``."""
-        return self.fit(X).labels_
+    def fit_predict(self, X, y=None, **kwargs):
+        """Fit on X and return ``labels_`` (ClusterMixin's, defined here so that a
+        warning from the fit points at the caller's line, not at scikit-learn's)."""
+        return self.fit(X, **kwargs).labels_
 
 
 class NOMAD(_Clustering, _Estimator):
@@ -1355,6 +1358,11 @@ class Hottopixx(_Estimator):
         "clean_decay": [Interval(numbers.Real, 0, 1, closed="right")], "row_block": _OPTIONAL_POSITIVE_INT,
         "cost_scale": _POSITIVE, "error_every": _POSITIVE_INT, "callback": [None, "callback"],
         **_RUN_CONSTRAINTS}
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = True        # X >= 0: a nonnegative factorization
+        return tags
 
     def __init__(self, rank=10, *, n_epochs=50, primal_step=0.1, dual_step=0.01, projection="squish",
                  selection="clusters", cluster_threshold=0.8, fit_components="subgradient",

@@ -216,9 +216,13 @@ def check_data(X, *, owner, name="X", min_rows=2, min_cols=1, square=False, nonn
         raise InputValueError(f"{owner}: {name} must be 2-D {want}; got {len(shape)}-D shape {shape}")
     if square and shape[0] != shape[1]:
         raise InputValueError(f"{owner}: {name} must be a square n x n matrix; got shape {shape}")
-    if shape[0] < min_rows or shape[1] < min_cols:
-        raise InputValueError(f"{owner}: {name} needs at least {min_rows} {rows.split('_')[1]} and {min_cols} "
-                              f"{cols.split('_')[1]}; got shape {shape}")
+    # scikit-learn's wording, which its estimator checks look for
+    if shape[1] < min_cols:
+        raise InputValueError(f"{owner}: {name} has {shape[1]} {cols.split('_')[1][:-1]}(s) (shape={shape}) "
+                              f"while a minimum of {min_cols} is required.")
+    if shape[0] < min_rows:
+        raise InputValueError(f"{owner}: {name} has {shape[0]} {rows.split('_')[1][:-1]}(s) (shape={shape}) "
+                              f"while a minimum of {min_rows} is required.")
     if kind in ("zarr", "dask"):
         return X
     if kind == "sparse":
