@@ -404,14 +404,6 @@ def gaussian_block(Xi, Xj, bandwidth, dtype):
     return np.exp(sq, out=sq).astype(dtype, copy=False)
 
 
-def add_scaled_block(A, alpha, beta, ui, uj):
-    """A * alpha + beta * ui uj^T as a new block (e.g. Q = P + E_n)."""
-    out = A * A.dtype.type(alpha)
-    if beta != 0.0:
-        out += A.dtype.type(beta) * np.outer(ui, uj).astype(A.dtype, copy=False)
-    return out
-
-
 # Line search along a Frank-Wolfe direction: breakpoints of [Q + alpha Delta]_- binned on
 # a geometric grid alpha_m = 2^(-m / LS_BINS_PER_OCTAVE), m = 0..LS_BINS.
 LS_BINS_PER_OCTAVE = 8

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..errors import InputValueError
 from . import passes
-from .device import is_device_array, to_host
+from .device import is_device_array
 from .engine import BlockGroup
 
 
@@ -119,20 +119,6 @@ class BlockMatrix:
     def __array__(self, dtype=None, copy=None):
         A = self.to_numpy()
         return A if dtype is None else A.astype(dtype, copy=False)
-
-    def to_zarr(self, url, path):
-        """Write the matrix (all blocks, mirrored) as a plain n x n Zarr array."""
-        from .engine import create_zarr_array
-
-        layout = self.group.layout
-        arr = create_zarr_array(url, path, self.n, layout.block_size, self.dtype)
-        for key in layout.keys:
-            blk = to_host(self.group.block(self.name, key))
-            ri, ci = slice(*layout.bounds(key[0])), slice(*layout.bounds(key[1]))
-            arr[ri, ci] = blk
-            if layout.symmetric and key[0] != key[1]:
-                arr[ci, ri] = blk.T
-        return arr
 
     def __repr__(self):
         return (f"BlockMatrix(n={self.n}, block_size={self.block_size}, dtype={self.dtype}, "
