@@ -221,3 +221,19 @@ def test_worker_kernels_get_aligned_operands_and_match_in_process(cluster_client
     for here, there in zip(out["here"], out["workers"]):
         np.testing.assert_array_equal(there[2], here[2])
         np.testing.assert_array_equal(there[3], here[3])
+
+
+def _centred_rows(chunk):
+    return chunk["X"]
+
+
+def test_row_chunks_centre_in_float64_before_a_float32_cast(rng):
+    """Rows far from the origin keep their spread in a float32 pass: centred in float64,
+    then cast (cast first, float32's spacing at 1e6 is 0.06 and the spread of 0.01-scale
+    rows is lost)."""
+    X = 1e6 + 0.01 * rng.standard_normal((200, 4))
+    exact = X - X.mean(axis=0)
+    with blocks.RowChunks(X, chunk_rows=64) as data:
+        rows = np.concatenate(data.map(_centred_rows, dtype=np.float32))
+    assert rows.dtype == np.float32
+    np.testing.assert_allclose(rows, exact, rtol=1e-6, atol=1e-9)

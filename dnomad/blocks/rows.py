@@ -293,7 +293,13 @@ def _chunk_task(state, index, kernel, rows, mean, args, dtype=np.float64):
         elif isinstance(rows, tuple):
             url, path, r0, r1 = rows
             rows = _open_zarr_array(url, path, "input")[r0:r1]
-        chunk["X"] = np.asarray(rows, dtype=dtype) - mean.astype(dtype, copy=False)
+        rows = np.asarray(rows)
+        if rows.dtype == dtype:         # nothing to lose: centred in their own precision
+            chunk["X"] = rows - mean.astype(dtype)
+        else:
+            # centred in float64, then cast: rows far from the origin cast first would
+            # lose their spread (float64 data offset by 1e6 moved a float32 start by 13%)
+            chunk["X"] = (rows.astype(np.float64) - mean).astype(dtype, copy=False)
     out = kernel(chunk, *args)
     for name, value in chunk.items():
         if name not in ("X", "_X"):

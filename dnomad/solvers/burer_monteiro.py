@@ -72,9 +72,7 @@ def symnmf_admm(matmat, n, rank, *, W0=None, sigma=1.0, eta=1.0, max_iter=1000, 
     """
     from ..blocks import RowState
 
-    if not isinstance(n, (int, np.integer)) or n < 1:
-        raise InputValueError(f"n must be a positive integer; got {n!r}")
-    with RowState(n) as space:
+    with RowState(n) as space:         # RowState refuses an n that is not a positive int
         res = _symnmf_admm(space, rank, matmat=matmat, W0=W0, sigma=sigma, eta=eta, max_iter=max_iter,
                            tol=tol, random_state=random_state, scale=scale, callback=callback)
         res.W = space.get("W")
