@@ -237,3 +237,37 @@ def test_row_chunks_centre_in_float64_before_a_float32_cast(rng):
         rows = np.concatenate(data.map(_centred_rows, dtype=np.float32))
     assert rows.dtype == np.float32
     np.testing.assert_allclose(rows, exact, rtol=1e-6, atol=1e-9)
+
+
+def _row_products(chunk):
+    return chunk["X"].T @ chunk["V"], chunk["X"].dtype.name
+
+
+def _write_rows(chunk):
+    chunk["X"] += 1.0
+
+
+def test_kept_centred_rows_give_the_passes_of_rows_centred_every_time(cluster_client, rng):
+    """keep_centred (the default for X in memory) keeps each chunk's centred rows for the
+    next pass in the same precision: the same products bit for bit as converting on
+    every pass, through precision changes, in this process and on workers; a kernel
+    cannot write the kept rows."""
+    X = (rng.random((230, 5)) * 255).astype(np.float32)
+    V = rng.standard_normal((230, 2))
+    out = {}
+    for where, client in (("here", None), ("workers", cluster_client)):
+        for keep in (False, True):
+            with blocks.RowChunks(X, chunk_rows=64, client=client, keep_centred=keep) as data:
+                data.put("V", V)
+                passes = []
+                for dtype in (np.float32, np.float32, np.float64, np.float64, np.float32):
+                    parts = data.map(_row_products, dtype=dtype)
+                    assert all(name == np.dtype(dtype).name for _, name in parts)
+                    passes.append(np.concatenate([p[0].ravel() for p in parts]))
+                if keep and client is None:
+                    with pytest.raises(ValueError, match="read-only"):
+                        data.map(_write_rows)
+                out[where, keep] = passes
+    for key, passes in out.items():
+        for got, want in zip(passes, out["here", False]):
+            np.testing.assert_array_equal(got, want, err_msg=str(key))
