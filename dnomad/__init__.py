@@ -6,7 +6,12 @@ __version__ = "0.1.0"
 
 from . import blocks, data, linalg, metrics  # noqa: E402
 from .blocks import BlockMatrix  # noqa: E402
-from .fit import NLR, NOMAD, BregmanClustering, Hottopixx, RiemannianKMeans, SymNMF, fit, resume  # noqa: E402
+from .api import fit, resume  # noqa: E402
+from .bregman.estimator import BregmanClustering  # noqa: E402
+from .hottopixx.estimator import Hottopixx  # noqa: E402
+from .kmeans_sdp.estimators import NLR, RiemannianKMeans  # noqa: E402
+from .nomad.estimator import NOMAD  # noqa: E402
+from .symnmf.estimator import SymNMF  # noqa: E402
 
 __all__ = ["BlockMatrix", "BregmanClustering", "Hottopixx", "NLR", "NOMAD", "RiemannianKMeans", "SymNMF", "blocks", "data", "fit", "linalg", "metrics", "resume",
            "ConvergenceWarning", "DnomadError", "InputTypeError", "InputValueError", "InvalidParameterError",

@@ -14,7 +14,8 @@ import numpy as np
 
 from dnomad.blocks import device
 from dnomad.blocks.store import redact
-from dnomad.fit import BACKEND_CHOICES, ESTIMATORS
+from dnomad.api import ESTIMATORS
+from dnomad.blocks.cluster import BACKEND_CHOICES
 from dnomad.errors import DnomadError, InputTypeError, InputValueError, StoreError
 
 logger = logging.getLogger("dnomad")
@@ -519,7 +520,7 @@ def run_info(store):
     layers = []
     ck = None
     if meta["method"] == "nomad":
-        from dnomad.fit import finished_layers, layer_checkpoint_key
+        from dnomad.nomad.estimator import finished_layers, layer_checkpoint_key
 
         layers = [run_store.read_json(store, f"layers/{layer}") for layer in range(finished_layers(store))]
         # The checkpoint of the layer running (or last run) in a multi-layer run.

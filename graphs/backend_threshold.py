@@ -28,7 +28,7 @@ N_INNER = 10
 def seconds_per_inner_step(n, backend, client):
     from dnomad import blocks
     from dnomad.data import two_rings
-    from dnomad.solvers.nomad import NomadParams, nomad_cgm
+    from dnomad.nomad.cgm import NomadParams, nomad_cgm
 
     F = blocks.prepare_gram_data(two_rings(n)[0]).astype(np.float32)
     group = blocks.new_group(n, dtype=np.float32, backend=backend, client=client)
@@ -86,7 +86,7 @@ def main():
     args = ap.parse_args()
     from distributed import Client, LocalCluster
 
-    from dnomad.fit import LOCAL_MAX_N
+    from dnomad.blocks.cluster import LOCAL_MAX_N
 
     rows = []
     print(f"{'n':>6s} {'blocks':>6s} {'local s/step':>12s} {'dist s/step':>11s} {'passes/step':>11s} "

@@ -50,7 +50,7 @@ def to_zarr(X, path, chunk_rows=65536):
 
 def cond_part(sizes, iterations=6):
     from dnomad.blocks import RowChunks, single_threaded_blas
-    from dnomad.solvers.bregman import cond
+    from dnomad.bregman import cond
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,7 +88,7 @@ def condjc_part(sizes, iterations=40, steady_from=21, dense_up_to=2000):
     the time per iteration and the eigensolver's passes are reported over iterations
     ``steady_from`` to ``iterations``."""
     from dnomad.blocks import single_threaded_blas
-    from dnomad.solvers.bregman import cond_jc
+    from dnomad.bregman import cond_jc
 
     rows = []
     for t in sizes:

@@ -111,8 +111,8 @@ def rounding_rows(X, y, res, d, div, *, joint=False, repeats=10, seed=0):
     """SC rounding (repeats k-means seeds on the normalized top d eigenvectors of M),
     each re-optimized: objectives, accuracies, soft accuracies."""
     from dnomad.metrics import clustering_accuracy
-    from dnomad.solvers._rounding import kmeans_rows
-    from dnomad.solvers.bregman import cluster_posteriors, hard_clustering, hard_objective, spectral_rounding
+    from dnomad.rounding import kmeans_rows
+    from dnomad.bregman import cluster_posteriors, hard_clustering, hard_objective, spectral_rounding
 
     if hasattr(res, "M"):
         roundings = spectral_rounding(res.M, d, repeats=repeats, random_state=seed)
@@ -135,7 +135,7 @@ def rounding_rows(X, y, res, d, div, *, joint=False, repeats=10, seed=0):
 
 def alternating(X, y, d, div, restarts=30):
     from dnomad.metrics import clustering_accuracy
-    from dnomad.solvers.bregman import hard_clustering
+    from dnomad.bregman import hard_clustering
 
     runs = [hard_clustering(X, d, div, random_state=s) for s in range(restarts)]
     return {"obj": stats([r[1] for r in runs]), "acc": stats([100 * clustering_accuracy(y, r[0]) for r in runs])}
@@ -143,7 +143,7 @@ def alternating(X, y, d, div, restarts=30):
 
 def soft_em(X, y, d, div, restarts=20):
     from dnomad.metrics import clustering_accuracy
-    from dnomad.solvers.bregman import soft_clustering
+    from dnomad.bregman import soft_clustering
 
     acc, soft = [], []
     for s in range(restarts):
@@ -154,7 +154,7 @@ def soft_em(X, y, d, div, restarts=20):
 
 
 def relax(model, X, d, div, Xunit=None):
-    from dnomad.solvers import bregman
+    from dnomad import bregman
 
     t0 = time.perf_counter()
     if model == "cond-jc":

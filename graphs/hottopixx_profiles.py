@@ -49,7 +49,7 @@ def run_case(case):
     from dnomad import blocks
     from dnomad.data import separable_nmf
     from dnomad.metrics import inf1_norm
-    from dnomad.solvers import hottopixx as H
+    from dnomad.hottopixx import solver as H
 
     f, n, r, d, eta, seed = case
     inst = separable_nmf(f, n, r, duplicates=d, noise=eta, random_state=seed)

@@ -44,7 +44,7 @@ sys.path.insert(0, HERE)
 from _bench import replot, write_result  # noqa: E402
 
 from dnomad.blocks import RowChunks  # noqa: E402
-from dnomad.solvers import burer_monteiro as bm  # noqa: E402
+from dnomad.nomad import bm  # noqa: E402
 
 NAME = "nomad_bm_scaling"
 

@@ -42,7 +42,7 @@ def pass_efficiency(n, bandwidth, repeat=5):
     """Time NOMAD's fused pass and a matvec on in-memory float32 state of size n."""
     from dnomad import blocks
     from dnomad.data import two_rings
-    from dnomad.solvers.nomad import NomadParams, nomad_cgm
+    from dnomad.nomad.cgm import NomadParams, nomad_cgm
 
     X = blocks.prepare_gram_data(two_rings(n)[0])
     group = blocks.new_group(n, dtype=np.float32, backend="local")

@@ -31,7 +31,7 @@ from _bench import replot, write_result  # noqa: E402
 import dnomad  # noqa: E402
 from dnomad.blocks.operators import DataGram  # noqa: E402
 from dnomad.data import two_rings  # noqa: E402
-from dnomad.solvers.burer_monteiro import BurerMonteiroParams, burer_monteiro  # noqa: E402
+from dnomad.nomad.bm import BurerMonteiroParams, burer_monteiro  # noqa: E402
 
 NAME = "nomad_solvers"
 K = 8

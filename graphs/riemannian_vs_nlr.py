@@ -51,7 +51,7 @@ def membership_distance(U, y):
 
 def misclustering(y, U, K):
     from dnomad.metrics import clustering_accuracy
-    from dnomad.solvers.riemannian_kmeans import labels_from_u
+    from dnomad.kmeans_sdp.riemannian import labels_from_u
 
     return 1.0 - clustering_accuracy(y, labels_from_u(U, K))
 
@@ -80,8 +80,8 @@ def first_reaching(rows, key, target):
 def race(n=1000, K=4, gamma=1.2, seeds=(0, 1, 2), nlr_cap=200_000):
     from dnomad.blocks import RowChunks, single_threaded_blas
     from dnomad.data import gmm_simplex
-    from dnomad.solvers.nlr import nlr
-    from dnomad.solvers.riemannian_kmeans import KMeansManifold, KMeansProblem, random_start, riemannian_newton
+    from dnomad.kmeans_sdp.nlr import nlr
+    from dnomad.kmeans_sdp.riemannian import KMeansManifold, KMeansProblem, random_start, riemannian_newton
 
     X, y = gmm_simplex(n, n_clusters=K, gamma=gamma, random_state=0)
     out = {"n": n, "K": K, "gamma": gamma, "runs": []}
@@ -130,7 +130,7 @@ METHODS = ("newton", "newton_mu_0.1_0.01", "nlr", "nlr_authors_step")
 def _continuation(data, M, mus, seed, callback):
     """Newton through the mu stages (warm starts), iterations and seconds counted across
     stages in the callback's rows."""
-    from dnomad.solvers.riemannian_kmeans import KMeansProblem, random_start, riemannian_newton
+    from dnomad.kmeans_sdp.riemannian import KMeansProblem, random_start, riemannian_newton
 
     x = random_start(M, np.random.default_rng(seed))
     done = {"iteration": 0, "seconds": 0.0}
@@ -173,8 +173,8 @@ def scaling(sizes, K=4, iterations=3):
     from dnomad.blocks import RowChunks, single_threaded_blas
     from dnomad.blocks.engine import _n_threads
     from dnomad.data import gmm_simplex
-    from dnomad.solvers.nlr import nlr
-    from dnomad.solvers.riemannian_kmeans import (KMeansManifold, KMeansProblem, random_start,
+    from dnomad.kmeans_sdp.nlr import nlr
+    from dnomad.kmeans_sdp.riemannian import (KMeansManifold, KMeansProblem, random_start,
                                                   riemannian_newton)
 
     peak_rate = dgemm_rate() * _n_threads()
@@ -226,7 +226,7 @@ def sweep(param, values, n=500, K=4, gamma=1.2, mu=0.01):
     ("mu", with r = K + 1, or "r", with the given mu)."""
     from dnomad.blocks import RowChunks, single_threaded_blas
     from dnomad.data import gmm_simplex
-    from dnomad.solvers.riemannian_kmeans import KMeansManifold, KMeansProblem, random_start, riemannian_newton
+    from dnomad.kmeans_sdp.riemannian import KMeansManifold, KMeansProblem, random_start, riemannian_newton
 
     X, y = gmm_simplex(n, n_clusters=K, gamma=gamma, random_state=0)
     out = {"n": n, "K": K, "gamma": gamma, "rows": []}

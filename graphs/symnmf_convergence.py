@@ -37,7 +37,7 @@ SOLVERS = ("fw", "pgd", "penalty")
 def run_set(name, cap):
     import dnomad
     from dnomad import blocks
-    from dnomad.solvers import symnmf as S
+    from dnomad.symnmf import solvers as S
 
     loader, k = SETS[name]
     X, y = getattr(dnomad.data, loader)()
@@ -92,7 +92,7 @@ def thin(trace, keep=400):
 def iteration_cost(n, k, bandwidth):
     from dnomad import blocks
     from dnomad.data import gaussian_blobs
-    from dnomad.solvers import symnmf as S
+    from dnomad.symnmf import solvers as S
 
     X, _ = gaussian_blobs(n, n_centers=k, separation=4.0, random_state=0)
     X = X[np.random.default_rng(0).permutation(n)]      # no order a kernel could exploit

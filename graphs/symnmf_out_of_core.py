@@ -77,7 +77,7 @@ def main():
     from dnomad import blocks
     from dnomad.blocks.engine import _worker_peak_rss
     from dnomad.data import gaussian_blobs
-    from dnomad.solvers import symnmf as S
+    from dnomad.symnmf import solvers as S
 
     if os.path.exists(args.store):
         shutil.rmtree(args.store)

@@ -5,7 +5,7 @@ import pytest
 from scipy.optimize import minimize_scalar
 
 from dnomad.errors import InputValueError
-from dnomad.solvers.bregman import (DIVERGENCES, get_divergence, omega, omega_dual, omega_lmo,
+from dnomad.bregman import (DIVERGENCES, get_divergence, omega, omega_dual, omega_lmo,
                                     omega_squared_from_singular_values, project_m2)
 
 
@@ -163,7 +163,7 @@ def blobs(rng, t=60, d=3, spread=0.5):
 def test_simplex_projection_rows_equal_a_generic_solver(rng):
     import cvxpy as cp
 
-    from dnomad.solvers.bregman import project_simplex_rows
+    from dnomad.bregman import project_simplex_rows
 
     A = rng.normal(size=(5, 7)) * np.array([[0.1], [1], [3], [10], [0.01]])
     P = project_simplex_rows(A)
@@ -178,7 +178,7 @@ def test_cond_jc_admm_reaches_the_optimum_over_m1(name, rng):
     """The ADMM's D_F(X, M X) against the convex program over M1 written for cvxpy."""
     import cvxpy as cp
 
-    from dnomad.solvers.bregman import cond_jc
+    from dnomad.bregman import cond_jc
 
     X, _ = blobs(rng, t=15, spread=1.5)
     d = 3
@@ -204,7 +204,7 @@ def test_cond_jc_in_row_chunks_from_zarr_and_on_workers_equals_one_chunk_in_memo
     import zarr
 
     from dnomad.blocks import RowChunks
-    from dnomad.solvers.bregman import cond_jc
+    from dnomad.bregman import cond_jc
 
     X, _ = blobs(rng, t=30, spread=1.5)
     kw = dict(tol=1e-5, max_iter=3000)
@@ -234,7 +234,7 @@ def test_partial_projection_within_its_error_bound_and_in_m2(rng):
     """project_m2_factor's Krylov answer is within its stated bound (tol sqrt(t)) of the
     dense projection, stays in M2 exactly, and a warm start from the answer converges
     in one block."""
-    from dnomad.solvers.bregman.norms import project_m2_factor
+    from dnomad.bregman.norms import project_m2_factor
 
     t, d = 300, 4
     B = rng.normal(size=(t, 6))
@@ -256,7 +256,7 @@ def test_partial_projection_within_its_error_bound_and_in_m2(rng):
 @pytest.mark.parametrize("name", ["euclidean", "kl", "logistic"])
 def test_cond_jc_with_rounding_and_reoptimization_recovers_planted_clusters(name, rng):
     from dnomad.metrics import clustering_accuracy
-    from dnomad.solvers.bregman import cond_jc, hard_clustering, spectral_rounding
+    from dnomad.bregman import cond_jc, hard_clustering, spectral_rounding
 
     X, y = blobs(rng)
     if name == "logistic":
@@ -269,7 +269,7 @@ def test_cond_jc_with_rounding_and_reoptimization_recovers_planted_clusters(name
 
 def test_hard_clustering_refills_empty_clusters_and_cond_jc_refuses_itakura_saito(rng):
     from dnomad.metrics import clustering_accuracy
-    from dnomad.solvers.bregman import cond_jc, hard_clustering
+    from dnomad.bregman import cond_jc, hard_clustering
 
     X, y = blobs(rng, t=40, d=4)
     labels, objective, _ = hard_clustering(X, 4, "kl", np.zeros(40, int))
@@ -291,7 +291,7 @@ def test_hard_clustering_on_row_chunks_from_zarr_equals_in_memory(joint, tmp_pat
     import zarr
 
     from dnomad.blocks import RowChunks
-    from dnomad.solvers.bregman import hard_clustering
+    from dnomad.bregman import hard_clustering
 
     X, _ = blobs(rng, t=90, d=3, spread=1.0)
     z = zarr.open_array(str(tmp_path / "X.zarr"), mode="w", shape=X.shape, chunks=(25, 4), dtype="f8")
@@ -322,7 +322,7 @@ def xi_by_sdp(T, d):
 
 @pytest.mark.parametrize("t,n,d", [(6, 3, 2), (7, 3, 3)])
 def test_xi_equals_its_defining_minimization_and_its_lmo_attains_the_dual(t, n, d, rng):
-    from dnomad.solvers.bregman import xi, xi_dual, xi_lmo, xi_minimizer
+    from dnomad.bregman import xi, xi_dual, xi_lmo, xi_minimizer
 
     T = rng.normal(size=(t, n)) + 0.5
     assert xi(T, d) ** 2 == pytest.approx(xi_by_sdp(T, d), rel=1e-5)
@@ -347,7 +347,7 @@ def test_cond_gcg_reaches_the_convex_optimum():
     """(17) over M2 with the Euclidean divergence (L(T) = ||T - X||^2 / 2), as an SDP."""
     import cvxpy as cp
 
-    from dnomad.solvers.bregman import cond
+    from dnomad.bregman import cond
 
     rng = np.random.default_rng(3)
     X, _ = blobs(rng, t=12, spread=1.0)
@@ -371,8 +371,8 @@ def test_cond_gcg_reaches_the_convex_optimum():
 @pytest.mark.parametrize("name", ["euclidean", "kl", "logistic"])
 def test_cond_with_rounding_and_reoptimization_recovers_planted_clusters(name, rng):
     from dnomad.metrics import clustering_accuracy
-    from dnomad.solvers._rounding import kmeans_rows
-    from dnomad.solvers.bregman import cond, hard_clustering
+    from dnomad.rounding import kmeans_rows
+    from dnomad.bregman import cond, hard_clustering
 
     X, y = blobs(rng)
     if name == "logistic":
@@ -387,7 +387,7 @@ def test_cond_with_rounding_and_reoptimization_recovers_planted_clusters(name, r
 
 def test_soft_clustering_is_em_and_finds_planted_clusters(rng):
     from dnomad.metrics import clustering_accuracy
-    from dnomad.solvers.bregman import soft_clustering
+    from dnomad.bregman import soft_clustering
 
     X, y = blobs(rng, t=60, d=3, spread=0.8)
     trace = []
@@ -405,7 +405,7 @@ def test_soft_clustering_is_em_and_finds_planted_clusters(rng):
 def test_estimator_recovers_planted_clusters_and_beats_random_restarts(model, divergence, rng):
     import dnomad
     from dnomad.metrics import clustering_accuracy
-    from dnomad.solvers.bregman import hard_clustering
+    from dnomad.bregman import hard_clustering
 
     X, y = blobs(rng, t=60, d=3, spread=1.0)
     if divergence == "logistic":
@@ -444,7 +444,7 @@ def test_hard_joint_clustering_stops_at_a_fixed_point_of_its_priors_and_centroid
     """The joint re-optimization: every row ends in the cluster of least D_F(x, mu_j) -
     log q_j for its own final centroids and shares, and the objective is -1'Y log q +
     D_F(X, Y Gamma)."""
-    from dnomad.solvers.bregman import centroids_of, cluster_posteriors, get_divergence, hard_clustering
+    from dnomad.bregman import centroids_of, cluster_posteriors, get_divergence, hard_clustering
 
     X = np.vstack([rng.normal(0, 1, (150, 2)), rng.normal(2.5, 1, (30, 2))]) + 10
     div = get_divergence("kl")
@@ -474,7 +474,7 @@ def test_joint_gcg_reaches_the_convex_optimum():
     """(34) over M2 with the KL divergence, as a conic program (exponential and PSD cones)."""
     import cvxpy as cp
 
-    from dnomad.solvers.bregman import joint
+    from dnomad.bregman import joint
 
     rng = np.random.default_rng(4)
     X, _ = blobs(rng, t=12, spread=1.0)
@@ -496,7 +496,7 @@ def test_disc_gcg_reaches_the_convex_optimum():
     """(30) over M2, as a conic program: row-wise log-sum-exp of X V' / t + 1 tau'."""
     import cvxpy as cp
 
-    from dnomad.solvers.bregman import disc
+    from dnomad.bregman import disc
 
     rng = np.random.default_rng(5)
     X, _ = blobs(rng, t=12, spread=1.0)
@@ -520,7 +520,7 @@ def test_cond_from_zarr_row_chunks_equals_cond_in_memory(name, tmp_path, rng):
     import zarr
 
     from dnomad.blocks import RowChunks
-    from dnomad.solvers.bregman import cond
+    from dnomad.bregman import cond
 
     X, _ = blobs(rng, t=150, d=3, spread=1.0)
     z = zarr.open_array(str(tmp_path / "X.zarr"), mode="w", shape=X.shape, chunks=(40, 4), dtype="f8")
@@ -593,8 +593,8 @@ def test_xi_squared_gradient_equals_finite_differences(rng):
     """The envelope-theorem gradient of Xi^2 at a W whose H W has full column rank, in the
     regimes k = 0 (all singular values share the budget) and k > 0 (the largest ones at
     sigma = 1), against central differences; Xi^2 itself equals xi()^2."""
-    from dnomad.solvers.bregman import xi
-    from dnomad.solvers.bregman.norms import xi_squared_and_gradient
+    from dnomad.bregman import xi
+    from dnomad.bregman.norms import xi_squared_and_gradient
 
     for spread, d in [(np.ones(4), 3), (np.array([20.0, 1.0, 0.5, 0.2]), 3), (np.array([5.0, 3, 1, 1]), 4)]:
         W = rng.normal(size=(15, 4)) * spread
@@ -616,7 +616,7 @@ def test_convex_models_match_the_best_of_30_restarts_on_uci_sets(data, model, tr
     models end 0.01% to 1.3% above the best restart; see the closing notes.)"""
     import dnomad
     import dnomad.data as dd
-    from dnomad.solvers.bregman import hard_clustering
+    from dnomad.bregman import hard_clustering
 
     X, y = {"heart": dd.heart, "breast": dd.breast_wisconsin, "spam": lambda: dd.spambase(1000)}[data]()
     X = dd.nonnegative_unit_variance(X)

@@ -9,7 +9,7 @@ from dnomad.blocks.operators import DataGram
 from dnomad.data import gaussian_blobs, two_rings
 from dnomad.errors import InputValueError
 from dnomad.metrics import adjusted_rand_score
-from dnomad.solvers.burer_monteiro import (BurerMonteiroParams, burer_monteiro, lagrangian,
+from dnomad.nomad.bm import (BurerMonteiroParams, burer_monteiro, lagrangian,
                                            symnmf_admm)
 
 
@@ -94,7 +94,7 @@ def test_symnmf_admm_in_row_chunks_factors_the_planted_gram_as_the_operator_does
     operator form's iteration (same W to round-off); in float32 (the default start) it
     ends within 1e-4 of it and still factors the completely positive Gram."""
     from dnomad.blocks import RowChunks
-    from dnomad.solvers.burer_monteiro import _symnmf_admm, drop_states
+    from dnomad.nomad.bm import _symnmf_admm, drop_states
 
     rng = np.random.default_rng(seed)
     B = rng.random((300, 5)) * (rng.random((300, 5)) < 0.5)
@@ -254,7 +254,7 @@ def test_row_space_optimizers_find_the_box_constrained_minimizer(method, chunk_r
     from scipy.optimize import Bounds, minimize
 
     from dnomad.blocks import RowState
-    from dnomad.solvers import box_optim
+    from dnomad.nomad import box_optim
 
     rng = np.random.default_rng(3)
     n, r = 40, 3
@@ -288,7 +288,7 @@ def test_a_warm_start_with_the_returned_scale_ends_at_the_new_minimizer(method):
     from scipy.optimize import Bounds, minimize
 
     from dnomad.blocks import RowState
-    from dnomad.solvers import box_optim
+    from dnomad.nomad import box_optim
 
     rng = np.random.default_rng(5)
     n, r = 30, 2
@@ -345,7 +345,7 @@ def test_row_space_lagrangian_equals_the_dense_formula(where, rng):
     gradient computed densely (which test_lagrangian_gradient_has_taylor_slope_two checks
     against finite differences)."""
     from dnomad.blocks import RowChunks, RowState
-    from dnomad.solvers.burer_monteiro import _AugmentedLagrangian
+    from dnomad.nomad.bm import _AugmentedLagrangian
 
     X = rng.standard_normal((90, 4)) + 2.0
     n, r, K = 90, 6, 3

@@ -7,7 +7,7 @@ import pytest
 
 from devices import CUDA
 from dnomad import blocks
-from dnomad.solvers.nomad import NomadParams, nomad_cgm
+from dnomad.nomad.cgm import NomadParams, nomad_cgm
 
 N = 50
 # eps x size: float32 sums of ~n terms of O(1) values.
@@ -169,7 +169,7 @@ def test_factored_gram_leaves_d_out_and_tracks_its_inner_product(d, tmp_path, rn
     import math
 
     from dnomad.blocks import store as run_store
-    from dnomad.solvers.nomad import CHECKPOINT_KEY, _FactoredGram
+    from dnomad.nomad.cgm import CHECKPOINT_KEY, _FactoredGram
 
     F = blocks.prepare_gram_data(rng.standard_normal((N, d)))
     D = F @ F.T

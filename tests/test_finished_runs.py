@@ -2,17 +2,16 @@
 last checkpoint (before its result was written) resumes to the uninterrupted result, bit
 for bit (issue 23)."""
 import hashlib
-import importlib
 import os
 
 import numpy as np
 import pytest
 
 import dnomad
+from dnomad.blocks import runs
 from dnomad.blocks import store as run_store
 from dnomad.data import gaussian_blobs, two_rings
 
-fit_module = importlib.import_module("dnomad.fit")      # the module, which dnomad.fit (the function) hides
 
 def blobs():
     return gaussian_blobs(60, n_centers=3, separation=12.0)[0]
@@ -92,7 +91,7 @@ def test_crash_after_the_last_checkpoint_resumes_to_the_uninterrupted_result(cas
     est = dnomad.fit(X, store=whole, **kw)
 
     with monkeypatch.context() as m:
-        m.setattr(fit_module, "_write_result", crash)
+        m.setattr(runs, "write_result", crash)
         with pytest.raises(Crash):
             dnomad.fit(X, store=crashed, **kw)
     assert run_store.read_json(crashed, "result") is None
@@ -117,7 +116,7 @@ def test_a_run_stopped_by_its_callback_stays_stopped_on_resume(tmp_path, monkeyp
     store = str(tmp_path / "run.zarr")
 
     with monkeypatch.context() as m:
-        m.setattr(fit_module, "_write_result", crash)
+        m.setattr(runs, "write_result", crash)
         with pytest.raises(Crash):
             dnomad.NOMAD(n_clusters=6, store=store, callback=lambda row: row["iteration"] == 30).fit(X)
     resumed = dnomad.resume(store)

@@ -9,7 +9,7 @@ from dnomad.blocks import kernels
 from dnomad.data import separable_nmf
 from dnomad.errors import InputValueError
 from dnomad.metrics import inf1_norm, robust_simplicial_constant
-from dnomad.solvers import hottopixx as H
+from dnomad.hottopixx import solver as H
 
 
 def phi0_vertices(m):

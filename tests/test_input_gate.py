@@ -3,7 +3,6 @@ refused with a clear error (a DnomadError of the expected builtin type whose mes
 names the argument), before any pass over the data, and without writing a store (issue
 23).  Bad parameter values are made for each constraint an estimator declares, and the
 issue's own cases are listed by hand; bad data covers dtypes, shapes, content and kinds."""
-import importlib
 import os
 
 import numpy as np
@@ -16,9 +15,7 @@ from dnomad.blocks import store as run_store
 from dnomad.data import gaussian_blobs, separable_nmf
 from dnomad.errors import DnomadError, InputTypeError, InputValueError
 
-fit_module = importlib.import_module("dnomad.fit")
-
-ESTIMATORS = fit_module.ESTIMATORS
+from dnomad.api import ESTIMATORS
 BLOBS = gaussian_blobs(40, n_centers=2, separation=8.0, random_state=0)[0] + 5.0     # positive, for every divergence
 HOTT = separable_nmf(12, 40, 3, random_state=0)["X"]
 
@@ -235,7 +232,7 @@ def test_good_values_of_every_kind_pass_the_gate():
     validation.validate_params(dnomad.NOMAD(4, layers=np.array([4, 2]), device="CPU", store=pathlib.Path("r.zarr"),
                                             random_state=np.random.SeedSequence(1)))
     validation.validate_params(dnomad.NOMAD(4, layers=range(4, 1, -2), random_state=np.random.PCG64(1)))
-    validation.validate_params(dnomad.BregmanClustering(2, divergence=dnomad.solvers.bregman.get_divergence("kl")))
+    validation.validate_params(dnomad.BregmanClustering(2, divergence=dnomad.bregman.get_divergence("kl")))
     X = validation.check_data(np.arange(12, dtype=np.int16).reshape(6, 2), owner="T")
     assert X.dtype == np.float64
 

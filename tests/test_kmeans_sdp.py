@@ -11,8 +11,8 @@ from dnomad.blocks import store as run_store
 from dnomad.data import gmm_simplex
 from dnomad.errors import InputValueError
 from dnomad.metrics import clustering_accuracy
-from dnomad.solvers.nlr import nlr
-from dnomad.solvers.riemannian_kmeans import riemannian_kmeans
+from dnomad.kmeans_sdp.nlr import nlr
+from dnomad.kmeans_sdp.riemannian import riemannian_kmeans
 
 
 def write_zarr(path, X, chunk_rows):

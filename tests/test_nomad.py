@@ -78,7 +78,7 @@ def test_matches_exact_sdp(make, K, options, q_bound, device):
 
 
 def test_scale_penalty_is_n_rms_of_centered_gram_over_k():
-    from dnomad.solvers.nomad import PENALTY_SCALE, NomadParams, resolve_penalty
+    from dnomad.nomad.cgm import PENALTY_SCALE, NomadParams, resolve_penalty
 
     X = two_rings(90)[0]
     F = blocks.prepare_gram_data(X)
@@ -170,7 +170,7 @@ def test_component_labels_ignore_scale_and_read_each_ends_diagonal(rng):
     from scipy.sparse.csgraph import connected_components
 
     from dnomad.blocks.operators import LowRankGram
-    from dnomad.solvers._rounding import component_labels
+    from dnomad.rounding import component_labels
 
     sizes = [3, 60, 17]
     truth = np.repeat(np.arange(3), sizes)
@@ -327,7 +327,7 @@ def test_line_search_pass_and_step_match_dense(block_size, rng):
     gives is the minimizer of g along the Frank-Wolfe direction (scipy, on the dense g)."""
     from scipy.optimize import minimize_scalar
 
-    from dnomad.solvers.nomad import _line_search_step
+    from dnomad.nomad.cgm import _line_search_step
 
     n, K, gamma = 60, 5, 3.0
     B = rng.standard_normal((n, 4))
@@ -429,7 +429,7 @@ def test_block_direction_matches_dense_reference(rng):
     """Two outer iterations of the block direction against the same iteration written
     densely here: the fused pass, the projected step from the exact top-k eigenpairs of
     J M J (n small: the solver's dense path), the line-search step, the multiplier update."""
-    from dnomad.solvers.nomad import NomadParams, _line_search_step, _simplex_projection, nomad_cgm
+    from dnomad.nomad.cgm import NomadParams, _line_search_step, _simplex_projection, nomad_cgm
 
     X = rng.standard_normal((60, 30)) + 3.0 * (np.arange(60) % 3)[:, None]     # D of rank 29 > k: no ties
     F = blocks.prepare_gram_data(X)

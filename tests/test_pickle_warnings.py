@@ -246,9 +246,9 @@ def test_riemannian_kmeans_reports_its_capped_runs_in_one_warning():
 def test_direct_solver_calls_warn_at_the_callers_line():
     """The solvers below the estimators warn the same way when called directly."""
     from dnomad.blocks.operators import DataGram
-    from dnomad.solvers.bregman import hard_clustering, soft_clustering
-    from dnomad.solvers.burer_monteiro import symnmf_admm
-    from dnomad.solvers.riemannian_kmeans import KMeansManifold, KMeansProblem, random_start, riemannian_newton
+    from dnomad.bregman import hard_clustering, soft_clustering
+    from dnomad.nomad.bm import symnmf_admm
+    from dnomad.kmeans_sdp.riemannian import KMeansManifold, KMeansProblem, random_start, riemannian_newton
 
     X = rings()
     D = DataGram(X)
@@ -309,7 +309,7 @@ def test_symnmf_with_tolerance_zero_runs_max_iter_without_warning(params):
 
 
 def test_solvers_with_tolerance_zero_do_not_warn():
-    from dnomad.solvers.bregman import cond, cond_jc, soft_clustering
+    from dnomad.bregman import cond, cond_jc, soft_clustering
 
     X = blobs()
     with warnings.catch_warnings(record=True) as record:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dnomad.errors import InputValueError
-from dnomad.solvers.riemannian_kmeans import KMeansManifold, KMeansProblem
+from dnomad.kmeans_sdp.riemannian import KMeansManifold, KMeansProblem
 
 
 def near_interior_point(M, rng, step=0.05):
@@ -189,7 +189,7 @@ def test_newton_reaches_the_planted_clusters_from_random_starts(rng):
     first: the cost, about -2000, stops resolving decreases), and the labels read off U
     (Lemma 1) are the planted ones."""
     from dnomad.metrics import clustering_accuracy
-    from dnomad.solvers.riemannian_kmeans import labels_from_u, random_start, riemannian_newton
+    from dnomad.kmeans_sdp.riemannian import labels_from_u, random_start, riemannian_newton
 
     X, y = gmm_simplex(120, 3, 1.5, rng)
     M = KMeansManifold(120, 4, 3)
@@ -210,7 +210,7 @@ def test_newton_reaches_the_planted_clusters_from_random_starts(rng):
 
 
 def test_default_mu_puts_the_barrier_at_twenty_times_the_data_term(rng):
-    from dnomad.solvers.riemannian_kmeans import default_mu, random_start
+    from dnomad.kmeans_sdp.riemannian import default_mu, random_start
 
     M = KMeansManifold(60, 4, 3)
     X = rng.standard_normal((60, 2)) + 5.0
@@ -257,7 +257,7 @@ def test_row_chunk_sums_equal_the_reference(rng, chunk_rows):
     on the shift-inverted Hessian finds its smallest eigenvalue."""
     M = KMeansManifold(40, 5, 3)
     P = KMeansProblem(M, rng.standard_normal((40, 3)), mu=0.05, chunk_rows=chunk_rows)
-    from dnomad.solvers.riemannian_kmeans import random_start
+    from dnomad.kmeans_sdp.riemannian import random_start
 
     x = random_start(M, rng)
     it = P.load(x)
@@ -280,7 +280,7 @@ def test_issue_gmm_every_start_reaches_the_planted_clusters_at_a_second_order_po
     eigenvalue is above -sqrt(1e-6) (Lanczos for each, checked once against the dense
     Hessian), strictly feasible throughout, with zero mis-clustering."""
     from dnomad.metrics import clustering_accuracy
-    from dnomad.solvers.riemannian_kmeans import labels_from_u, random_start, riemannian_newton
+    from dnomad.kmeans_sdp.riemannian import labels_from_u, random_start, riemannian_newton
 
     X, y = gmm_simplex(500, 4, 1.2, np.random.default_rng(0))
     M = KMeansManifold(500, 5, 4)
@@ -306,7 +306,7 @@ def test_lam_bisection_solves_the_cubic_subproblem(rng):
     """Sec. 3: lam with 2 lam = L ||p(lam)|| and H + lam I positive definite on the
     tangent space (Lemma 2); Alg. 1 driven by it reaches the planted clusters."""
     from dnomad.metrics import clustering_accuracy
-    from dnomad.solvers.riemannian_kmeans import _cubic_lam, labels_from_u, random_start, riemannian_newton
+    from dnomad.kmeans_sdp.riemannian import _cubic_lam, labels_from_u, random_start, riemannian_newton
 
     X, y = gmm_simplex(120, 3, 1.5, rng)
     M = KMeansManifold(120, 4, 3)

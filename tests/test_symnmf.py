@@ -11,7 +11,7 @@ from dnomad import blocks
 from dnomad.data import gaussian_blobs
 from dnomad.errors import InputValueError
 from dnomad.metrics import adjusted_rand_score
-from dnomad.solvers import symnmf as S
+from dnomad.symnmf import solvers as S
 
 
 def dense_f(P, W):

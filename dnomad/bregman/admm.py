@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from ...errors import InputValueError, warn_convergence
+from ..errors import InputValueError, warn_convergence
 from .divergences import get_divergence
 from .gcg import _check_clusters
 from .norms import FactoredM, project_m2_factor
@@ -60,7 +60,7 @@ def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-
     partial projection's error bound (default tol / 10; 1e-7 for tol = 0).  ``admm_mu``:
     default 1 / (the mean of F''(X) times ||X||_2^2), balancing the two terms.
     """
-    from ...blocks.rows import RowChunks
+    from ..blocks.rows import RowChunks
 
     div = get_divergence(divergence)
     if not div.jointly_convex:

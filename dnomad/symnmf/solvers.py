@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import InputValueError, warn_convergence
 from ..linalg import top_eigenvectors
-from ._checks import check_choices, check_count, check_ints, check_numbers
+from .._checks import check_choices, check_count, check_ints, check_numbers
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ...errors import InputValueError
+from ..errors import InputValueError
 
 
 class FactoredM:

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from ..errors import InputValueError, warn_convergence
-from ._rounding import kmeans_rows
+from ..rounding import kmeans_rows
 
 
 class KMeansManifold:

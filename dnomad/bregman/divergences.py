@@ -8,7 +8,7 @@ import abc
 
 import numpy as np
 
-from ...errors import InputValueError
+from ..errors import InputValueError
 
 
 class BregmanDivergence(abc.ABC):

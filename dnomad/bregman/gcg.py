@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ...errors import InputValueError, warn_convergence
+from ..errors import InputValueError, warn_convergence
 from .._checks import check_numbers
 from .divergences import get_divergence
 from .norms import FactoredM, _alg2_weights, omega_squared_from_singular_values, xi_squared_and_gradient
@@ -453,7 +453,7 @@ def cond(X, d, divergence="euclidean", *, alpha=1e-5, max_iter=500, tol=1e-6, re
     spambase (t = 1000) it ends the Euclidean run at gap 1e-6 in 2 iterations (0.4 s),
     where 300 plain iterations leave a gap of 0.13 (3.2 s); logistic: gap 5e-5 against
     0.9 after 300 iterations."""
-    from ...blocks.rows import RowChunks
+    from ..blocks.rows import RowChunks
 
     div = get_divergence(divergence)
     _check_weight("alpha", alpha)

@@ -12,7 +12,7 @@ solved by the method of multipliers on the augmented Lagrangian (32)
                     + phi/2 (||Y||_F^2 - K)^2 - lam (||Y||_F^2 - K),
 
 each step minimizing L over Y in [0, 1]^{n x r} by a bound-constrained method whose
-every step is row-chunk work (:mod:`dnomad.solvers.box_optim`: projected L-BFGS in
+every step is row-chunk work (:mod:`dnomad.nomad.box_optim`: projected L-BFGS in
 vector-free form by default, or spectral projected gradient), so that Y can live in row
 chunks beside X on a cluster's workers, then (33b, 33c) mu -= eta sigma (Y Y^T 1 - 1),
 lam -= eta phi (||Y||_F^2 - K).  One evaluation of L and its gradient costs one product
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InputValueError, warn_convergence
-from ._checks import check_choices, check_ints, check_numbers
+from .._checks import check_choices, check_ints, check_numbers
 from .box_optim import drop_states
 
 logger = logging.getLogger(__name__)
@@ -260,7 +260,7 @@ def burer_monteiro(D, params: BurerMonteiroParams, *, Y0=None, callback=None, st
 
 
 class _AugmentedLagrangian:
-    """L(., mu, lam) of (32) over a row space, for :mod:`dnomad.solvers.box_optim`.
+    """L(., mu, lam) of (32) over a row space, for :mod:`dnomad.nomad.box_optim`.
 
     Data mode (``D`` None; the space is a RowChunks): D = F F^T / ||F^T F||_F of the
     chunks' centred rows F, and an evaluation is two passes over X (F^T Y, then
@@ -362,7 +362,7 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
 
     Each multiplier step minimizes L(., mu, lam) over [0, 1]^{n x r} by
     ``params.optimizer``: "spg" (spectral projected gradient, nonmonotone) or "lbfgs"
-    (projected L-BFGS, vector-free) from :mod:`dnomad.solvers.box_optim`, or "scipy"
+    (projected L-BFGS, vector-free) from :mod:`dnomad.nomad.box_optim`, or "scipy"
     (SciPy's L-BFGS-B on Y gathered into this process: the reference).  Float64
     in every multiplier step: they difference nearly equal row sums.
 
@@ -386,11 +386,11 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
     ``state`` (a dict Y, mu, lam, history, matmats, as passed to ``checkpoint``)
     resumes a run exactly where it was saved; ``checkpoint(state)`` is called every
     ``checkpoint_every`` outer steps and at the end.  Returns a
-    :class:`dnomad.solvers.nomad.NomadResult` with Q = Y Y^T as a LowRankGram.
+    :class:`dnomad.nomad.cgm.NomadResult` with Q = Y Y^T as a LowRankGram.
     """
     from ..blocks import RowChunks, RowState
     from ..blocks.operators import LowRankGram
-    from .nomad import NomadResult
+    from .cgm import NomadResult
 
     data_mode = isinstance(D, RowChunks)
     n = D.n if data_mode else D.shape[0]

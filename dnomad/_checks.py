@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from ..errors import InputValueError
+from .errors import InputValueError
 
 
 def _is_int(val):

@@ -36,7 +36,7 @@ from ..blocks import store as run_store
 from ..blocks.device import to_device, to_host
 from ..errors import InputValueError, warn_convergence
 from ..linalg import extreme_eigenvector
-from ._checks import check_choices, check_ints
+from .._checks import check_choices, check_ints
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class NomadParams:
 @dataclass
 class NomadResult:
     """What every NOMAD solver returns (:func:`nomad_cgm`,
-    :func:`dnomad.solvers.burer_monteiro.burer_monteiro`).
+    :func:`dnomad.nomad.bm.burer_monteiro`).
 
     Attributes
     ----------

@@ -42,7 +42,7 @@ import numpy as np
 
 from .. import blocks
 from ..errors import InputValueError
-from ._checks import check_choices, check_count, check_ints, check_numbers
+from .._checks import check_choices, check_count, check_ints, check_numbers
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import InputValueError, warn_convergence
+from ..errors import InputValueError, warn_convergence
 from .divergences import get_divergence
 
 
@@ -28,7 +28,7 @@ def hard_clustering(X, d, divergence, labels=None, *, joint=False, max_iter=300,
     X may be a :class:`dnomad.blocks.RowChunks` (``center=False``; from Zarr, out of
     core) holding the labels beside X's rows: one pass per iteration (assign, then the
     new clusters' sums), the same iterates as in memory."""
-    from ...blocks.rows import RowChunks
+    from ..blocks.rows import RowChunks
 
     div = get_divergence(divergence)
     if isinstance(X, RowChunks):
@@ -170,7 +170,7 @@ def _objective_kernel(chunk, div, centroids):
 def hard_objective(X, labels, d, divergence, *, joint=False):
     """D_F(X, Y Gamma) at the centroids of ``labels`` (with ``joint``, plus -1'Y log q).
     X may be a :class:`dnomad.blocks.RowChunks` (``center=False``): two passes."""
-    from ...blocks.rows import RowChunks
+    from ..blocks.rows import RowChunks
 
     div = get_divergence(divergence)
     if isinstance(X, RowChunks):
@@ -226,7 +226,7 @@ def spectral_rounding(M, d, *, repeats=10, random_state=None):
     """Labels from a relaxed equivalence matrix (Sec. 6, SC rounding): the top d
     eigenvectors of sym(M), rows normalized, k-means on them; ``repeats`` k-means runs
     with different seeds (the paper reports their spread), as a list of label arrays."""
-    from .._rounding import kmeans_rows
+    from ..rounding import kmeans_rows
 
     M = np.asarray(M, dtype=np.float64)
     w, V = np.linalg.eigh(0.5 * (M + M.T))

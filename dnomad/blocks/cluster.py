@@ -1,0 +1,99 @@
+"""The one place that finds a dask.distributed client or starts a LocalCluster, and that picks a
+backend for n x n matrices from their size and the memory that would hold them."""
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from ..errors import InputValueError
+
+
+logger = logging.getLogger(__name__)
+
+
+# Below this n the in-process backend runs even when a cluster is connected: a NOMAD
+# inner step (6 passes) then takes under 50 ms, and a cluster's round trips add 2 to 9 ms
+# per pass (graphs/backend_threshold.py measures both on one machine).
+LOCAL_MAX_N = 8000
+BACKEND_CHOICES = ("auto", "local", "distributed", "zarr")
+# Rows from which "auto" runs the row-chunk solvers on a connected cluster's workers.
+ROWS_DISTRIBUTED_MIN = 200_000
+
+
+def get_client():
+    try:
+        from distributed import get_client
+
+        return get_client()
+    except (ImportError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def cluster_client(n_workers=None):
+    """The current dask.distributed client, else an embedded LocalCluster closed on exit."""
+    client = get_client()
+    if client is not None:
+        yield client
+        return
+    import os
+
+    from distributed import Client, LocalCluster
+
+    ncores = len(os.sched_getaffinity(0))
+    cluster = LocalCluster(n_workers=n_workers or max(1, min(ncores, 4)), threads_per_worker=1,
+                           processes=True, dashboard_address=None)
+    client = Client(cluster)
+    logger.info("started an embedded LocalCluster: %s", cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+def choose_backend(backend, n, dtype, *, n_matrices, store, what):
+    """The backend for ``n_matrices`` stored n x n symmetric matrices (upper blocks).
+
+    ``backend`` other than "auto" is returned as given (checked).  "auto": in this
+    process for n < LOCAL_MAX_N or when no dask client is connected, else the client's
+    workers; in Zarr (needs ``store``) when the matrices do not fit in half of the memory
+    that would hold them.
+    """
+    if backend not in BACKEND_CHOICES:
+        raise InputValueError(f"backend must be one of {BACKEND_CHOICES}; got {backend!r}")
+    if backend != "auto":
+        if backend == "zarr" and store is None:
+            raise InputValueError("backend='zarr' needs store= (where the n x n matrices live)")
+        return backend
+    need = n_matrices * n * n / 2 * dtype.itemsize
+    client = get_client()
+    if client is not None and n >= LOCAL_MAX_N:
+        mem = sum(w.get("memory_limit", 0)
+                  for w in client.scheduler_info(n_workers=-1)["workers"].values())
+        in_memory = "distributed"
+    else:
+        # Without a cluster (or for small n) the blocks stay in this process: on one
+        # machine a LocalCluster runs the same kernels with a round trip per pass on
+        # top (graphs/backend_threshold.py: 2.1x slower per NOMAD inner step at
+        # n = 8000, 1.36x at 16000 on 2 cores), so starting one would never pay.
+        from .matrix import _available_memory
+
+        mem = _available_memory()
+        in_memory = "local"
+    if need > 0.5 * mem:
+        if store is None:
+            raise InputValueError(f"{what} needs {need / 2**30:.1f} GiB, more than half of the "
+                                  f"{mem / 2**30:.1f} GiB of memory: give store= to run out of core "
+                                  f"in Zarr")
+        return "zarr"
+    return in_memory
+
+
+def client_context(backend, n):
+    """The client a fit runs under: the cluster's for "distributed" (an embedded
+    LocalCluster when none is connected); for "zarr", the current one when there is
+    one, an embedded one for large n, none (the thread pool here) otherwise."""
+    if backend == "distributed" or (backend == "zarr" and (n >= LOCAL_MAX_N or get_client() is not None)):
+        return cluster_client()
+    return contextlib.nullcontext(None)

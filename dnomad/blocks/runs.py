@@ -1,0 +1,136 @@
+"""The run record in a store: the run's identity, its marker (what ``dnomad.resume``
+needs), its result (written last), and restarts from the last checkpoint."""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+import platform
+from dataclasses import asdict
+
+import numpy as np
+
+from ..errors import WorkerLostError
+from . import store as run_store
+
+
+logger = logging.getLogger(__name__)
+
+
+# Restarts from the last checkpoint after workers holding blocks died, per fit.
+MAX_RESTARTS = 3
+
+
+def with_restarts(attempt, *, store, resume, checkpoint_key, rebuildable=True):
+    """Run ``attempt(resume)``; when a worker holding blocks in memory dies
+    (:class:`WorkerLostError`), run it again from the last checkpoint in ``store`` (from
+    the start if none was written yet), up to MAX_RESTARTS times.  Checkpoint and resume
+    are exact, so a restarted run ends where an uninterrupted one would.  Returns the
+    number of restarts."""
+    restarts = 0
+    while True:
+        try:
+            attempt(resume)
+            return restarts
+        except WorkerLostError as exc:
+            why = ("no store= to checkpoint to" if store is None else
+                   "the input matrix was held by the lost worker" if not rebuildable else
+                   f"{MAX_RESTARTS} restarts already" if restarts >= MAX_RESTARTS else None)
+            if why is not None:
+                raise WorkerLostError(f"{exc}; not restarted: {why}") from exc
+            restarts += 1
+            resume = run_store.Checkpoints(store, checkpoint_key).latest() is not None
+            logger.warning("%s; restart %d from %s", exc, restarts,
+                           "the last checkpoint" if resume else "the start")
+
+
+# A finished run's arrays under result/ and summary keys, and the attributes they set.
+RESULT_ARRAYS = {"labels": "labels_", "embedding": "embedding_", "Y": "Y_", "W": "components_",
+                 "F": "components_", "hott_rows": "hott_rows_", "diag": "diag_", "U": "U_",
+                 "posteriors": "posteriors_"}
+RESULT_SUMMARY = ("n_iter", "stop_reason", "objective", "gap", "passes", "penalty", "tau", "error",
+                  "n_epochs", "cost", "mu", "grad_norm", "min_eigenvalue", "infeasibility",
+                  "relaxation_objective", "reoptimized_objectives")
+
+
+def run_identity(method, params, source, dtype, block_size, **extra):
+    # max_iter and checkpoint_every may change on resume; the rest defines the run.
+    fixed = {k: v for k, v in asdict(params).items() if k not in ("max_iter", "checkpoint_every")}
+    payload = json.dumps({"method": method, "params": fixed, "input": source.fingerprint(),
+                          "dtype": str(dtype), "block_size": block_size, **extra}, sort_keys=True,
+                         default=str)
+    return hashlib.sha1(payload.encode()).hexdigest()[:16]
+
+
+def jsonable_params(params):
+    out = {}
+    for k, v in params.items():
+        if isinstance(v, (type, np.dtype)):
+            # Before the callable test: numpy scalar types (np.float32) are callable.
+            out[k] = np.dtype(v).name
+        elif callable(v):
+            out[k] = None
+        elif isinstance(v, np.random.Generator):
+            out[k] = None
+        else:
+            out[k] = v
+    return out
+
+
+def versions():
+    import dask
+    import numba
+    import scipy
+    import zarr
+
+    from .. import __version__
+
+    return {"dnomad": __version__, "numpy": np.__version__, "scipy": scipy.__version__,
+            "dask": dask.__version__, "zarr": zarr.__version__, "numba": numba.__version__,
+            "python": platform.python_version()}
+
+
+def start_run_without_checkpoints(est, method, id_params, X):
+    """Claim ``est.store`` for a run that keeps no checkpoints: its id (from ``id_params``
+    and the input) checked against the store's, then the run marker."""
+    run_id = hashlib.sha1(json.dumps({"method": method, "params": id_params, "input": describe_matrix(X)},
+                                     sort_keys=True, default=str).encode()).hexdigest()[:16]
+    est._claim_store(run_id)
+    run_store.write_json(est.store, run_store.RUN_MARKER, {
+        "method": method, "run_id": run_id,
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "estimator_params": jsonable_params(est.get_params()),
+        "input": describe_matrix(X), "versions": versions(), "host": platform.node()})
+
+
+def describe_matrix(X):
+    if isinstance(X, str) or hasattr(X, "__fspath__"):
+        return {"kind": "zarr_path", "url": str(X)}
+    return {"kind": type(X).__name__, "shape": list(getattr(X, "shape", ()))}
+
+
+def write_run_marker(store, method, run_id, est, source):
+    """What a later ``dnomad.resume(store)`` needs: method, parameters, the input."""
+    params = jsonable_params(est.get_params())
+    if isinstance(params.get("init"), (list, np.ndarray)):
+        params["init"] = None          # a resumed run starts from its checkpoint, not from init
+    run_store.write_json(store, run_store.RUN_MARKER, {
+        "method": method, "run_id": run_id,
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "estimator_params": params, "input": source.describe(), "versions": versions(),
+        "host": platform.node()})
+    if source.data is not None:
+        run_store.write_vector(store, "input/X", source.data)
+
+
+def write_result(store, arrays, summary, history, seconds):
+    """A finished run's arrays, history table and summary (written last: ``dnomad info``
+    reports a run finished only once everything else is in place)."""
+    with run_store.writing(store, "the result", keep="the last checkpoint is intact"):
+        for path, value in arrays.items():
+            run_store.write_vector(store, f"result/{path}", value)
+        run_store.write_table(store, "result/history", history)
+        run_store.write_json(store, "result", dict(
+            summary, fit_seconds=seconds,
+            finished=datetime.datetime.now(datetime.timezone.utc).isoformat()))

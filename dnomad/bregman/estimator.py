@@ -1,0 +1,192 @@
+"""The BregmanClustering estimator: relax, round, re-optimize (Sec. 6)."""
+from __future__ import annotations
+
+import logging
+import numbers
+import time
+
+import numpy as np
+
+from .. import blocks
+from ..base import (_OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONSTRAINTS, _Clustering, _Estimator,
+                    _gated)
+from ..blocks import runs
+from ..errors import InputValueError
+from ..rounding import kmeans_rows
+from ..validation import Interval, Options, check_data
+from .divergences import DIVERGENCES, BregmanDivergence
+
+
+logger = logging.getLogger(__name__)
+
+
+class BregmanClustering(_Clustering, _Estimator):
+    """Hard clustering under a Bregman divergence by the convex relaxations of Cheng,
+    Zhang and Schuurmans over normalized equivalence matrices M, rounded by spectral
+    clustering and re-optimized by Bregman hard clustering (Sec. 6).
+
+    Parameters
+    ----------
+    n_clusters : int, >= 2
+    model : {"cond-jc", "cond", "disc", "joint"}, default "cond-jc"
+        "cond-jc": min D_F(X, M X) over M in M1 by ADMM (Sec. 3.1; jointly convex
+        divergences: Euclidean, KL, logistic); "cond": min D_F*(T, f(X)) + alpha/2 Xi^2(T)
+        over T = M A, M in M2 (Sec. 3.2; divergences whose conjugate is finite at 0);
+        "disc": the discriminative model (30) (softmax loss, gamma); "joint": the joint
+        model (34) with a learned cluster prior (alpha, beta), re-optimized with the prior.
+        The last three by generalized conditional gradient.
+    divergence : {"euclidean", "logistic", "kl", "itakura-saito"} or BregmanDivergence
+        The divergence of the model and of the re-optimization ("disc" uses it only to
+        re-optimize; the paper uses the logistic one there).
+    alpha, beta, gamma : float
+        The regularizers (defaults: the paper's 1e-5, 1e-5 and 1e-6).  The discriminative
+        loss scales V by 1/t, so gamma's effect scales as gamma t^3.
+    max_iter, tol : optional
+        The relaxation's iterations and tolerance (defaults: 1000 and 1e-5 for ADMM;
+        300 ("cond", with App. C's local refinement after every step), 1000 ("joint")
+        or 100 ("disc") and 1e-6 for conditional gradient).
+    rounding_repeats : int, default 10
+        Spectral-clustering roundings (k-means seeds), each re-optimized; the lowest hard
+        objective wins.
+    chunk_rows : int, optional
+        "cond": rows per chunk when X is a Zarr array or path (T is kept in row chunks
+        next to X, out of core; default the Zarr chunking).  "cond-jc": rows per chunk
+        of M and Lambda (t x t; default one chunk per thread).
+    store : str, optional
+        A Zarr path or URL for the result (labels, the relaxation's history, a summary);
+        the run keeps no checkpoints (relaxations take seconds to minutes).
+    overwrite : bool, default False
+    random_state
+
+    Attributes
+    ----------
+    labels_ : ndarray (t,)
+    objective_ : float
+        The hard objective of labels_ after re-optimization: D_F(X, Y Gamma), and for
+        "joint" the negative log joint likelihood -1'Y log q + D_F(X, Y Gamma).
+    rounded_objectives_, reoptimized_objectives_ : list of float
+        Per rounding, before and after re-optimization.
+    rounded_labels_ : list of ndarray
+        The roundings (before re-optimization).
+    M_ : (Phi, sigma), M = Phi diag(sigma) Phi' + 1 1'/t (for "cond-jc": Z, the
+        projection of ADMM's M onto M2, which equals M at convergence)
+    posteriors_ : ndarray (t, d), "joint" only
+        p(j | x_i) proportional to q_j exp(-D_F(x_i, mu_j)) at the final labels.
+    relaxation_objective_, history_, stop_reason_, n_iter_, fit_seconds_
+    """
+
+    MODELS = ("cond-jc", "cond", "disc", "joint")
+
+    _parameter_constraints = {
+        "n_clusters": [Interval(numbers.Integral, 2, None)], "model": [Options(*MODELS)],
+        "divergence": [Options(*DIVERGENCES), BregmanDivergence],
+        "alpha": _POSITIVE, "beta": _POSITIVE, "gamma": _POSITIVE, "max_iter": _OPTIONAL_POSITIVE_INT,
+        "tol": [None] + _POSITIVE, "rounding_repeats": _POSITIVE_INT, "chunk_rows": _OPTIONAL_POSITIVE_INT,
+        **_RUN_CONSTRAINTS}
+
+    def __init__(self, n_clusters=2, *, model="cond-jc", divergence="euclidean", alpha=1e-5, beta=1e-5,
+                 gamma=1e-6, max_iter=None, tol=None, rounding_repeats=10, chunk_rows=None, store=None,
+                 overwrite=False, random_state=None):
+        self.n_clusters = n_clusters
+        self.model = model
+        self.divergence = divergence
+        self.alpha = alpha
+        self.beta = beta
+        self.gamma = gamma
+        self.max_iter = max_iter
+        self.tol = tol
+        self.rounding_repeats = rounding_repeats
+        self.chunk_rows = chunk_rows
+        self.store = store
+        self.overwrite = overwrite
+        self.random_state = random_state
+
+    @_gated
+    def fit(self, X, y=None, *, resume=False):
+        """Cluster the rows of X (points x features, in the divergence's domain; NumPy,
+        or for model "cond" also a Zarr array or path read by row chunks).  Returns self."""
+        from .. import bregman
+
+        if resume:
+            raise InputValueError("BregmanClustering keeps no checkpoints to resume from: fit again")
+        start = time.perf_counter()
+        div = bregman.get_divergence(self.divergence)
+        d = self.n_clusters
+        rng = np.random.default_rng(self.random_state)
+        chunked = isinstance(X, str) or hasattr(X, "__fspath__") or type(X).__module__.startswith("zarr")
+        if chunked and self.model in ("disc", "joint"):
+            raise InputValueError(f"X from Zarr is read by row chunks for model='cond' and 'cond-jc' only; "
+                                  f"model={self.model!r} needs X in memory (np.asarray(zarr_array[:]))")
+        X = check_data(X, owner="BregmanClustering", min_rows=d, not_constant=True)
+        if isinstance(X, np.ndarray):
+            div.check_domain(X)
+        if self.store is not None:
+            runs.start_run_without_checkpoints(self, "bregman", runs.jsonable_params(self.get_params()), X)
+        if chunked and self.model == "cond-jc":
+            # cvxCondJC's state is t x t: X (t x n) is read whole, M and Lambda are chunked
+            with blocks.RowChunks(X, center=False) as whole:
+                X, chunked = whole.gather(), False
+        max_iter = self.max_iter if self.max_iter is not None else \
+            {"cond-jc": 1000, "cond": 300, "disc": 100}.get(self.model, 1000)
+        tol = self.tol if self.tol is not None else (1e-5 if self.model == "cond-jc" else 1e-6)
+        chunks = None
+        if chunked:
+            # X stays in Zarr: the relaxation, the rounding's objectives and the
+            # re-optimization all read it by row chunks
+            chunks = blocks.RowChunks(X, chunk_rows=self.chunk_rows, center=False)
+            try:
+                with blocks.single_threaded_blas():
+                    res = bregman.cond(chunks, d, div, alpha=self.alpha, max_iter=max_iter, tol=tol)
+            except BaseException:
+                chunks.close()
+                raise
+            X = chunks
+        else:
+            X = np.asarray(X, dtype=np.float64)
+            if X.ndim != 2:
+                raise InputValueError(f"X must be a 2-D array (points x features); got shape {X.shape}")
+            div.check_domain(X)
+            if self.model == "cond-jc":
+                with blocks.single_threaded_blas():
+                    res = bregman.cond_jc(X, d, div, max_iter=max_iter, tol=tol, chunk_rows=self.chunk_rows)
+            elif self.model == "cond":
+                res = bregman.cond(X, d, div, alpha=self.alpha, max_iter=max_iter, tol=tol)
+            elif self.model == "disc":
+                res = bregman.disc(X, d, gamma=self.gamma, max_iter=max_iter, tol=tol)
+            else:
+                res = bregman.joint(X, d, div, alpha=self.alpha, beta=self.beta, max_iter=max_iter, tol=tol)
+        # SC rounding from the top d eigenvectors of M (of Z, its projection onto M2, for
+        # "cond-jc"), which every model keeps factored
+        self.M_ = (res.Phi, res.sigma)
+        E = res.membership_eigenvectors(d)
+        E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-300)
+        roundings = [kmeans_rows(E, d, rng, n_init=1) for _ in range(self.rounding_repeats)]
+        joint = self.model == "joint"
+        self.rounded_labels_, self.rounded_objectives_, self.reoptimized_objectives_ = roundings, [], []
+        best = None
+        try:
+            for labels in roundings:
+                self.rounded_objectives_.append(bregman.hard_objective(X, labels, d, div, joint=joint))
+                final, objective, _ = bregman.hard_clustering(X, d, div, labels, joint=joint)
+                self.reoptimized_objectives_.append(objective)
+                if best is None or objective < best[1]:
+                    best = (final, objective)
+        finally:
+            if chunks is not None:
+                chunks.close()
+        self.labels_, self.objective_ = best
+        if joint:
+            self.posteriors_ = bregman.cluster_posteriors(X, self.labels_, d, div)
+        self.relaxation_objective_ = res.objective
+        self.history_, self.stop_reason_, self.n_iter_ = res.history, res.stop_reason, res.n_iter
+        self.fit_seconds_ = time.perf_counter() - start
+        if self.store is not None:
+            arrays = {"labels": self.labels_}
+            if joint:
+                arrays["posteriors"] = self.posteriors_
+            runs.write_result(self.store, arrays, {
+                "model": self.model, "divergence": div.name, "objective": self.objective_,
+                "relaxation_objective": self.relaxation_objective_, "stop_reason": self.stop_reason_,
+                "n_iter": self.n_iter_, "reoptimized_objectives": self.reoptimized_objectives_},
+                self.history_, self.fit_seconds_)
+        return self

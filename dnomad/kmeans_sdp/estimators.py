@@ -1,0 +1,297 @@
+"""The K-means SDP estimators on row chunks of X: Riemannian Newton and NLR."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import numbers
+import time
+
+import numpy as np
+
+from .. import blocks
+from ..base import (_OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONSTRAINTS, _Clustering, _Estimator,
+                    _gated)
+from ..blocks import runs
+from ..blocks.cluster import ROWS_DISTRIBUTED_MIN, cluster_client, get_client
+from ..errors import InputValueError
+from ..validation import Interval, Options, check_data
+from . import nlr as nlr_solver
+from . import riemannian as rk
+
+
+logger = logging.getLogger(__name__)
+
+
+class _RowChunkEstimator(_Clustering, _Estimator):
+    """What the K-means estimators on row chunks of X share: validation before X is
+    read, the row chunks (here or on the client's workers), labels and the result in
+    ``store``."""
+
+    _method = None
+
+    def _row_chunks(self, X, client):
+        return blocks.RowChunks(X, chunk_rows=self.chunk_rows, client=client)
+
+    def _client_context(self, X):
+        n = getattr(X, "shape", (0,))[0] if not isinstance(X, str) else None
+        if self.backend == "distributed":
+            return cluster_client()
+        if self.backend == "auto" and get_client() is not None and (n is None or n >= ROWS_DISTRIBUTED_MIN):
+            return cluster_client()
+        return contextlib.nullcontext(None)
+
+    @_gated
+    def fit(self, X, y=None, *, resume=False):
+        """Cluster the rows of X (n_samples, n_features): NumPy, a Zarr array or a Zarr
+        path (read by row chunks).  Returns self."""
+        if resume:
+            raise InputValueError(f"{type(self).__name__} keeps no checkpoints to resume from: fit again")
+        self._check()
+        start = time.perf_counter()
+        X = check_data(X, owner=type(self).__name__, not_constant=True)
+        if self.store is not None:
+            runs.start_run_without_checkpoints(self, self._method, runs.jsonable_params(self.get_params()), X)
+        with self._client_context(X) as client, blocks.single_threaded_blas():
+            data = self._row_chunks(X, client)
+            try:
+                self._solve(data)
+            finally:
+                data.close()
+        self.fit_seconds_ = time.perf_counter() - start
+        if self.store is not None:
+            runs.write_result(self.store, {"labels": self.labels_, "U": self.U_}, self._summary(),
+                          self.history_, self.fit_seconds_)
+        return self
+
+    def membership(self):
+        """Z = U U^T (n x n): the relaxed membership matrix, for small n only."""
+        n = self.U_.shape[0]
+        if n > 20000:
+            raise InputValueError(f"membership() forms an n x n matrix; n = {n} is too large (at most "
+                                  f"20000): use labels_ or U_")
+        return self.U_ @ self.U_.T
+
+
+def _row_callback(callback):
+    """An estimator's ``callback(row)`` as the solvers' ``callback(row, current_u)``."""
+    return None if callback is None else (lambda row, current_u: callback(row))
+
+
+class RiemannianKMeans(_RowChunkEstimator):
+    """K-means by the cubic-regularized Riemannian Newton method of Xu, Hou, Chen and
+    Zhang: the nonnegative low-rank K-means SDP max <X X^T, U U^T> over U U^T 1 = 1,
+    Tr(U U^T) = K, U >= 0 (U n x r), written on the manifold V x Orth(r) with a log
+    barrier mu, solved to a second-order critical point; O(n r^3 (r + d)^2) per Newton
+    step (the Schur sums as dense GEMMs), every quantity a sum over row chunks of X
+    (NumPy or Zarr, here or on a cluster's workers).
+
+    Parameters
+    ----------
+    n_clusters : int, >= 2
+    rank : int, optional
+        r > n_clusters; default n_clusters + 1 (the paper's Fig. 6: results do not
+        depend on r).
+    mu : "auto", float or decreasing sequence of floats, default "auto"
+        The barrier weight: App. F's heuristic (the barrier at 20 times the data term at
+        the interior point), a value, or continuation stages (each warm-started).
+    n_init : int, default 1
+        Random strictly feasible starts; the lowest final cost wins.
+    max_iter, tol : default 1000, 1e-6
+        Newton iterations per stage; the Riemannian gradient norm to stop at.
+    lam, kappa_plus, kappa_minus, max_inner : default 1.0, 1.3, 1.1, 60
+        Alg. 1's regularization and its adaptation.
+    lam_rule : {"adaptive", "bisection"}, default "adaptive"
+        Alg. 1's lam (divided by kappa_minus on a taken step, multiplied by kappa_plus on
+        a rejected one), or Sec. 3's bisection for 2 lam = L ||p(lam)|| with the cubic
+        constant L (from ``cubic_L``, default 1.0) adapted instead (about ten Newton solves
+        per iteration).
+    boundary_fraction : float or None, default 0.95
+        Steps cut to this fraction of the way to U = 0 (None: full steps, as printed).
+    second_order : bool, default True
+        Stop only at points whose Hessian has no eigenvalue below -sqrt(tol); step along
+        negative curvature otherwise.
+    min_eigenvalue : {None, "final", "every"}
+        Report the smallest Riemannian Hessian eigenvalue at the end / in every history
+        row (shift-invert Lanczos: tens of passes each).
+    chunk_rows : int, optional
+        Rows per chunk (default 8192 for NumPy X, the Zarr chunking for Zarr X).
+    backend : {"auto", "local", "distributed"}
+        "auto": the connected cluster's workers from 200,000 rows, else this process.
+    random_state, store, overwrite, callback
+        ``store``: labels, U, history and a summary are written there (no checkpoints:
+        a run is minutes).  ``callback(row)`` returning True stops a stage.
+
+    Attributes
+    ----------
+    labels_ : ndarray (n,)
+        From the rows of U (Lemma 1).
+    U_ : ndarray (n, r)
+        U = [1/sqrt(n) 1, V] Q > 0; ``membership()`` gives Z = U U^T for small n.
+    V_, Q_, mu_, cost_, grad_norm_, min_eigenvalue_, stop_reason_, n_iter_, history_,
+    costs_ (every start's final cost), curvature_steps_, passes_ (over X), fit_seconds_
+
+    References
+    ----------
+    Xu, Hou, Chen, Zhang. Efficient K-means clustering via a cubic-regularized
+    Riemannian Newton method (the paper in ``../shared/papers/riemannian-newton-kmeans.md``).
+    """
+
+    _method = "riemannian-kmeans"
+
+    _parameter_constraints = {
+        "n_clusters": [Interval(numbers.Integral, 2, None)], "rank": _OPTIONAL_POSITIVE_INT,
+        "mu": [Options("auto"), "array-like"] + _POSITIVE, "n_init": _POSITIVE_INT,
+        "max_iter": _POSITIVE_INT, "tol": _POSITIVE, "lam": _POSITIVE,
+        "kappa_plus": [Interval(numbers.Real, 1, None, closed="neither")],
+        "kappa_minus": [Interval(numbers.Real, 1, None, closed="neither")], "max_inner": _POSITIVE_INT,
+        "lam_rule": [Options("adaptive", "bisection")], "cubic_L": _POSITIVE,
+        "boundary_fraction": [None, Interval(numbers.Real, 0, 1, closed="neither")],
+        "second_order": ["boolean"], "min_eigenvalue": [None, Options("final", "every")],
+        "chunk_rows": _OPTIONAL_POSITIVE_INT, "backend": [Options("auto", "local", "distributed")],
+        "callback": [None, "callback"], **_RUN_CONSTRAINTS}
+
+    def __init__(self, n_clusters=8, *, rank=None, mu="auto", n_init=1, max_iter=1000, tol=1e-6, lam=1.0,
+                 kappa_plus=1.3, kappa_minus=1.1, max_inner=60, lam_rule="adaptive", cubic_L=1.0,
+                 boundary_fraction=0.95, second_order=True, min_eigenvalue=None, chunk_rows=None,
+                 backend="auto", random_state=None, store=None, overwrite=False, callback=None):
+        self.n_clusters = n_clusters
+        self.rank = rank
+        self.mu = mu
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.lam = lam
+        self.kappa_plus = kappa_plus
+        self.kappa_minus = kappa_minus
+        self.max_inner = max_inner
+        self.lam_rule = lam_rule
+        self.cubic_L = cubic_L
+        self.boundary_fraction = boundary_fraction
+        self.second_order = second_order
+        self.min_eigenvalue = min_eigenvalue
+        self.chunk_rows = chunk_rows
+        self.backend = backend
+        self.random_state = random_state
+        self.store = store
+        self.overwrite = overwrite
+        self.callback = callback
+
+    def _check(self):
+        """What ``_parameter_constraints`` cannot say: rank against n_clusters, mu's stages."""
+        from .._checks import check_ints
+
+        if self.rank is not None:
+            check_ints(self, ["rank"], minimum=self.n_clusters + 1)
+        if not (isinstance(self.mu, str) and self.mu == "auto"):
+            rk.mu_schedule(self.mu, None, None)                   # checked before X is read
+
+    def _solve(self, data):
+        res = rk.riemannian_kmeans(
+            data, self.n_clusters, rank=self.rank, mu=self.mu, n_init=self.n_init,
+            random_state=self.random_state, lam=self.lam, kappa_plus=self.kappa_plus,
+            kappa_minus=self.kappa_minus, max_iter=self.max_iter, max_inner=self.max_inner, gtol=self.tol,
+            lam_rule=self.lam_rule, cubic_L=self.cubic_L,
+            boundary_fraction=self.boundary_fraction, second_order=self.second_order,
+            min_eigenvalue=self.min_eigenvalue, callback=_row_callback(self.callback))
+        self.labels_ = res.labels
+        self.U_, self.V_, self.Q_ = res.U, res.V, res.Q
+        self.mu_, self.cost_, self.grad_norm_ = res.mu, res.cost, res.grad_norm
+        self.min_eigenvalue_ = res.min_eigenvalue
+        self.stop_reason_, self.n_iter_, self.history_ = res.stop_reason, res.n_iter, res.history
+        self.costs_, self.curvature_steps_, self.passes_ = res.costs, res.curvature_steps, res.passes
+
+    def _summary(self):
+        return {"cost": self.cost_, "mu": self.mu_, "grad_norm": self.grad_norm_,
+                "min_eigenvalue": self.min_eigenvalue_, "stop_reason": self.stop_reason_,
+                "n_iter": self.n_iter_, "passes": self.passes_}
+
+
+class NLR(_RowChunkEstimator):
+    """K-means by NLR (Zhuang, Chen, Yang, Zhang, ICLR 2024): the same nonnegative
+    low-rank K-means SDP with U >= 0 (n x 2K), by projected gradient steps on the
+    augmented Lagrangian of U U^T 1 = 1 (see :mod:`dnomad.kmeans_sdp.nlr`); one pass over
+    the row chunks of X per iteration.  The baseline of :class:`RiemannianKMeans`.
+
+    Parameters
+    ----------
+    n_clusters : int, >= 2
+    rank : int, optional
+        Default 2 * n_clusters (the authors').
+    beta : float, default 10
+        The augmented Lagrangian's penalty (the authors').
+    step : float, optional
+        alpha; default 1 / (2 (||X||_2^2 + beta n)).
+    tol, dual_tol : default 1e-6, 1e-3
+        Stop when the relative change of U and ||U U^T 1 - 1|| / sqrt(n) are below tol;
+        take the dual step when the relative change is below dual_tol.
+    max_iter : int, default 100000
+    n_init : int, default 1
+        Random starts (|N(0, 1)| entries); the largest final <X X^T, U U^T> wins.
+    record_every : int, default 10
+        Iterations between history rows.
+    chunk_rows, backend, random_state, store, overwrite, callback
+        As :class:`RiemannianKMeans`.
+
+    Attributes
+    ----------
+    labels_, U_, objective_ (<X X^T, U U^T>, X centred), infeasibility_, stop_reason_,
+    n_iter_, dual_steps_, history_, passes_, fit_seconds_
+    """
+
+    _method = "nlr"
+
+    _parameter_constraints = {
+        "n_clusters": [Interval(numbers.Integral, 2, None)], "rank": _OPTIONAL_POSITIVE_INT,
+        "beta": _POSITIVE, "step": [None] + _POSITIVE, "tol": _POSITIVE, "dual_tol": _POSITIVE,
+        "max_iter": _POSITIVE_INT, "n_init": _POSITIVE_INT, "record_every": _POSITIVE_INT,
+        "chunk_rows": _OPTIONAL_POSITIVE_INT, "backend": [Options("auto", "local", "distributed")],
+        "callback": [None, "callback"], **_RUN_CONSTRAINTS}
+
+    def __init__(self, n_clusters=8, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3,
+                 max_iter=100000, n_init=1, record_every=10, chunk_rows=None, backend="auto",
+                 random_state=None, store=None, overwrite=False, callback=None):
+        self.n_clusters = n_clusters
+        self.rank = rank
+        self.beta = beta
+        self.step = step
+        self.tol = tol
+        self.dual_tol = dual_tol
+        self.max_iter = max_iter
+        self.n_init = n_init
+        self.record_every = record_every
+        self.chunk_rows = chunk_rows
+        self.backend = backend
+        self.random_state = random_state
+        self.store = store
+        self.overwrite = overwrite
+        self.callback = callback
+
+    def _check(self):
+        """What ``_parameter_constraints`` cannot say: rank against n_clusters."""
+        from .._checks import check_ints
+
+        if self.rank is not None:
+            check_ints(self, ["rank"], minimum=self.n_clusters)
+
+    def _solve(self, data):
+        rng = np.random.default_rng(self.random_state)
+        best = None
+        for init in range(self.n_init):
+            res = nlr_solver.nlr(data, self.n_clusters, rank=self.rank, beta=self.beta, step=self.step,
+                                 tol=self.tol, dual_tol=self.dual_tol, max_iter=self.max_iter,
+                                 record_every=self.record_every, random_state=rng,
+                                 callback=_row_callback(self.callback))
+            res.history = [dict(row, init=init) for row in res.history]
+            res.objective = float(-res.history[-1]["loss"])
+            if best is None or res.objective > best.objective:
+                best = res
+        self.U_ = best.U
+        self.labels_ = rk.labels_from_u(best.U, self.n_clusters)
+        self.objective_ = best.objective
+        self.infeasibility_ = best.history[-1]["infeasibility"]
+        self.stop_reason_, self.n_iter_, self.dual_steps_ = best.stop_reason, best.n_iter, best.dual_steps
+        self.history_, self.passes_ = best.history, best.passes
+
+    def _summary(self):
+        return {"objective": self.objective_, "infeasibility": self.infeasibility_,
+                "stop_reason": self.stop_reason_, "n_iter": self.n_iter_, "passes": self.passes_}

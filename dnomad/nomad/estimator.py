@@ -1,0 +1,643 @@
+"""The NOMAD estimator: conditional gradient or Burer-Monteiro, one layer or several
+(Sec. 3.1), the 2-D embedding and hard labels of Q."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import numbers
+import time
+
+import numpy as np
+
+from .. import blocks
+from ..base import (_NONNEGATIVE, _OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONSTRAINTS, _Clustering,
+                    _Estimator, _gated)
+from ..blocks import runs
+from ..blocks import store as run_store
+from ..blocks.cluster import BACKEND_CHOICES, ROWS_DISTRIBUTED_MIN, choose_backend, client_context, get_client
+from ..blocks.inputs import InputSource
+from ..blocks.operators import LowRankGram, ScaledMatrix
+from ..errors import InputValueError
+from ..linalg import top_eigenvectors
+from ..rounding import component_labels, kmeans_rows
+from ..validation import Interval, Options
+from . import cgm as nomad_solver
+from .bm import BurerMonteiroParams, burer_monteiro
+from .cgm import CHECKPOINT_KEY as nomad_checkpoint_key
+from .cgm import NomadParams, nomad_cgm
+
+
+logger = logging.getLogger(__name__)
+
+
+SOLVERS = ("cgm", "bm")
+LABEL_METHODS = ("components", "spectral")
+
+
+class NOMAD(_Clustering, _Estimator):
+    """NOnnegative MAnifold Disentangling: the K-means SDP, by conditional gradient or
+    in low rank (Burer-Monteiro), in one layer or several.
+
+    Solves max Tr(D Q) s.t. Q 1 = 1, Tr Q = K, Q PSD, Q >= 0 with D the Gram matrix of
+    the (centered, scaled) data.  ``solver="cgm"`` works on n x n block matrices that
+    live in this process, in a Dask cluster's memory or in a Zarr store;
+    ``solver="bm"`` keeps Q = Y Y^T with Y >= 0 of ``rank`` columns (O(n r) memory;
+    nonconvex) and needs only products D Y: two passes over the rows of X (NumPy or
+    Zarr, never an n x n matrix) or one pass over a precomputed D.
+
+    Parameters
+    ----------
+    n_clusters : int
+        K, the trace of Q; 1 < K < n.  Larger K than the number of groups lets
+        NOMAD resolve manifolds (the paper uses K = 8 to 128).
+    solver : {"cgm", "bm"}, default "cgm"
+        Conditional gradient in the method of multipliers (Sec. 5, Alg. 2; converges
+        to the SDP's solution), or Burer-Monteiro (Sec. 4, App. E: the augmented
+        Lagrangian (32) minimized over Y in [0, 1]^{n x r} by projected L-BFGS over Y's
+        row chunks, multipliers by (33b, 33c), D divided by its Frobenius norm,
+        symmetric-NMF start).
+    rank : int, optional
+        (bm) r, Y's columns, K <= r <= n; default 8 K, the authors' practice: r = K
+        returns hard clusterings (Kulis et al.), larger r comes closer to the SDP's
+        solution (graphs/nomad_solvers.py: relative distance 0.9 at r = K, 0.06-0.09
+        at 8 K on two rings).  In multi-layer runs the same r serves every layer
+        (default 8 K_l).
+    layers : list of int or "halving", optional
+        Multi-layer NOMAD (Sec. 3.1): Q_1 = NOMAD(D, K_1), Q_l = NOMAD(Q_{l-1}, K_l) for a
+        strictly decreasing schedule K_1 > ... > K_L, the last equal to the number of
+        groups (``n_groups`` when given); ``n_clusters`` is then not used.
+        "halving": n_clusters, n_clusters / 2, ... down to n_groups (e.g. 16, 8, 4, 2:
+        separates two rings and two half-moons, where one layer with K = 2 does not).
+        Q_l of the inner layers is kept in ``store`` (``layers/<l>/Q``, or ``/Y`` for
+        bm) and in ``layers_``.  A layer's D is the previous Q as it is (bm: divided by
+        its Frobenius norm).
+    solver_options : dict, optional
+        (bm) sigma (the row-sum penalty; default 10 / n, the paper's 1 is
+        ill-conditioned at large n), phi, eta (default 1), tol (1e-5: stop when Y
+        changes by less, relative, and the constraints hold to feasibility_tol, 1e-4),
+        optimizer of each multiplier step ("lbfgs": projected L-BFGS over Y's row
+        chunks, the default; "spg": spectral projected gradient; "scipy": SciPy's
+        L-BFGS-B in this process), memory (5 pairs, lbfgs), inner_max_iter (15000),
+        inner_tol (1e-10: ftol and gtol), inner_rtol (0.1: a multiplier step stops
+        once its projected gradient has fallen to this fraction of where it started,
+        except the first and one confirming the stopping rule, solved to inner_tol;
+        0: every step to inner_tol; not "scipy"), start ("symnmf" or "random").
+    max_iter : int, optional
+        Outer (multiplier) iterations; default 2000 (cgm), 1000 (bm).
+    n_inner : int, default 2
+        Inner steps (Frank-Wolfe or block) per multiplier update; the paper uses 10.
+    penalty : "scale" or float, default "scale"
+        gamma of the augmented Lagrangian.  "scale": 0.15 n rms(J D J) / K with J
+        the centering projector, which keeps the penalty's weight against Tr(D Q) the
+        same at every n, so the outer iterations to the stopping rule do not grow with
+        n; with the paper's fixed gamma = tau = 1 they grow about as n (see
+        graphs/nomad_scaling.py).  0.15 is what gamma = 1 amounts to on two rings with
+        n = 120 and K = 8.
+    penalty_schedule : {"sqrt", "constant"}, default "sqrt"
+        gamma sqrt(t + 1) at outer iteration t (the authors' code), or constant.
+    tau : "auto", "penalty", "scale" or float, default "auto"
+        Multiplier step (15b).  "penalty": the penalty of each outer iteration (the
+        classical method of multipliers); "scale" or a number: fixed, in the units of
+        ``penalty``; "auto": "penalty" with the shifted Lagrangian, "scale" with eq. 13.
+    direction : {"block", "vertex"}, default "block"
+        The inner step.  "block": a projected step restricted to rank k, P <- P + a (V - P)
+        with V the projection of P - G / gamma onto the spectraplex {P PSD, Tr P = K - 1,
+        P 1 = 0} within its top-k eigenvectors (LOBPCG, warm-started: one pass per
+        product, whatever k) and a the exact line-search step (Allen-Zhu et al. 2017's
+        block Frank-Wolfe).  "vertex": the paper's Frank-Wolfe step toward (K - 1) v v^T
+        (Alg. 1).  Measured (graphs/nomad_convergence.py): block needs 40-100x fewer
+        passes to the same stopping rule on rings, the trefoil, blobs and MNIST.
+    block_rank : int, optional
+        k of the block direction; default 2 K + 8, grown by half whenever all k
+        eigenvalues survive the projection.
+    lagrangian : {"shifted", "paper"}, default "shifted"
+        "shifted": the classical augmented Lagrangian of Q >= 0,
+        -Tr(D Q) + 1/(2 gamma) ||[Gamma + gamma Q]_-||^2, gradient -D + [Gamma + gamma Q]_-;
+        "paper": eq. (13), -Tr(D Q) + <Gamma, Q> + gamma/2 ||[Q]_-||^2.  Both update
+        Gamma <- [Gamma + tau Q]_- and have the same solutions.
+    step_rule : {"global", "paper", "line_search"}, default "global"
+        2/(k + 2) over all Frank-Wolfe steps k (the authors' code);
+        2/(t + t_inner + 2) as Alg. 2 line 8 (measured: slower to meet the stopping rule);
+        or the exact minimizer of the augmented Lagrangian along the Frank-Wolfe direction
+        (one more pass per inner step, reading P; measured: no faster than "global").
+        For direction="vertex" (the block direction always takes the exact step).
+    eigen_tol : {"inner", "outer"}, default "inner"
+        Eigenvector accuracy 1/(t_inner + 1) or 1/(t + 1).
+    eigen_ncv : int or None, default 4
+        Lanczos basis size of the warm-started eigensolver.
+    rmse_tol, min_tol, objective_tol : float
+        Stop when the RMSE of [Q]_- <= rmse_tol (1e-4), |min Q| <= min_tol K / n
+        (1e-2), and Tr(D Q) changed by <= objective_tol (1e-3, relative) in the last
+        outer iteration.
+    precomputed : bool, default False
+        The input is an n x n Gram/affinity (NumPy, dask, Zarr path, BlockMatrix)
+        rather than data X (n_samples, n_features).
+    center, normalize : bool, default True
+        Center X and scale it so that its largest row norm is 1 before D = X X^T.
+    dtype : float32 or float64, default float32
+    block_size : int, optional
+        Side of the blocks (default: about 64 MB blocks, or n if smaller; in this process
+        at least 4 blocks per side, down to 512, so that every core has blocks to run).
+    backend : {"auto", "local", "distributed", "zarr"}, default "auto"
+        "auto": in this process for n < 8000 or when no dask client is connected (on
+        one machine a LocalCluster only adds round trips: graphs/backend_threshold.py),
+        else the current client's workers hold the blocks; in Zarr (needs ``store``)
+        when the state does not fit in half of the memory that would hold it.
+    device : {"cpu", "cuda", "auto"}, optional
+        (cgm) Where the blocks compute: "cuda" keeps P, Gamma and G on the GPU as CuPy
+        blocks, in this process (backend "local"), with the eigensolver's vectors; D
+        enters through its factor (the centered, scaled X), never as an n x n matrix (a
+        precomputed D is stored there too).  Default: dask config ``dnomad.device``, else
+        "cpu" (:func:`dnomad.blocks.device.resolve_device`).  deploy/gpu/README.md.
+    store : str, optional
+        Zarr store (path or fsspec URL) for Q, the history and checkpoints.
+    overwrite : bool, default False
+        Replace a store holding another run.
+    checkpoint_every : int, optional
+        Outer iterations between checkpoints to ``store``; default 20 (cgm), 1 (bm: an
+        outer step is a whole inner solve, and a checkpoint only writes Y and mu).
+    label_method : {"components", "spectral"}, default "components"
+        Hard labels: connected components of the graph that links i and j where
+        Q_ij > component_threshold * max(Q_ii, Q_jj) (Sec. 3;
+        :func:`dnomad.rounding.component_labels`), or k-means on the spectral
+        embedding into ``n_groups`` groups.  The components rule is the same for
+        cgm, bm and every layer, and depends neither on the groups' sizes nor on Q's
+        scale: on separated groups the SDP's Q is block diagonal with entries
+        1 / |group|, and the components are the groups.  With ``n_clusters`` larger
+        than the number of groups or manifolds (the paper's use), Q is a band along
+        each manifold and ``labels_`` are the manifolds, not K clusters (two rings with
+        K = 16: two labels); a manifold sampled too sparsely for its band to connect
+        comes out in pieces.  For exactly ``n_groups`` labels use "spectral".
+    component_threshold : float, default 0.5
+        The fraction in (0, 1) above.  On the exact solution any value in (0, 1) gives
+        the groups; conditional-gradient iterates stopped by the stopping rule keep
+        Frank-Wolfe residue between groups of up to 0.17 of the larger diagonal and
+        links above 0.76 of it inside each group (blobs with sizes up to 20:1, two
+        rings), hence 0.5.
+    n_groups : int, optional
+        Groups for spectral rounding (required with label_method="spectral"), and the
+        last layer's K of a multi-layer run.
+    n_components : int, default 2
+        Dimensions of ``embedding_``.
+    random_state : int or Generator, optional
+        Seeds the k-means of spectral rounding (and bm's start).
+    callback : callable, optional
+        Called with each history row; returning True stops the run.
+
+    Parameters n_inner to eigen_ncv, the stopping tolerances, dtype and block_size are
+    conditional gradient's; Burer-Monteiro runs in this process in float64 (D Y over
+    X's row chunks on a thread per core, or over the blocks of a precomputed D
+    wherever they live).
+
+    Attributes
+    ----------
+    Q_ : BlockMatrix (cgm) or LowRankGram (bm)
+        Both have ``matmat``, ``diag`` and ``np.asarray(Q_)`` (dense; small n).
+    Y_ : ndarray (n, r)
+        (bm) The factor: Q = Y Y^T (in the store: ``result/Y``, row-chunked).
+    layers_ : list of dict
+        Per layer: n_clusters, n_iter, stop_reason, objective, seconds, and Q (the
+        inner layers' Q when kept, else None; the last layer's is ``Q_``).
+    embedding_ : ndarray (n, n_components)
+        Leading eigenvectors of Q (after the constant one) scaled by sqrt(eigenvalue).
+    labels_ : ndarray (n,)
+    history_ : list of dict
+    penalty_, tau_ : float
+        (cgm) The gamma and tau used (resolved from "scale").
+    n_iter_, stop_reason_, objective_, backend_used_ : as named.
+
+    References
+    ----------
+    M. Tepper, A. M. Sengupta, D. Chklovskii. Clustering is semidefinitely not that
+    hard: Nonnegative SDP for manifold disentangling. JMLR 19(82), 2018.
+    B. Kulis, A. C. Surendran, J. C. Platt. Fast low-rank semidefinite programming for
+    embedding and clustering. AISTATS 2007.
+    """
+
+    _solver_params = ("max_iter", "n_inner", "penalty", "penalty_schedule", "tau", "direction", "block_rank",
+                      "lagrangian", "step_rule", "eigen_tol", "eigen_ncv", "rmse_tol", "min_tol",
+                      "objective_tol", "checkpoint_every")
+
+    _checkpoints = True
+    _parameter_constraints = {
+        "n_clusters": [Interval(numbers.Integral, 2, None)], "solver": [Options(*SOLVERS)],
+        "rank": _OPTIONAL_POSITIVE_INT, "layers": [None, Options("halving"), list, tuple, range, np.ndarray],
+        "solver_options": [None, "dict"], "max_iter": _OPTIONAL_POSITIVE_INT, "n_inner": _POSITIVE_INT,
+        "penalty": [Options("scale")] + _POSITIVE, "penalty_schedule": [Options(*nomad_solver.PENALTY_SCHEDULES)],
+        "tau": [Options("auto", "scale", "penalty")] + _POSITIVE,
+        "direction": [Options(*nomad_solver.DIRECTIONS)], "block_rank": _OPTIONAL_POSITIVE_INT,
+        "lagrangian": [Options(*nomad_solver.LAGRANGIANS)], "step_rule": [Options(*nomad_solver.STEP_RULES)],
+        "eigen_tol": [Options("inner", "outer")], "eigen_ncv": [None, Interval(numbers.Integral, 3, None)],
+        "rmse_tol": _NONNEGATIVE, "min_tol": _NONNEGATIVE, "objective_tol": _NONNEGATIVE,
+        "precomputed": ["boolean"], "center": ["boolean"], "normalize": ["boolean"], "dtype": ["dtype"],
+        "block_size": _OPTIONAL_POSITIVE_INT, "backend": [Options(*BACKEND_CHOICES)],
+        "device": [None, str], "checkpoint_every": _OPTIONAL_POSITIVE_INT,
+        "label_method": [Options(*LABEL_METHODS)],
+        "component_threshold": [Interval(numbers.Real, 0, 1, closed="neither")],
+        "n_groups": [None, Interval(numbers.Integral, 2, None)], "n_components": _POSITIVE_INT,
+        "callback": [None, "callback"], **_RUN_CONSTRAINTS}
+
+    def __init__(self, n_clusters=8, *, solver="cgm", rank=None, layers=None, solver_options=None,
+                 max_iter=None, n_inner=2, penalty="scale",
+                 penalty_schedule="sqrt", tau="auto", direction="block", block_rank=None,
+                 lagrangian="shifted", step_rule="global", eigen_tol="inner",
+                 eigen_ncv=4, rmse_tol=1e-4, min_tol=1e-2, objective_tol=1e-3, precomputed=False,
+                 center=True, normalize=True, dtype=np.float32, block_size=None, backend="auto",
+                 device=None, store=None, overwrite=False, checkpoint_every=None,
+                 label_method="components", component_threshold=0.5, n_groups=None, n_components=2,
+                 random_state=None, callback=None):
+        self.n_clusters = n_clusters
+        self.solver = solver
+        self.rank = rank
+        self.layers = layers
+        self.solver_options = solver_options
+        self.max_iter = max_iter
+        self.n_inner = n_inner
+        self.penalty = penalty
+        self.penalty_schedule = penalty_schedule
+        self.tau = tau
+        self.direction = direction
+        self.block_rank = block_rank
+        self.lagrangian = lagrangian
+        self.step_rule = step_rule
+        self.eigen_tol = eigen_tol
+        self.eigen_ncv = eigen_ncv
+        self.rmse_tol = rmse_tol
+        self.min_tol = min_tol
+        self.objective_tol = objective_tol
+        self.precomputed = precomputed
+        self.center = center
+        self.normalize = normalize
+        self.dtype = dtype
+        self.block_size = block_size
+        self.backend = backend
+        self.device = device
+        self.store = store
+        self.overwrite = overwrite
+        self.checkpoint_every = checkpoint_every
+        self.label_method = label_method
+        self.component_threshold = component_threshold
+        self.n_groups = n_groups
+        self.n_components = n_components
+        self.random_state = random_state
+        self.callback = callback
+
+    # ---------------------------------------------------------------- fit
+    @_gated
+    def fit(self, X, y=None, *, resume=False):
+        """Solve NOMAD for data X (n_samples, n_features), or a Gram matrix when
+        ``precomputed``.  Returns self."""
+        start = time.perf_counter()
+        dtype = blocks.check_dtype(self.dtype)
+        self._check_options()
+        source = InputSource(X, precomputed=self.precomputed, center=self.center,
+                              normalize=self.normalize, keep_zarr=self.solver == "bm", owner="NOMAD",
+                              dtype=dtype, not_constant=True)
+        n = source.n
+        schedule = self._schedule(n)
+        params_list = [self._solver_params_for(K) for K in schedule]
+        for params in params_list:
+            params.validate(n)
+        if self.store is None and resume:
+            raise InputValueError("resume=True needs the run's store")
+        if self.store is not None:
+            extra = {} if self.solver == "cgm" and len(schedule) == 1 else \
+                {"solver": self.solver, "layers": schedule}
+            run_id = runs.run_identity("nomad", params_list[0], source, dtype, self.block_size, **extra)
+            self._claim_store(run_id, resume)
+            if resume and self._load_finished(params_list[-1].max_iter):
+                return self
+            if not resume:
+                runs.write_run_marker(self.store, "nomad", run_id, self, source)
+
+        self.layers_ = []
+        if self.solver == "bm":
+            self._fit_bm(source, params_list, dtype, resume, start)
+        else:
+            self._fit_cgm(source, params_list, dtype, resume, start)
+        self.fit_seconds_ = time.perf_counter() - start
+        return self
+
+    def _load_finished(self, max_iter=None):
+        if not super()._load_finished(max_iter):
+            return False
+        done = finished_layers(self.store)
+        summary = run_store.read_json(self.store, "result")
+        self.layers_ = _layer_records(self.store, done) + [
+            {"n_clusters": summary["layers"][-1], "n_iter": summary["n_iter"], "stop_reason": summary["stop_reason"],
+             "objective": summary["objective"], "seconds": summary.get("fit_seconds"), "Q": self.Q_}]
+        return True
+
+    def _check_options(self):
+        """What ``_parameter_constraints`` cannot say: parameters that depend on each other."""
+        if self.label_method == "spectral" and self.n_groups is None:
+            raise InputValueError("label_method='spectral' needs n_groups (an int >= 2): the number of "
+                                  "groups k-means rounds the embedding into")
+        allowed = BM_OPTIONS if self.solver == "bm" else ()
+        bad = sorted(set(self.solver_options or {}) - set(allowed))
+        if bad:
+            raise InputValueError(f"solver_options {bad} are not options of solver={self.solver!r}; "
+                                  f"allowed: {list(allowed)}")
+        if self.solver == "bm" and isinstance(self.device, str) and self.device.lower() == "cuda":
+            raise InputValueError("device='cuda' runs solver='cgm'; the Burer-Monteiro solver runs on the "
+                                  "host (NumPy row chunks)")
+        if self.solver == "cgm" and blocks.device.resolve_device(self.device) == "cuda" and \
+                self.backend not in ("auto", "local"):
+            raise InputValueError(f"device='cuda' runs with backend='local' (the blocks in this process's "
+                                  f"GPU); got backend={self.backend!r}")
+        if self.solver == "cgm" and self.rank is not None:
+            raise InputValueError("rank is the Burer-Monteiro factor's width: it needs solver='bm'")
+
+    def _schedule(self, n):
+        """The K of each layer: [n_clusters] for one layer."""
+        layers = self.layers
+        if layers is None:
+            return [self.n_clusters]
+        if isinstance(layers, str):                       # "halving" (_parameter_constraints)
+            K, last = self.n_clusters, self.n_groups
+            if not (isinstance(last, (int, np.integer)) and isinstance(K, (int, np.integer))
+                    and 1 < last < K):
+                raise InputValueError(f'layers="halving" needs integers 1 < n_groups < n_clusters; got '
+                                      f'n_groups={last!r}, n_clusters={K!r}')
+            schedule = []
+            while K > last:
+                schedule.append(int(K))
+                K //= 2
+            return schedule + [int(last)]
+        try:
+            schedule = [int(K) for K in layers]
+        except (TypeError, ValueError):
+            raise InputValueError(f"layers must be a list of integers; got {layers!r}") from None
+        if not schedule or any(K != k for K, k in zip(schedule, layers)) or \
+                any(a <= b for a, b in zip(schedule, schedule[1:])):
+            raise InputValueError(f"layers must be a non-empty, strictly decreasing list of integers; got "
+                                  f"{layers!r}")
+        if self.n_groups is not None and schedule[-1] != self.n_groups:
+            raise InputValueError(f"the last layer's K ({schedule[-1]}) must equal n_groups ({self.n_groups})")
+        return schedule
+
+    def _solver_params_for(self, K):
+        if self.solver == "bm":
+            max_iter = BM_MAX_ITER if self.max_iter is None else self.max_iter
+            return BurerMonteiroParams(n_clusters=K, rank=self.rank, max_iter=max_iter,
+                                       random_state=self.random_state, **(self.solver_options or {}))
+        max_iter = CGM_MAX_ITER if self.max_iter is None else self.max_iter
+        return NomadParams(n_clusters=K, max_iter=max_iter,
+                           checkpoint_every=CGM_CHECKPOINT_EVERY if self.checkpoint_every is None
+                           else self.checkpoint_every,
+                           **{k: getattr(self, k) for k in self._solver_params
+                              if k not in ("max_iter", "checkpoint_every")})
+
+    # ------------------------------------------------ conditional gradient
+    def _fit_cgm(self, source, params_list, dtype, resume, start):
+        n, store, last = source.n, self.store, len(params_list) - 1
+        device = blocks.device.resolve_device(self.device)
+        backend = "local" if device == "cuda" and self.backend == "auto" else \
+            self._resolve_backend(source, dtype)
+
+        def attempt(resume):
+            done = finished_layers(store) if resume else 0
+            self.layers_ = _layer_records(store, done)
+            with client_context(backend, n) as client:
+                kw = dict(backend=backend, client=client if backend != "local" else None, store=store,
+                          dtype=dtype, block_size=self.block_size, device=device)
+                if done:
+                    # Layers 0..done-1 finished: the next one starts from the last one's Q.
+                    group = blocks.from_zarr(store, f"layers/{done - 1}/Q", **kw).group
+                    data = None
+                else:
+                    group, data = source.build(**kw)
+                try:
+                    for layer in range(done, last + 1):
+                        key = layer_checkpoint_key(layer)
+                        res = nomad_cgm(group, params_list[layer], data=data, store=store,
+                                        resume=resume and _has_checkpoint(store, key),
+                                        callback=self.callback, checkpoint_key=key)
+                        if layer < last:
+                            self._keep_layer(layer, res, group)
+                            group.drop(["D", "P", "Gamma", "G"])
+                            blocks.shifted_copy(group, "Q", "D", 0.0)       # D_{l+1} = Q_l
+                            group.drop(["Q"])
+                            data = None
+                    self._finish(res, group, start)
+                finally:
+                    if backend == "local":
+                        # Q_ (and kept layers) live on in this group; free the solver's state.
+                        group.drop([m for m in group.names if m != "Q" and not m.startswith("layer")])
+                    elif backend == "distributed":
+                        group.close()
+
+        self.restarts_ = runs.with_restarts(attempt, store=store, resume=resume,
+                                        checkpoint_key=layer_checkpoint_key(0),
+                                        rebuildable=source.matrix is None)
+        self.backend_used_ = backend
+
+    def _keep_layer(self, layer, res, group):
+        """Record a finished inner layer; its Q goes to the store (``layers/<l>/Q``), or
+        stays in the group as "layer<l>" when it lives in this process."""
+        record = _layer_record(res)
+        if self.store is not None:
+            with run_store.writing(self.store, f"layer {layer}'s Q", keep="the last checkpoint is intact"):
+                group.save(["Q"], self.store, f"layers/{layer}", mirror=True)
+                run_store.write_json(self.store, f"layers/{layer}", record)
+            record["Q"] = blocks.from_zarr(self.store, f"layers/{layer}/Q", dtype=group.dtype,
+                                           block_size=group.layout.block_size, backend="zarr",
+                                           store=self.store)
+        elif group.backend == "local":
+            blocks.shifted_copy(group, "Q", f"layer{layer}", 0.0)
+            record["Q"] = blocks.BlockMatrix(group, f"layer{layer}")
+        else:
+            record["Q"] = None
+        self.layers_.append(record)
+
+    def _resolve_backend(self, source, dtype):
+        if source.matrix is not None:
+            return source.matrix.backend
+        return choose_backend(self.backend, source.n, dtype, n_matrices=3, store=self.store,
+                               what="NOMAD's state (P, Gamma, G)")
+
+    def _finish(self, res, group, start):
+        self.passes_ = group.passes.since()
+        if self.label_method == "components":
+            labels = component_labels(res.Q, self.component_threshold)
+        else:
+            labels = None
+        self._finish_common(res, lambda Y: res.P.matmat(Y), labels)
+        if self.store is not None:
+            with run_store.writing(self.store, "the result Q", keep="the last checkpoint is intact"):
+                group.save(["Q"], self.store, "result", mirror=True)
+            self._write_result({"embedding": self.embedding_, "labels": self.labels_}, res,
+                               {"penalty": res.penalty, "tau": res.tau, "passes": self.passes_}, start)
+            self.Q_ = blocks.from_zarr(self.store, "result/Q", dtype=group.dtype,
+                                       block_size=group.layout.block_size, backend="zarr",
+                                       store=self.store)
+        else:
+            self.Q_ = res.Q
+            if group.backend == "distributed":
+                # Keep a usable Q after the cluster call ends: bring it into this process.
+                self.Q_ = blocks.from_array(np.asarray(res.Q), dtype=group.dtype,
+                                            block_size=group.layout.block_size, check=False)
+        self.layers_[-1]["Q"] = self.Q_
+
+    def _finish_common(self, res, centered_matmat, labels):
+        """History, embedding and labels: the same for every solver."""
+        n = res.Q.shape[0]
+        self.history_ = res.history
+        self.penalty_ = res.penalty
+        self.tau_ = res.tau
+        self.n_iter_ = res.n_iter
+        self.stop_reason_ = res.stop_reason
+        self.objective_ = res.history[-1]["objective"] if res.history else float("nan")
+        self.layers_.append(_layer_record(res))
+        ones = np.ones(n) / np.sqrt(n)
+        k = min(max(self.n_components, self.n_groups or 0), n - 2)
+        with blocks.single_threaded_blas():
+            w, V = top_eigenvectors(centered_matmat, n, k, deflate=ones, tol=1e-8)
+        scaled = V * np.sqrt(np.clip(w, 0, None))
+        self.embedding_ = scaled[:, : self.n_components]
+        self.eigenvalues_ = w
+        self.labels_ = labels if labels is not None else \
+            kmeans_rows(scaled[:, : self.n_groups], self.n_groups, self.random_state)
+
+    def _write_result(self, arrays, res, extra, start):
+        runs.write_result(self.store, arrays, dict({
+            "solver": self.solver, "n_iter": res.n_iter, "stop_reason": res.stop_reason,
+            "objective": self.objective_, "layers": [r["n_clusters"] for r in self.layers_]}, **extra),
+            res.history, time.perf_counter() - start)
+
+    # ------------------------------------------------ Burer-Monteiro
+    def _fit_bm(self, source, params_list, dtype, resume, start):
+        n, store, last = source.n, self.store, len(params_list) - 1
+        if source.is_data:
+            # Y in row chunks beside X: on the workers when asked or when a connected
+            # cluster's rows threshold is met, else in this process.
+            backend = "distributed" if self.backend == "distributed" or (
+                self.backend == "auto" and get_client() is not None and n >= ROWS_DISTRIBUTED_MIN) else "local"
+        elif source.matrix is not None:
+            backend = source.matrix.backend
+        else:
+            backend = choose_backend(self.backend, n, dtype, n_matrices=1, store=store, what="the matrix D")
+        client_ctx = client_context(backend, n) if source.matrix is None else contextlib.nullcontext(None)
+        with client_ctx as client:
+            D, group = self._bm_operator(source, backend, client, dtype)
+            try:
+                done = finished_layers(store) if resume else 0
+                self.layers_ = _layer_records(store, done)
+                if done:
+                    D = _normalized_low_rank(run_store.read_vector(store, f"layers/{done - 1}/Y"))
+                for layer in range(done, last + 1):
+                    key = layer_checkpoint_key(layer)
+                    ck = run_store.Checkpoints(store, key).latest() if resume and store is not None else None
+                    state = None if ck is None else dict(
+                        ck, Y=run_store.read_vector(store, f"{ck['prefix']}/Y"),
+                        mu=run_store.read_vector(store, f"{ck['prefix']}/mu"))
+                    res = burer_monteiro(D, params_list[layer], callback=self.callback, state=state,
+                                         checkpoint=None if store is None else _bm_checkpointer(store, key),
+                                         checkpoint_every=self.checkpoint_every or 1)  # default 1
+                    if layer < last:
+                        record = _layer_record(res)
+                        if store is not None:
+                            with run_store.writing(store, f"layer {layer}'s Y", keep="the last checkpoint is intact"):
+                                _write_rows(store, f"layers/{layer}/Y", res.Y)
+                                run_store.write_json(store, f"layers/{layer}", record)
+                        record["Q"] = res.Q
+                        self.layers_.append(record)
+                        D = _normalized_low_rank(res.Y)                # D_{l+1} = Q_l / ||Q_l||_F
+            finally:
+                if group is not None and source.matrix is None:
+                    group.close()
+        self._finish_bm(res, start)
+        self.restarts_ = 0
+        self.backend_used_ = backend
+
+    def _bm_operator(self, source, backend, client, dtype):
+        """D / ||D||_F as an operator (Burer-Monteiro's normalization), and the block
+        group holding D if there is one; for data, X's row chunks (here or on the
+        client's workers) for both: D is their rows' normalized Gram matrix."""
+        if source.is_data:
+            X = source.zarr_data if source.zarr_data is not None else source.data
+            chunks = blocks.RowChunks(X, client=client if backend == "distributed" else None,
+                                      center=self.center)
+            return chunks, chunks
+        if source.matrix is not None:
+            D = source.matrix
+        else:
+            group, _ = source.build(backend=backend, client=client if backend != "local" else None,
+                                    store=self.store, dtype=dtype, block_size=self.block_size)
+            D = blocks.BlockMatrix(group, "D")
+        fro = D.summary()["fro"]
+        if fro == 0:
+            raise InputValueError("the input matrix is zero")
+        return ScaledMatrix(D, fro, fro), D.group
+
+    def _finish_bm(self, res, start):
+        Q = res.Q
+        self.passes_ = {"matmats": res.matmats}
+        labels = component_labels(Q, self.component_threshold) if self.label_method == "components" else None
+        # top_eigenvectors works on the complement of 1 (deflate=): Q itself will do.
+        self._finish_common(res, Q.matmat, labels)
+        self.Y_ = res.Y
+        self.Q_ = Q
+        self.layers_[-1]["Q"] = Q
+        if self.store is not None:
+            with run_store.writing(self.store, "the result Y", keep="the last checkpoint is intact"):
+                _write_rows(self.store, "result/Y", res.Y)
+            self._write_result({"embedding": self.embedding_, "labels": self.labels_}, res,
+                               {"rank": int(res.Y.shape[1]), "lam": res.lam, "matmats": res.matmats}, start)
+
+
+CGM_MAX_ITER = 2000
+CGM_CHECKPOINT_EVERY = 20
+BM_MAX_ITER = 1000
+# Burer-Monteiro settings passed through ``solver_options`` (see BurerMonteiroParams).
+BM_OPTIONS = ("sigma", "phi", "eta", "tol", "feasibility_tol", "optimizer", "memory", "inner_max_iter", "inner_tol",
+              "inner_rtol", "start")
+# Rows per chunk of the n x r factor Y in a store.
+Y_CHUNK_ROWS = 65536
+
+
+def layer_checkpoint_key(layer):
+    return nomad_checkpoint_key if layer == 0 else f"{nomad_checkpoint_key}_layer{layer}"
+
+
+def _has_checkpoint(store, key):
+    return store is not None and run_store.Checkpoints(store, key).latest() is not None
+
+
+def finished_layers(store):
+    """How many inner layers of a multi-layer run in ``store`` have finished."""
+    done = 0
+    while store is not None and run_store.read_json(store, f"layers/{done}") is not None:
+        done += 1
+    return done
+
+
+def _layer_record(res):
+    return {"n_clusters": int(res.params.n_clusters), "n_iter": res.n_iter, "stop_reason": res.stop_reason,
+            "objective": res.history[-1]["objective"] if res.history else float("nan"),
+            "seconds": res.history[-1]["seconds"] if res.history else 0.0}
+
+
+def _layer_records(store, done):
+    return [dict(run_store.read_json(store, f"layers/{layer}"), Q=None) for layer in range(done)]
+
+
+def _normalized_low_rank(Y):
+    Q = LowRankGram(Y)
+    return ScaledMatrix(Q, Q.fro_norm, Q.fro_norm)
+
+
+def _write_rows(store, path, A):
+    run_store.write_vector(store, path, A, chunks=(min(len(A), Y_CHUNK_ROWS),) + A.shape[1:])
+
+
+def _bm_checkpointer(store, key):
+    checkpoints = run_store.Checkpoints(store, key)
+
+    def save(state):
+        record = {"iteration": len(state["history"]), "lam": float(state["lam"]),
+                  "matmats": int(state["matmats"]), "stop_reason": state["stop_reason"]}
+        with checkpoints.write(record, state["history"]) as prefix:
+            _write_rows(store, f"{prefix}/Y", state["Y"])
+            run_store.write_vector(store, f"{prefix}/mu", state["mu"])
+    return save
