@@ -107,6 +107,7 @@ def per_step(history, n_inner):
 def pass_rates(device, n, copy_Bps, repeat=5):
     """The inner fused pass and a matvec on float32 state of size n: bytes moved per second."""
     from dnomad import blocks
+    from dnomad.nomad import passes as nomad_passes
     from dnomad.data import two_rings
 
     F = blocks.prepare_gram_data(two_rings(n)[0])
@@ -118,7 +119,7 @@ def pass_rates(device, n, copy_Bps, repeat=5):
     v = blocks.passes.group_vector(group, v).astype(np.float64)
     out = {}
     for label, run in [
-        ("inner pass (P, G written)", lambda: blocks.nomad_pass(
+        ("inner pass (P, G written)", lambda: nomad_passes.nomad_pass(
             group, v=v, step=0.01, vv_scale=RINGS_K - 1, gamma=1.0, tau=1.0, update_gamma=False,
             full_stats=False, data=data)),
         ("matvec G v", lambda: blocks.matmat(group, "G", v))]:

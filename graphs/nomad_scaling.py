@@ -41,6 +41,7 @@ AUTHORS = {1000: (206.0, 206.0 / (984 * 15)), 2000: (None, 0.073), 4000: (None, 
 def pass_efficiency(n, bandwidth, repeat=5):
     """Time NOMAD's fused pass and a matvec on in-memory float32 state of size n."""
     from dnomad import blocks
+    from dnomad.nomad import passes as nomad_passes
     from dnomad.data import two_rings
     from dnomad.nomad.cgm import NomadParams, nomad_cgm
 
@@ -53,10 +54,10 @@ def pass_efficiency(n, bandwidth, repeat=5):
     rows = {}
     # The two fused passes exactly as the solver calls them.
     for label, run in [
-        ("inner pass (P, G written)", lambda: blocks.nomad_pass(
+        ("inner pass (P, G written)", lambda: nomad_passes.nomad_pass(
             group, v=v, step=0.01, vv_scale=K - 1, gamma=1.0, tau=1.0, update_gamma=False,
             full_stats=False, data=data)),
-        ("closing pass (P, Gamma written)", lambda: blocks.nomad_pass(
+        ("closing pass (P, Gamma written)", lambda: nomad_passes.nomad_pass(
             group, v=v, step=0.01, vv_scale=K - 1, gamma=1.0, tau=1.0, update_gamma=True,
             write_g=False, data=data)),
         ("matvec G v", lambda: blocks.matmat(group, "G", v)),

@@ -7,6 +7,7 @@ import pytest
 
 from devices import CUDA
 from dnomad import blocks
+from dnomad.nomad import passes as nomad_passes
 from dnomad.nomad.cgm import NomadParams, nomad_cgm
 
 N = 50
@@ -96,7 +97,7 @@ def test_nomad_pass_equals_numpy(backend, client_for, block_size, from_data, d, 
     # The last pass is an inner pass as the solver runs it: only <G, P> is reduced.
     for step, upd, full in [(0.5, False, True), (0.25, True, True), (0.1, True, True),
                             (0.3, False, False)]:
-        stats = blocks.nomad_pass(group, v=v, step=step, vv_scale=7.0, gamma=1.3, tau=0.9,
+        stats = nomad_passes.nomad_pass(group, v=v, step=step, vv_scale=7.0, gamma=1.3, tau=0.9,
                                   update_gamma=upd, full_stats=full, data=data)
         P = (1 - step) * P + step * 7.0 * np.outer(v, v)
         v = np.roll(v, 7)
@@ -193,7 +194,7 @@ def test_factored_gram_leaves_d_out_and_tracks_its_inner_product(d, tmp_path, rn
     ones = np.ones(N) / math.sqrt(N)
     assert _FactoredGram(data, group, ones, None).inner_p == pytest.approx(want, rel=1e-10)
     # The pass itself: G' leaves D out.
-    blocks.nomad_pass(group, v=None, step=0.0, vv_scale=3.0, gamma=1.3, tau=0.9, update_gamma=False,
+    nomad_passes.nomad_pass(group, v=None, step=0.0, vv_scale=3.0, gamma=1.3, tau=0.9, update_gamma=False,
                       data=data, exclude_d=True)
     Gam = np.asarray(blocks.BlockMatrix(group, "Gamma"))
     np.testing.assert_allclose(np.asarray(blocks.BlockMatrix(group, "G")),

@@ -5,6 +5,7 @@ import pytest
 import dnomad
 from devices import DEVICES
 from dnomad import blocks
+from dnomad.nomad import passes as nomad_passes
 from dnomad.data import gaussian_blobs, trefoil_knot, two_rings
 from dnomad.errors import InputTypeError, InputValueError, StoreError
 from dnomad.metrics import adjusted_rand_score, nonnegativity_residuals
@@ -337,7 +338,7 @@ def test_line_search_pass_and_step_match_dense(block_size, rng):
     v -= v.mean()
     v /= np.linalg.norm(v)
     bm = blocks.from_array(P, block_size=block_size, dtype=np.float64)
-    alphas, h, h0 = blocks.line_search_pass(bm.group, v=v, vv_scale=K - 1, name=bm.name)
+    alphas, h, h0 = nomad_passes.line_search_pass(bm.group, v=v, vv_scale=K - 1, name=bm.name)
     Q, Delta = P + 1.0 / n, (K - 1) * np.outer(v, v) - P
     dense_h = [np.sum(np.minimum(Q + a * Delta, 0) * Delta) for a in alphas]
     np.testing.assert_allclose(h, dense_h, rtol=1e-10, atol=1e-12)
@@ -360,7 +361,7 @@ def test_lowrank_line_search_pass_matches_dense(block_size, shifted, rng):
     """The block direction's line-search pass (Delta = A U^T - P, entries of
     R = P + E_n + Gamma / gamma) equals the dense h(alpha) at its grid and <P, A U^T>; the
     array-expression version (the device path, run here on NumPy blocks) gives the same bins."""
-    from dnomad.blocks import kernels
+    from dnomad.nomad import kernels
 
     n, k, gamma = 60, 3, 2.5
     B = rng.standard_normal((n, 4))
@@ -376,7 +377,7 @@ def test_lowrank_line_search_pass_matches_dense(block_size, shifted, rng):
         np.ascontiguousarray(Gam[slice(*group.layout.bounds(key[0])), slice(*group.layout.bounds(key[1]))]),))
     blocks.shifted_copy(group, bm.name, "P", 0.0)       # the pass reads "P" and "Gamma"
     shift = 1.0 / gamma if shifted else 0.0
-    alphas, h, h0, pv = blocks.lowrank_line_search_pass(group, A=A, U=U, shift=shift)
+    alphas, h, h0, pv = nomad_passes.lowrank_line_search_pass(group, A=A, U=U, shift=shift)
     R, Delta = P + 1.0 / n + shift * Gam, A @ U.T - P
     dense_h = [np.sum(np.minimum(R + a * Delta, 0) * Delta) for a in alphas]
     np.testing.assert_allclose(h, dense_h, rtol=1e-10, atol=1e-12)
@@ -394,7 +395,7 @@ def test_lowrank_line_search_pass_matches_dense(block_size, shifted, rng):
 def test_fused_block_with_rank_k_step_matches_dense(dtype, shifted, update_gamma, write_g, rng):
     """nomad_block with a rank-k step and the projected-step output M = P - G / L equals
     its dense formula, in the numba kernel and in the array expressions (device path)."""
-    from dnomad.blocks import kernels
+    from dnomad.nomad import kernels
 
     bi, bj, k, n = 30, 40, 4, 200
     gamma, tau, L, step = 1.7, 0.9, 2.3, 0.35
@@ -454,7 +455,7 @@ def test_block_direction_matches_dense_reference(rng):
             Vd = (U * lam) @ U.T
             Delta = Vd - P
             R = Q + Gam / gamma
-            from dnomad.blocks import kernels
+            from dnomad.nomad import kernels
             alphas = 2.0 ** (-np.arange(kernels.LS_BINS + 1) / kernels.LS_BINS_PER_OCTAVE)
             h = np.array([np.sum(np.minimum(R + a * Delta, 0) * Delta) for a in alphas])
             gap = -np.sum(G * Delta)

@@ -11,14 +11,13 @@ from .kernels import clip_phi
 from .layout import BlockLayout
 from .matrix import BlockMatrix
 from .rows import RowChunks, RowState
-from .passes import (DataPanels, label_sums, line_search_pass, lowrank_line_search_pass, matmat, nomad_pass,
-                     shifted_copy, summary)
+from .passes import DataPanels, label_sums, matmat, shifted_copy, summary
 
 __all__ = [
     "BACKENDS", "BlockGroup", "BlockLayout", "BlockMatrix", "DataPanels", "FeatureColumns",
     "PassRecord", "RowChunks", "RowState", "SparseColumns", "ZarrColumns", "as_data_matrix", "blocked_column_order",
     "check_dtype", "choose_block_size", "clip_phi", "device", "default_row_block", "feature_columns",
     "from_array", "from_zarr", "gaussian_affinity", "gram", "hottopixx_epoch", "input_metadata", "label_sums",
-    "line_search_pass", "lowrank_line_search_pass", "matmat", "new_group", "nomad_pass", "prepare_gram_data", "shifted_copy",
+    "matmat", "new_group", "prepare_gram_data", "shifted_copy",
     "single_threaded_blas", "squish_columns", "summary", "zeros_like_layout",
 ]

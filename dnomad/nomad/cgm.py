@@ -32,11 +32,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .. import blocks
+from .._checks import check_choices, check_ints
 from ..blocks import store as run_store
 from ..blocks.device import to_device, to_host
 from ..errors import InputValueError, warn_convergence
 from ..linalg import extreme_eigenvector
-from .._checks import check_choices, check_ints
+from . import passes as nomad_passes
+
 
 logger = logging.getLogger(__name__)
 
@@ -415,7 +417,7 @@ class _VertexDirection:
             v = self.state = eig.vector
             self.fw_gap = stats["sum_GP"] - vv_scale * eig.value
             if params.step_rule == "line_search" and k_total > 0:
-                alphas, h, h0 = blocks.line_search_pass(group, v=v, vv_scale=vv_scale)
+                alphas, h, h0 = nomad_passes.line_search_pass(group, v=v, vv_scale=vv_scale)
                 step = _line_search_step(alphas, h, h0, self.fw_gap, gamma)
             else:
                 step = _step(params, t, s, k_total)
@@ -526,7 +528,7 @@ class _BlockDirection:
             self.rank = int(keep.sum())
             A = Uk * lamk
             shift = 1.0 / gamma if shifted else 0.0
-            alphas, h, h0, pv = blocks.lowrank_line_search_pass(group, A=A, U=Uk, shift=shift)
+            alphas, h, h0, pv = nomad_passes.lowrank_line_search_pass(group, A=A, U=Uk, shift=shift)
             # <G, V> = L (<P, V> - sum_j lambda_j u_j^T M u_j); the Ritz values are u^T M u.
             gv = L * (pv - float(lamk @ theta[keep]))
             self.fw_gap = stats["sum_GP"] - gv
@@ -567,7 +569,7 @@ class _FactoredGram:
 
 
 def _fused_pass(group, gram, *, pending, vv_scale, **kw):
-    """NOMAD's fused pass (``blocks.nomad_pass``) applying the ``pending`` step
+    """NOMAD's fused pass (``nomad_passes.nomad_pass``) applying the ``pending`` step
     (("vertex", v, step): P <- (1 - step) P + step (K - 1) v v^T; ("block", A, U, step):
     P <- (1 - step) P + A U^T, A = step U diag(lambda); None: no step) over the stored
     D, or, when ``gram`` holds D's factor, leaving D out and adding its part:
@@ -578,8 +580,8 @@ def _fused_pass(group, gram, *, pending, vv_scale, **kw):
     elif pending is not None:
         lowrank, step = (pending[1], pending[2]), pending[3]
     if gram is None:
-        return blocks.nomad_pass(group, v=v, step=step, vv_scale=vv_scale, lowrank=lowrank, **kw)
-    stats = blocks.nomad_pass(group, v=v, step=step, vv_scale=vv_scale, lowrank=lowrank, exclude_d=True, **kw)
+        return nomad_passes.nomad_pass(group, v=v, step=step, vv_scale=vv_scale, lowrank=lowrank, **kw)
+    stats = nomad_passes.nomad_pass(group, v=v, step=step, vv_scale=vv_scale, lowrank=lowrank, exclude_d=True, **kw)
     if v is not None:
         gram.inner_p = (1.0 - step) * gram.inner_p + step * vv_scale * gram.data.gram_quadratic(v)
     elif lowrank is not None:

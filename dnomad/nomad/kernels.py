@@ -1,0 +1,546 @@
+"""NOMAD's per-block kernels (Tepper et al., Alg. 2): the fused update of P, Gamma and the
+gradient with the statistics of Q, the rank-k update, and the exact line search along a
+Frank-Wolfe direction, for NumPy blocks (numba loops that stream each block once) and
+CuPy blocks (CUDA kernels; CuPy comes from :mod:`dnomad.blocks.device`, lazily).
+Module-level pure functions of (block, ...): the engine's passes call them where the
+blocks live."""
+from __future__ import annotations
+
+import functools
+
+import numba
+import numpy as np
+
+from ..blocks.device import array_module, is_device_array
+from ..blocks.kernels import (_CUDA_TYPES, _FASTMATH, DEVICE_PASS_MAX_GRID, DEVICE_PASS_THREADS,
+                              INLINE_GRAM_MAX_FEATURES)
+
+
+# Layout of the statistics vector returned by ``nomad_block``; sums are already
+# weighted (an off-diagonal block of a symmetric layout stands for two blocks).
+NOMAD_STATS = (
+    "sum_DQ",        # sum_ij D_ij Q_ij = Tr(D Q) for symmetric D
+    "sum_GP",        # <G, P>, for the Frank-Wolfe gap
+    "neg_count",     # number of negative entries of Q = P + E_n
+    "neg_sumsq",     # sum of squares of the negative entries of Q
+    "min_Q",         # smallest entry of Q (reduced by min, not summed)
+    "sumsq_Q",       # ||Q||_F^2
+)
+N_NOMAD_STATS = len(NOMAD_STATS)
+MIN_Q = NOMAD_STATS.index("min_Q")
+SUM_GP = NOMAD_STATS.index("sum_GP")
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
+def _nomad_row_gap(Prow, Gamrow, Grow, drow, vj, av, keep, gamma, inv_n, shift, out_p, out_g):
+    # The inner pass's row: only <G, P> is reduced, so the loop vectorizes fully.
+    s_gp = 0.0
+    for c in range(Prow.shape[0]):
+        p = keep * Prow[c] + av * vj[c]
+        Prow[c] = p
+        gam = Gamrow[c]
+        g = min(shift * gam + gamma * (p + inv_n), 0.0) + (1.0 - shift) * gam - drow[c]
+        Grow[c] = out_p * p + out_g * g
+        s_gp += g * p
+    return s_gp
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
+def _nomad_row(Prow, Gamrow, Grow, drow, vj, av, keep, gamma, tau, inv_n, update_gamma, write_g,
+               shift, out_p, out_g, acc):
+    # One row of the fused pass with all statistics, branch-free in its body; the flags
+    # are constants at each call site, so the compiler emits one loop per combination.
+    s_dq = 0.0
+    s_gp = 0.0
+    n_neg = 0.0
+    s_neg = 0.0
+    s_q2 = 0.0
+    for c in range(Prow.shape[0]):
+        p = keep * Prow[c] + av * vj[c]
+        Prow[c] = p
+        q = p + inv_n
+        dval = drow[c]
+        s_dq += dval * q
+        s_q2 += q * q
+        qneg = min(q, 0.0)
+        n_neg += 1.0 if q < 0.0 else 0.0
+        s_neg += qneg * qneg
+        if update_gamma:
+            gam = min(Gamrow[c] + tau * q, 0.0)
+            Gamrow[c] = gam
+        else:
+            gam = Gamrow[c]
+        if write_g:
+            g = min(shift * gam + gamma * q, 0.0) + (1.0 - shift) * gam - dval
+            Grow[c] = out_p * p + out_g * g
+            s_gp += g * p
+    # A min reduction keeps LLVM from vectorizing the loop above (3x slower), so it
+    # gets its own loop over the row, which is still in L1.
+    p_min = Prow[0]
+    for c in range(1, Prow.shape[0]):
+        p_min = min(p_min, Prow[c])
+    acc[0] += s_dq
+    acc[1] += s_gp
+    acc[2] += n_neg
+    acc[3] += s_neg
+    acc[4] = min(acc[4], p_min + inv_n)
+    acc[5] += s_q2
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _nomad_block(P, Gam, G, Dblk, Xi, XjT, vi, vj, step, vv_scale, gamma, tau, inv_n,
+                 use_x, update_gamma, write_g, full_stats, shift, out_p, out_g, weight, out):
+    bi, bj = P.shape
+    d = Xi.shape[1]
+    keep = 1.0 - step
+    acc = np.zeros(N_NOMAD_STATS, np.float64)
+    acc[4] = np.finfo(P.dtype).max
+    drow = np.empty(bj, P.dtype)
+    gap_only = write_g and not update_gamma and not full_stats
+    for r in range(bi):
+        av = step * vv_scale * vi[r]
+        if use_x:
+            # D's row r from the data panels: d short axpys over a cached row buffer.
+            drow[:] = 0.0
+            for k in range(d):
+                x = Xi[r, k]
+                for c in range(bj):
+                    drow[c] += x * XjT[k, c]
+        else:
+            drow[:] = Dblk[r]
+        Grow = G[r] if write_g else drow
+        if gap_only:
+            acc[1] += _nomad_row_gap(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, inv_n, shift, out_p, out_g)
+        elif update_gamma:
+            if write_g:
+                _nomad_row(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, tau, inv_n, True, True, shift, out_p, out_g, acc)
+            else:
+                _nomad_row(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, tau, inv_n, True, False, shift, out_p, out_g, acc)
+        elif write_g:
+            _nomad_row(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, tau, inv_n, False, True, shift, out_p, out_g, acc)
+        else:
+            _nomad_row(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, tau, inv_n, False, False, shift, out_p, out_g, acc)
+    out[0] = weight * acc[0]
+    out[1] = weight * acc[1]
+    out[2] = weight * acc[2]
+    out[3] = weight * acc[3]
+    out[4] = acc[4]
+    out[5] = weight * acc[5]
+
+
+_EMPTY_2D = {np.dtype(np.float32): np.zeros((0, 0), np.float32),
+             np.dtype(np.float64): np.zeros((0, 0), np.float64)}
+
+
+def nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, gamma,
+                tau, inv_n, update_gamma, write_g, weight, full_stats=True, shifted=False,
+                out_p=0.0, out_g=1.0, lowrank=None):
+    """One block of NOMAD's fused pass, in place.
+
+    P <- (1 - step) P + step * vv_scale * vi vj^T  (or, with ``lowrank`` = (Ai, Uj),
+    P <- (1 - step) P + Ai Uj^T: a rank-k step, Ai already scaled by the step);
+    Q = P + inv_n;  Gam <- [Gam + tau Q]_- if ``update_gamma``;
+    the gradient g = -D + Gam + gamma [Q]_- (eq. 13), or g = -D + [Gam + gamma Q]_-
+    when ``shifted`` (the classical augmented Lagrangian of Q >= 0), and the block
+    written is out_p P + out_g g (G itself by default; P - G / L for a projected step).
+    D's block is ``D`` or, when ``D`` is None, ``Xi @ Xj.T``.  Returns the
+    statistics named in ``NOMAD_STATS`` (float64; ``sum_GP`` is <g, P>); with
+    ``full_stats=False`` a pass that writes G without updating Gam reduces only
+    ``sum_GP`` (the others are NaN), which lets its loop vectorize (about 3x faster).
+    Reads P, Gam (and D) once, writes P, G (and Gam) once; no b x b temporary unless D is
+    formed by GEMM (the rank-k step is one in-place GEMM on P).
+    """
+    if lowrank is not None:
+        lowrank_update_block(P, lowrank[0], lowrank[1], 1.0 - step)
+        step = 0.0
+    if is_device_array(P):
+        if shifted or out_p != 0.0 or out_g != 1.0:
+            return array_nomad_block(P, Gam, G, D=D, Xi=Xi, Xj=Xj, vi=vi, vj=vj, step=step, vv_scale=vv_scale,
+                                     gamma=gamma, tau=tau, inv_n=inv_n, update_gamma=update_gamma,
+                                     write_g=write_g, weight=weight, shifted=shifted, out_p=out_p, out_g=out_g)
+        return device_nomad_block(P, Gam, G, D=D, Xi=Xi, Xj=Xj, vi=vi, vj=vj, step=step, vv_scale=vv_scale,
+                                  gamma=gamma, tau=tau, inv_n=inv_n, update_gamma=update_gamma,
+                                  write_g=write_g, weight=weight, full_stats=full_stats)
+    dtype = P.dtype
+    empty = _EMPTY_2D[dtype]
+    use_x = D is None
+    if use_x and Xi.shape[1] > INLINE_GRAM_MAX_FEATURES:
+        D = Xi @ Xj.T
+        use_x = False
+    if use_x:
+        Xi = np.ascontiguousarray(Xi, dtype=dtype)
+        XjT = np.ascontiguousarray(Xj.T, dtype=dtype)
+        D = empty
+    else:
+        Xi = XjT = empty
+    if G is None:
+        G = empty
+    out = np.empty(N_NOMAD_STATS, np.float64)
+    _nomad_block(P, Gam, G, D, Xi, XjT, vi.astype(dtype, copy=False), vj.astype(dtype, copy=False),
+                 dtype.type(step), dtype.type(vv_scale), dtype.type(gamma), dtype.type(tau),
+                 dtype.type(inv_n), use_x, update_gamma, write_g, full_stats, dtype.type(1.0 if shifted else 0.0),
+                 dtype.type(out_p), dtype.type(out_g), float(weight), out)
+    if write_g and not update_gamma and not full_stats:
+        gp = out[SUM_GP]
+        out[:] = np.nan
+        out[SUM_GP] = gp
+    return out
+
+
+def lowrank_update_block(P, Ai, Uj, keep):
+    """P <- keep P + Ai Uj^T in place (Ai: rows x k, Uj: cols x k), one GEMM: BLAS
+    writes into P's memory (P^T is Fortran-ordered), so no b x b temporary is made."""
+    xp = array_module(P)
+    Ai = xp.asarray(Ai, dtype=P.dtype)
+    Uj = xp.asarray(Uj, dtype=P.dtype)
+    if xp is not np:
+        P *= P.dtype.type(keep)
+        P += Ai @ Uj.T
+        return
+    from scipy.linalg import blas
+
+    gemm = blas.get_blas_funcs("gemm", dtype=P.dtype)
+    out = gemm(1.0, Uj, Ai, beta=keep, c=P.T, trans_b=1, overwrite_c=1)
+    if not np.shares_memory(out, P):        # P was not contiguous: BLAS worked on a copy
+        P[...] = out.T
+
+
+def array_nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, gamma, tau,
+                      inv_n, update_gamma, write_g, weight, shifted=False, out_p=0.0, out_g=1.0):
+    """:func:`nomad_block` in array expressions of P's own module (NumPy or CuPy): the
+    device path of the variants that have no hand-written CUDA kernel (the shifted
+    Lagrangian, the projected-step output).  Makes b x b temporaries; full statistics
+    (an array of P's module)."""
+    xp = array_module(P)
+    t = P.dtype.type
+    if step != 0.0:
+        P *= t(1.0 - step)
+        P += t(step * vv_scale) * xp.outer(vi, vj)
+    if D is None:
+        D = Xi @ Xj.T
+    Q = P + t(inv_n)
+    if update_gamma:
+        xp.minimum(Gam + t(tau) * Q, 0, out=Gam)
+    qneg = xp.minimum(Q, 0)
+    stats = [xp.vdot(D.astype(np.float64), Q.astype(np.float64)) * weight, xp.asarray(0.0),
+             xp.asarray(float(xp.count_nonzero(Q < 0))) * weight,
+             xp.vdot(qneg.astype(np.float64), qneg.astype(np.float64)) * weight,
+             Q.min().astype(np.float64), xp.vdot(Q.astype(np.float64), Q.astype(np.float64)) * weight]
+    if write_g:
+        g = (xp.minimum(Gam + t(gamma) * Q, 0) if shifted else Gam + t(gamma) * qneg) - D
+        stats[SUM_GP] = xp.vdot(g.astype(np.float64), P.astype(np.float64)) * weight
+        G[...] = t(out_p) * P + t(out_g) * g
+    return xp.stack([xp.asarray(x, dtype=np.float64) for x in stats])
+
+
+# Rows of a rank-k direction formed at a time (rows x b, in cache) by the line search.
+LOWRANK_ROWS = 128
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _lowrank_line_search_rows(P, Gam, V, r0, shift, inv_n, per_octave, nbins, weight, out):
+    # As _line_search_block, along Delta = V - P with V's rows given, for the entries
+    # R = P + inv_n + shift Gam; out[-1] accumulates <P, V>.
+    last = out.shape[0] - 1
+    for rr in range(V.shape[0]):
+        r = r0 + rr
+        for c in range(P.shape[1]):
+            p = P[r, c]
+            vval = V[rr, c]
+            out[last] += weight * p * vval
+            _bin_entry(p + inv_n + shift * Gam[r, c], vval - p, weight, per_octave, nbins, out)
+
+
+def lowrank_line_search_block(P, Gam, *, Ai, Uj, shift, inv_n, weight):
+    """Binned sums of :func:`line_search_block` along Delta = Ai Uj^T - P, for the
+    entries R = P + inv_n + shift Gam (shift = 1/gamma for the shifted Lagrangian, 0
+    for eq. 13; Gam may be None then), plus <P, Ai Uj^T> as the last entry.  Reads P
+    (and Gam) once; V's rows are formed LOWRANK_ROWS at a time by GEMM."""
+    out_len = 2 + 4 * (LS_BINS + 1) + 1
+    if Gam is None:
+        Gam, shift = P, 0.0
+    if is_device_array(P):
+        return array_lowrank_line_search_block(P, Gam, Ai=Ai, Uj=Uj, shift=shift, inv_n=inv_n, weight=weight)
+    dtype = P.dtype
+    Ai = np.asarray(Ai, dtype=dtype)
+    UjT = np.ascontiguousarray(np.asarray(Uj, dtype=dtype).T)
+    out = np.zeros(out_len, np.float64)
+    for r0 in range(0, P.shape[0], LOWRANK_ROWS):
+        V = Ai[r0:r0 + LOWRANK_ROWS] @ UjT
+        _lowrank_line_search_rows(P, Gam, V, r0, float(shift), float(inv_n), float(LS_BINS_PER_OCTAVE),
+                                  LS_BINS, float(weight), out)
+    return out
+
+
+def array_lowrank_line_search_block(P, Gam, *, Ai, Uj, shift, inv_n, weight):
+    """:func:`lowrank_line_search_block` in array expressions of P's module (NumPy or
+    CuPy; the device path).  Same bins; makes b x b temporaries."""
+    xp = array_module(P)
+    m1 = LS_BINS + 1
+    P64 = P.astype(np.float64)
+    V = xp.asarray(Ai, dtype=np.float64) @ xp.asarray(Uj, dtype=np.float64).T
+    q = P64 + inv_n + shift * Gam.astype(np.float64)
+    dl = V - P64
+    qe = q + dl
+    a, b = weight * q * dl, weight * dl * dl
+    both = (q < 0) & (qe < 0)
+    cross = (q < 0) != (qe < 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        beta = xp.where(cross, -q / xp.where(dl == 0, 1.0, dl), 1.0)
+    k = xp.where(beta > 0, xp.minimum((-LS_BINS_PER_OCTAVE * xp.log2(xp.where(beta > 0, beta, 1.0))).astype(np.int64),
+                                      LS_BINS), LS_BINS)
+    k = xp.maximum(k, 0)
+    dec = cross & (q < 0)
+    rise = cross & (q >= 0)
+    out = xp.zeros(2 + 4 * m1 + 1, np.float64)
+    out[0] = a[both].sum()
+    out[1] = b[both].sum()
+    out[2:2 + m1] = xp.bincount(k[dec], weights=a[dec], minlength=m1)
+    out[2 + m1:2 + 2 * m1] = xp.bincount(k[dec], weights=b[dec], minlength=m1)
+    out[2 + 2 * m1:2 + 3 * m1] = xp.bincount(k[rise], weights=a[rise], minlength=m1)
+    out[2 + 3 * m1:2 + 4 * m1] = xp.bincount(k[rise], weights=b[rise], minlength=m1)
+    out[-1] = weight * xp.vdot(P64, V)
+    return out
+
+
+# Line search along a Frank-Wolfe direction: breakpoints of [Q + alpha Delta]_- binned on
+# a geometric grid alpha_m = 2^(-m / LS_BINS_PER_OCTAVE), m = 0..LS_BINS.
+LS_BINS_PER_OCTAVE = 8
+LS_BINS = 8 * 30
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
+def _bin_entry(q, dl, weight, per_octave, nbins, out):
+    # One entry's share of h(alpha) = <[Q + alpha Delta]_-, Delta>: q and dl are its Q and
+    # Delta.  out: [A0, B0, A_dec[0..nbins], B_dec[...], A_rise[...], B_rise[...]]
+    qe = q + dl                                 # Q + Delta: the entry at alpha = 1
+    if q >= 0.0 and qe >= 0.0:
+        return
+    m1 = nbins + 1
+    a = weight * q * dl
+    b = weight * dl * dl
+    if q < 0.0 and qe < 0.0:
+        out[0] += a
+        out[1] += b
+        return
+    beta = -q / dl
+    k = nbins
+    if beta > 0.0:
+        k = min(int(-per_octave * np.log2(beta)), nbins)
+    if q < 0.0:                                  # active for alpha < beta
+        out[2 + k] += a
+        out[2 + m1 + k] += b
+    else:                                        # active for alpha > beta
+        out[2 + 2 * m1 + k] += a
+        out[2 + 3 * m1 + k] += b
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _line_search_block(P, vi, vj, vv_scale, inv_n, per_octave, nbins, weight, out):
+    # out: the bins of _bin_entry
+    for r in range(P.shape[0]):
+        sv = vv_scale * vi[r]
+        for c in range(P.shape[1]):
+            p = P[r, c]
+            q = p + inv_n
+            dl = sv * vj[c] - p
+            _bin_entry(q, dl, weight, per_octave, nbins, out)
+
+
+def line_search_block(P, *, vi, vj, vv_scale, inv_n, weight):
+    """Binned sums for the exact line search of NOMAD's augmented Lagrangian along
+    Delta = vv_scale vi vj^T - P (see ``passes.line_search_pass``).  Reads P once."""
+    if is_device_array(P):
+        return device_line_search_block(P, vi=vi, vj=vj, vv_scale=vv_scale, inv_n=inv_n, weight=weight)
+    dtype = P.dtype
+    out = np.zeros(2 + 4 * (LS_BINS + 1), np.float64)
+    _line_search_block(P, vi.astype(dtype, copy=False), vj.astype(dtype, copy=False),
+                       float(vv_scale), float(inv_n), float(LS_BINS_PER_OCTAVE), LS_BINS,
+                       float(weight), out)
+    return out
+
+
+# NOMAD's fused pass on one CuPy block (the same update and statistics as ``nomad_block``).
+# One thread block per row (grid-stride over rows), threads along the row: coalesced
+# reads of P, Gamma and D.  Statistics are summed in double per thread, reduced per
+# thread block, and the per-block partials reduced on the device by the caller.  The
+# flags are compile-time: each combination is its own kernel, with no branch per entry.
+_NOMAD_CUDA = r"""
+#define NSTAT 6
+__device__ __forceinline__ double warp_sum(double s) {
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffff, s, o);
+    return s;
+}
+__device__ __forceinline__ double warp_min(double s) {
+    for (int o = 16; o > 0; o >>= 1) s = fmin(s, __shfl_down_sync(0xffffffff, s, o));
+    return s;
+}
+extern "C" __global__ void nomad_fused(real_t* __restrict__ P, real_t* __restrict__ Gam, real_t* __restrict__ G,
+        const real_t* __restrict__ D, const real_t* __restrict__ Xi, const real_t* __restrict__ Xj, const int d,
+        const real_t* __restrict__ vi, const real_t* __restrict__ vj, const int nr, const int nc,
+        const real_t keep, const real_t step_scale, const real_t gamma, const real_t tau, const real_t inv_n,
+        double* __restrict__ partial) {
+    double s_dq = 0, s_gp = 0, n_neg = 0, s_neg = 0, s_q2 = 0, q_min = 1e300;
+    for (int r = blockIdx.x; r < nr; r += gridDim.x) {
+        const real_t av = step_scale * vi[r];
+        const size_t base = (size_t)r * nc;
+        for (int c = threadIdx.x; c < nc; c += blockDim.x) {
+            const real_t p = keep * P[base + c] + av * vj[c];
+            P[base + c] = p;
+            const real_t q = p + inv_n;
+            const real_t qneg = q < (real_t)0 ? q : (real_t)0;
+#if D_FROM_X
+            real_t dval = 0;
+            for (int k = 0; k < d; ++k) dval += Xi[(size_t)r * d + k] * Xj[(size_t)c * d + k];
+#else
+            const real_t dval = D[base + c];
+#endif
+#if UPDATE_GAMMA
+            real_t gam = Gam[base + c] + tau * q;
+            gam = gam < (real_t)0 ? gam : (real_t)0;
+            Gam[base + c] = gam;
+#else
+            const real_t gam = Gam[base + c];
+#endif
+#if WRITE_G
+            const real_t g = gam + gamma * qneg - dval;
+            G[base + c] = g;
+            s_gp += (double)g * (double)p;
+#endif
+#if FULL_STATS
+            s_dq += (double)dval * (double)q;
+            s_q2 += (double)q * (double)q;
+            n_neg += q < (real_t)0 ? 1.0 : 0.0;
+            s_neg += (double)qneg * (double)qneg;
+            q_min = fmin(q_min, (double)q);
+#endif
+        }
+    }
+    __shared__ double red[NSTAT][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    double vals[NSTAT] = {s_dq, s_gp, n_neg, s_neg, q_min, s_q2};
+    #pragma unroll
+    for (int s = 0; s < NSTAT; ++s) {
+        const double w = s == 4 ? warp_min(vals[s]) : warp_sum(vals[s]);
+        if (lane == 0) red[s][warp] = w;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        #pragma unroll
+        for (int s = 0; s < NSTAT; ++s) {
+            double w = lane < nwarps ? red[s][lane] : (s == 4 ? 1e300 : 0.0);
+            w = s == 4 ? warp_min(w) : warp_sum(w);
+            if (lane == 0) partial[(size_t)blockIdx.x * NSTAT + s] = w;
+        }
+    }
+}
+"""
+
+
+@functools.lru_cache(maxsize=64)
+def _nomad_kernel(dtype, d_from_x, update_gamma, write_g, full_stats):
+    from ..blocks.device import cupy
+
+    options = (f"-Dreal_t={_CUDA_TYPES[np.dtype(dtype)]}", f"-DD_FROM_X={int(d_from_x)}",
+               f"-DUPDATE_GAMMA={int(update_gamma)}", f"-DWRITE_G={int(write_g)}",
+               f"-DFULL_STATS={int(full_stats)}")
+    return cupy().RawKernel(_NOMAD_CUDA, "nomad_fused", options=options)
+
+
+def device_nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, gamma, tau,
+                       inv_n, update_gamma, write_g, weight, full_stats=True):
+    """:func:`nomad_block` for CuPy blocks, in place, on the GPU.  Returns the statistics as
+    a CuPy float64 vector (``NOMAD_STATS``; NaN where the gap-only pass skips them), so a
+    pass gathers them once.  D's block is ``D``, else formed from the panels: inline for
+    up to INLINE_GRAM_MAX_FEATURES features, else by one cuBLAS GEMM into a b x b buffer."""
+    from ..blocks.device import cupy
+
+    cp = cupy()
+    dtype = P.dtype
+    d_from_x = D is None and Xi.shape[1] <= INLINE_GRAM_MAX_FEATURES
+    if D is None and not d_from_x:
+        D = cp.matmul(Xi, Xj.T)
+    gap_only = write_g and not update_gamma and not full_stats
+    full = not gap_only
+    nr, nc = P.shape
+    grid = min(nr, DEVICE_PASS_MAX_GRID)
+    partial = cp.empty((grid, N_NOMAD_STATS), np.float64)
+    null = P[:0]
+    t = dtype.type
+    _nomad_kernel(dtype, d_from_x, bool(update_gamma), bool(write_g), full)(
+        (grid,), (DEVICE_PASS_THREADS,),
+        (P, Gam, G if write_g else null, null if d_from_x else D,
+         Xi if d_from_x else null, Xj if d_from_x else null, np.int32(Xi.shape[1] if d_from_x else 0),
+         vi, vj, np.int32(nr), np.int32(nc), t(1.0 - step), t(step * vv_scale), t(gamma), t(tau),
+         t(inv_n), partial))
+    sums = partial.sum(axis=0) * weight
+    if gap_only:
+        out = cp.full(N_NOMAD_STATS, np.nan)
+        out[SUM_GP] = sums[SUM_GP]
+        return out
+    sums[MIN_Q] = partial[:, MIN_Q].min()
+    return sums
+
+
+# The line search's binned sums (``line_search_block``) on a CuPy block: each thread
+# block bins into a shared-memory histogram, then adds it to the output once.
+_LINE_SEARCH_CUDA = r"""
+extern "C" __global__ void nomad_line_search(const real_t* __restrict__ P, const real_t* __restrict__ vi,
+        const real_t* __restrict__ vj, const int nr, const int nc, const double vv_scale,
+        const double inv_n, const double per_octave, const int nbins, const double weight,
+        double* __restrict__ out) {
+    extern __shared__ double hist[];
+    const int m1 = nbins + 1, nh = 2 + 4 * m1;
+    for (int i = threadIdx.x; i < nh; i += blockDim.x) hist[i] = 0.0;
+    __syncthreads();
+    for (int r = blockIdx.x; r < nr; r += gridDim.x) {
+        const double sv = vv_scale * (double)vi[r];
+        const size_t base = (size_t)r * nc;
+        for (int c = threadIdx.x; c < nc; c += blockDim.x) {
+            const double p = (double)P[base + c];
+            const double q = p + inv_n;
+            const double dl = sv * (double)vj[c] - p;
+            const double qe = q + dl;
+            if (q >= 0.0 && qe >= 0.0) continue;
+            const double a = weight * q * dl, b = weight * dl * dl;
+            if (q < 0.0 && qe < 0.0) {
+                atomicAdd(&hist[0], a);
+                atomicAdd(&hist[1], b);
+                continue;
+            }
+            const double beta = -q / dl;
+            int k = nbins;
+            if (beta > 0.0) k = min((int)(-per_octave * log2(beta)), nbins);
+            const int off = q < 0.0 ? 2 : 2 + 2 * m1;
+            atomicAdd(&hist[off + k], a);
+            atomicAdd(&hist[off + m1 + k], b);
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh; i += blockDim.x)
+        if (hist[i] != 0.0) atomicAdd(&out[i], hist[i]);
+}
+"""
+
+
+@functools.lru_cache(maxsize=4)
+def _line_search_kernel(dtype):
+    from ..blocks.device import cupy
+
+    return cupy().RawKernel(_LINE_SEARCH_CUDA, "nomad_line_search",
+                            options=(f"-Dreal_t={_CUDA_TYPES[np.dtype(dtype)]}",))
+
+
+def device_line_search_block(P, *, vi, vj, vv_scale, inv_n, weight):
+    """:func:`line_search_block` for a CuPy block (a CuPy float64 result)."""
+    from ..blocks.device import cupy
+
+    cp = cupy()
+    nh = 2 + 4 * (LS_BINS + 1)
+    out = cp.zeros(nh, np.float64)
+    grid = min(P.shape[0], 1024)
+    _line_search_kernel(P.dtype)((grid,), (DEVICE_PASS_THREADS,),
+                                 (P, vi, vj, np.int32(P.shape[0]), np.int32(P.shape[1]), float(vv_scale),
+                                  float(inv_n), float(LS_BINS_PER_OCTAVE), np.int32(LS_BINS),
+                                  float(weight), out), shared_mem=8 * nh)
+    return out
