@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from dnomad.blocks import kernels
+from dnomad.hottopixx import kernels
 from dnomad.data import separable_nmf
 from dnomad.errors import InputValueError
 from dnomad.metrics import inf1_norm, robust_simplicial_constant
@@ -28,7 +28,7 @@ def test_column_squishing_is_the_euclidean_projection(seed):
     C = rng.standard_normal((f, f)) * [0.3, 1.0, 3.0][seed % 3]
     if seed % 2:
         C = np.round(C * 2) / 2                      # many ties
-    out = kernels.squish_columns(C)
+    out = kernels.squish_columns_serial(C)
     for j in range(f):
         others = [i for i in range(f) if i != j]
         z = np.r_[C[j, j], C[others, j]]
@@ -67,7 +67,7 @@ def test_column_squishing_equals_the_brute_force_qp(seed):
     C[:, 0] = np.round(C[:, 0] * 2) / 2              # ties
     C[3, 3] = 2.5                                    # a diagonal above 1
     C[:, 5] = C[5, 5] + 0.2                          # all off-diagonals equal and above the diagonal
-    out = kernels.squish_columns(C)
+    out = kernels.squish_columns_serial(C)
     for j in range(f):
         others = [i for i in range(f) if i != j]
         z = np.r_[C[j, j], C[others, j]]
@@ -77,9 +77,9 @@ def test_column_squishing_equals_the_brute_force_qp(seed):
 
 def test_parallel_squishing_equals_the_serial_kernel():
     C = np.random.default_rng(0).standard_normal((37, 37))
-    ref = kernels.squish_columns(C)
+    ref = kernels.squish_columns_serial(C)
     for block in (None, 1, 5, 37):
-        np.testing.assert_array_equal(H.blocks.squish_columns(C, column_block=block), ref)
+        np.testing.assert_array_equal(kernels.squish_columns(C, column_block=block), ref)
 
 
 def test_clipping_keeps_diagonal_bound_and_sign():
@@ -132,7 +132,7 @@ def test_epoch_does_not_depend_on_row_blocking():
     for row_block in (37, 8, 1):
         C = np.full((37, 37), 0.01)
         for _ in range(3):
-            H.blocks.hottopixx_epoch(C, Xt, order, 0.1, diag_step, row_block=row_block)
+            kernels.epoch(C, Xt, order, 0.1, diag_step, row_block=row_block)
         results.append(C)
     for C in results[1:]:
         np.testing.assert_array_equal(C, results[0])
@@ -152,7 +152,7 @@ def test_epoch_step_equals_dense_reference():
         resid = X[:, k] - ref @ X[:, k]
         ref += 0.1 * np.sign(resid)[:, None] * X[:, k][None, :]
         ref[np.arange(f), np.arange(f)] -= np.where(X[:, k] != 0, diag_step, 0.0)
-    H.blocks.hottopixx_epoch(C, np.ascontiguousarray(X.T), np.array([4, 1]), 0.1, diag_step, row_block=4)
+    kernels.epoch(C, np.ascontiguousarray(X.T), np.array([4, 1]), 0.1, diag_step, row_block=4)
     np.testing.assert_allclose(C, ref, rtol=0, atol=1e-14)
 
 
@@ -181,8 +181,8 @@ def test_sparse_epoch_equals_dense():
     dense = np.full((f, f), 0.02)
     sparse = dense.copy()
     for _ in range(2):
-        H.blocks.hottopixx_epoch(dense, np.ascontiguousarray(X.T), order, 0.1, diag_step, row_block=7)
-        H.blocks.hottopixx_epoch(sparse, sp.csr_matrix(X.T), order, 0.1, diag_step, row_block=11)
+        kernels.epoch(dense, np.ascontiguousarray(X.T), order, 0.1, diag_step, row_block=7)
+        kernels.epoch(sparse, sp.csr_matrix(X.T), order, 0.1, diag_step, row_block=11)
     np.testing.assert_allclose(sparse, dense, rtol=0, atol=1e-13)
 
 
@@ -217,8 +217,8 @@ def test_zarr_streamed_epoch_equals_in_memory(on_cluster, tmp_path, request):
         chunk_order, local = H.blocks.blocked_column_order(rng, 300, 64)
         flat = np.concatenate([c * 64 + loc for c, loc in zip(chunk_order, local)])
         assert sorted(flat) == list(range(300))
-        H.blocks.hottopixx_epoch(mem, np.ascontiguousarray(X.T), flat, 0.1, diag_step, row_block=33)
-        H.blocks.hottopixx_epoch(ooc, cols, (chunk_order, local), 0.1, diag_step, row_block=10,
+        kernels.epoch(mem, np.ascontiguousarray(X.T), flat, 0.1, diag_step, row_block=33)
+        kernels.epoch(ooc, cols, (chunk_order, local), 0.1, diag_step, row_block=10,
                                  client=client)
     np.testing.assert_allclose(ooc, mem, rtol=0, atol=1e-14)
 
@@ -293,7 +293,7 @@ def test_clean_epoch_same_for_dense_sparse_and_zarr(tmp_path):
     out = []
     for data in (dense, sparse):
         Z = Z0.copy()
-        data.clean_epoch(Z, hott, np.random.default_rng(3), 0.5, row_block=8)
+        kernels.clean_epoch(data, Z, hott, np.random.default_rng(3), 0.5, row_block=8)
         out.append(Z)
     np.testing.assert_allclose(out[1], out[0], rtol=0, atol=1e-13)
     # Zarr columns visit chunk by chunk: compare with the same blocked order in memory.
@@ -304,11 +304,11 @@ def test_clean_epoch_same_for_dense_sparse_and_zarr(tmp_path):
                                       store=str(tmp_path / "run.zarr"), chunk=64, memory_fraction=0)
     assert staged.kind == "zarr" and staged.columns.n_chunks == 4
     Zz = Z0.copy()
-    staged.clean_epoch(Zz, hott, np.random.default_rng(3), 0.5, row_block=8)
+    kernels.clean_epoch(staged, Zz, hott, np.random.default_rng(3), 0.5, row_block=8)
     chunk_order, local = H.blocks.blocked_column_order(np.random.default_rng(3), 250, 64)
     flat = np.concatenate([c * 64 + loc for c, loc in zip(chunk_order, local)])
     Zm = Z0.copy()
-    H.blocks.kernels.clean_rows_block(Zm, np.arange(30), dense.columns, hott, flat, 0.5)
+    kernels.clean_rows_block(Zm, np.arange(30), dense.columns, hott, flat, 0.5)
     np.testing.assert_allclose(Zz, Zm, rtol=0, atol=1e-13)
     # The passes agree on the residual and the rows, whatever holds X.
     M = np.random.default_rng(4).random((30, 30)) / 30

@@ -174,7 +174,7 @@ def passes(monkeypatch):
 
     spy(engine.BlockGroup, "map_blocks")
     spy(rows.RowChunks, "map")
-    spy(columns, "hottopixx_epoch")
+    spy(columns, "stream_rows")
     return calls
 
 

@@ -2,12 +2,10 @@
 and fused passes over them.  Only this package builds task graphs and touches Zarr."""
 from .builders import (as_data_matrix, check_dtype, choose_block_size, from_array, from_zarr,
                        gaussian_affinity, gram, input_metadata, new_group, prepare_gram_data, zeros_like_layout)
-from .columns import (FeatureColumns, SparseColumns, ZarrColumns, blocked_column_order,
-                      default_row_block, feature_columns, hottopixx_epoch,
-                      squish_columns)
+from .columns import (FeatureColumns, SparseColumns, ZarrColumns, blocked_column_order, default_row_block,
+                      feature_columns, map_column_blocks, stream_rows)
 from . import device
 from .engine import BACKENDS, BlockGroup, PassRecord, single_threaded_blas
-from .kernels import clip_phi
 from .layout import BlockLayout
 from .matrix import BlockMatrix
 from .rows import RowChunks, RowState
@@ -16,8 +14,8 @@ from .passes import DataPanels, label_sums, matmat, shifted_copy, summary
 __all__ = [
     "BACKENDS", "BlockGroup", "BlockLayout", "BlockMatrix", "DataPanels", "FeatureColumns",
     "PassRecord", "RowChunks", "RowState", "SparseColumns", "ZarrColumns", "as_data_matrix", "blocked_column_order",
-    "check_dtype", "choose_block_size", "clip_phi", "device", "default_row_block", "feature_columns",
-    "from_array", "from_zarr", "gaussian_affinity", "gram", "hottopixx_epoch", "input_metadata", "label_sums",
+    "check_dtype", "choose_block_size", "device", "default_row_block", "feature_columns",
+    "from_array", "from_zarr", "gaussian_affinity", "gram", "input_metadata", "label_sums", "map_column_blocks",
     "matmat", "new_group", "prepare_gram_data", "shifted_copy",
-    "single_threaded_blas", "squish_columns", "summary", "zeros_like_layout",
+    "single_threaded_blas", "stream_rows", "summary", "zeros_like_layout",
 ]

@@ -1,12 +1,13 @@
-"""A nonnegative f x n data matrix read by its columns: HOTTOPIXX's input (Bittorf et
-al., Sec. 4.1).
+"""A nonnegative f x n data matrix read by its columns (HOTTOPIXX's input, Bittorf et
+al., Sec. 4.1), and the passes that stream those columns past row blocks of an f x f
+(or f x r) matrix: the block-nested loop.
 
-Each epoch is a block-nested loop: a task owns a block of rows of the f x f matrix C
-(sized to stay in cache) and streams every column of X past it.  The columns live in
-this process (dense X^T, or the compressed columns of a sparse X) or in Zarr as X^T in
-chunks of columns (out of core: each task reads each chunk once per epoch).  Rows of X
-are scaled to sum 1 as the paper assumes; for Zarr the scale is applied as chunks are
-read, so the stored copy is the input's values.
+A task owns a block of rows of M (sized to stay in cache) and streams every column of X
+past it, calling the method's kernel.  The columns live in this process (dense X^T, or
+the compressed columns of a sparse X) or in Zarr as X^T in chunks of columns (out of
+core: each task reads each chunk once per pass).  Rows of X are scaled to sum 1 as the
+paper assumes; for Zarr the scale is applied as chunks are read, so the stored copy is
+the input's values.
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import uuid
 
 import numpy as np
 
-from . import kernels
 from ..errors import InputTypeError, InputValueError
 from .engine import _open_zarr_array
 
@@ -69,18 +69,19 @@ def _thread_map(fn, items):
         return list(pool.map(fn, items))
 
 
-def squish_columns(C, *, column_block=None):
-    """The projection of C onto Phi_0 by column squishing (Alg. 5): a column-block pass,
-    since each column is projected whole.  C^T is made once so that every column is read
-    with unit stride (a column of a row-major f x f matrix is f cache lines), then column
-    blocks run on one thread per core.  Returns a new C-contiguous array."""
+def map_column_blocks(C, kernel, *, column_block=None):
+    """A column-block pass over a square C: ``kernel(Ct, out, lo, hi)`` writes columns
+    lo:hi of the result (rows lo:hi of its transpose ``out``) from C^T (``Ct``).  C^T is
+    made once so that every column is read with unit stride (a column of a row-major
+    f x f matrix is f cache lines), then column blocks run on one thread per core.
+    Returns a new C-contiguous array."""
     from .engine import _n_threads
 
     Ct = np.ascontiguousarray(np.asarray(C, dtype=np.float64).T)
     out = np.empty_like(Ct)
     f = Ct.shape[0]
     step = column_block or max(1, -(-f // (4 * _n_threads())))
-    _thread_map(lambda lo: kernels.squish_rows_block(Ct, out, lo, min(lo + step, f)), range(0, f, step))
+    _thread_map(lambda lo: kernel(Ct, out, lo, min(lo + step, f)), range(0, f, step))
     return np.ascontiguousarray(out.T)
 
 
@@ -150,17 +151,11 @@ class ZarrColumns:
         return -(-self.n // self.chunk)
 
 
-def _epoch_rows_from_zarr(block, rows, cols, chunk_order, local_orders, step, diag_step):
-    # One task of the block-nested loop: these rows of C meet every chunk of X's columns.
+def _rows_from_zarr(block, rows, cols, chunk_order, local_orders, kernel, args):
+    # One task of the block-nested loop: these rows of M meet every chunk of X's columns.
     for c, local in zip(chunk_order, local_orders):
-        kernels.hottopixx_epoch_block(block, rows, cols.read(c), local, step, diag_step)
+        kernel(block, rows, cols.read(c), local, *args)
     return block
-
-
-def _clean_rows_from_zarr(Z, rows, cols, hott, chunk_order, local_orders, step):
-    for c, local in zip(chunk_order, local_orders):
-        kernels.clean_rows_block(Z, rows, cols.read(c), hott, local, step)
-    return Z
 
 
 def blocked_column_order(rng, n, chunk):
@@ -172,21 +167,20 @@ def blocked_column_order(rng, n, chunk):
     return chunk_order, local
 
 
-def hottopixx_epoch(C, Xt, order, step, diag_step, *, row_block, client=None):
-    """One HOTTOPIXX epoch in place: the block-nested loop of Bittorf et al., Sec. 4.1.
+def stream_rows(M, Xt, order, *, dense, sparse, args, row_block, client=None):
+    """The block-nested loop, in place: each task owns ``row_block`` rows of M and streams
+    every column of X past them, in ``order``, through the method's kernel.
 
-    Each task owns ``row_block`` rows of C (sized to stay in cache) and streams every
-    column of X past them; rows of C do not interact within an epoch, so the tasks run in
-    parallel and the result does not depend on the blocking.  ``diag_step[i]`` is the
-    diagonal step of row i.
-
-    ``Xt`` holds X's columns: a dense (n, f) array or a :class:`SparseColumns` (each
-    column then costs b nnz(X_k) per task; a scipy sparse X^T is converted, once per
-    call), with ``order`` the columns' visiting order; or a :class:`ZarrColumns` (out of
-    core: each task reads every chunk once), with ``order`` = (chunk order, local orders)
-    from :func:`blocked_column_order`.  Tasks run on ``client``'s workers when given and
-    the columns are in Zarr (C's rows travel, b x f numbers each way), else on one thread
-    per core here (the kernels release the GIL).
+    ``Xt`` holds X's columns: a dense (n, f) array (``dense(block, rows, Xt, order,
+    *args(rows))``), a :class:`SparseColumns` or a scipy sparse X^T, converted once
+    (``sparse(block, rows, columns, order, *args(rows))``), or a :class:`ZarrColumns` (out of
+    core: ``dense`` on each chunk of columns, every chunk read once per task), with
+    ``order`` = (chunk order, local orders) from :func:`blocked_column_order`.  Kernels
+    update their block of M's rows in place and must not make rows interact: the tasks
+    run in parallel and the result does not depend on the blocking.  Tasks run on
+    ``client``'s workers when given and the columns are in Zarr (M's rows travel, b x f
+    numbers each way; ``dense`` must then be importable there), else on one thread per
+    core here (the kernels release the GIL).
     """
     import scipy.sparse as sp
 
@@ -197,16 +191,15 @@ def hottopixx_epoch(C, Xt, order, step, diag_step, *, row_block, client=None):
         chunk_order, local = order
 
         def kernel(block, rows):
-            _epoch_rows_from_zarr(block, rows, Xt, chunk_order, local, step, diag_step[rows])
-        remote = (_epoch_rows_from_zarr, lambda rows: (Xt, chunk_order, local, step, diag_step[rows]))
+            _rows_from_zarr(block, rows, Xt, chunk_order, local, dense, args(rows))
+        remote = (_rows_from_zarr, lambda rows: (Xt, chunk_order, local, dense, args(rows)))
     elif isinstance(Xt, SparseColumns):
         def kernel(block, rows):
-            kernels.hottopixx_epoch_block_sparse(block, rows, Xt.indptr, Xt.indices, Xt.data, order,
-                                                 step, diag_step[rows])
+            sparse(block, rows, Xt, order, *args(rows))
     else:
         def kernel(block, rows):
-            kernels.hottopixx_epoch_block(block, rows, Xt, order, step, diag_step[rows])
-    _over_row_blocks(C, row_block, kernel, client=client, remote=remote)
+            dense(block, rows, Xt, order, *args(rows))
+    _over_row_blocks(M, row_block, kernel, client=client, remote=remote)
 
 
 class FeatureColumns:
@@ -235,10 +228,6 @@ class FeatureColumns:
         if isinstance(self.columns, ZarrColumns):
             return blocked_column_order(rng, self.n, self.columns.chunk)
         return rng.permutation(self.n)
-
-    def epoch(self, C, order, step, diag_step, *, row_block, client=None):
-        hottopixx_epoch(C, self.columns, order, step, diag_step, row_block=row_block,
-                        client=client if self.kind == "zarr" else None)
 
     def _chunks(self):
         """(c0, c1) ranges of columns of X for the streaming passes."""
@@ -275,28 +264,6 @@ class FeatureColumns:
         idx = np.asarray(idx, dtype=np.int64)
         parts = self._map(lambda Xc: _dense(Xc[:, idx].T), client)
         return np.concatenate(parts, axis=1) if parts else np.zeros((len(idx), 0))
-
-    def clean_epoch(self, Z, hott, rng, step, *, row_block, client=None):
-        """One cleaning epoch of F = argmin_{Z >= 0} ||X - Z X_hott||_{inf,1} in place:
-        the rows of Z are independent, so tasks own row blocks and stream X's columns."""
-        hott = np.ascontiguousarray(hott, dtype=np.int64)
-        cols = self.columns
-        order = self.order(rng)
-        remote = None
-        if isinstance(cols, ZarrColumns):
-            chunk_order, local = order
-
-            def kernel(block, rows):
-                _clean_rows_from_zarr(block, rows, cols, hott, chunk_order, local, step)
-            remote = (_clean_rows_from_zarr, lambda rows: (cols, hott, chunk_order, local, step))
-        elif isinstance(cols, SparseColumns):
-            def kernel(block, rows):
-                kernels.clean_rows_block_sparse(block, rows, cols.indptr, cols.indices, cols.data,
-                                                cols.f, hott, order, step)
-        else:
-            def kernel(block, rows):
-                kernels.clean_rows_block(block, rows, cols, hott, order, step)
-        _over_row_blocks(Z, row_block, kernel, client=client, remote=remote)
 
 
 def _chunk_call(fn, data, c0, c1):

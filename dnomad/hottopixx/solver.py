@@ -13,8 +13,8 @@ and the r largest diagonal entries of C name the hott rows I; W = X_I and
 F = argmin_{Z >= 0} ||X - Z W||_{inf,1} (eq. 2).
 
 Symbols -> code: p -> ``cost``, beta -> ``beta``, s_p / s_d -> ``primal_step`` /
-``dual_step``, mu_j -> nnz(X_j) / n, Phi_0 -> ``blocks.squish_columns`` (Alg. 5) or
-``blocks.clip_phi`` (Sec. 4's clipping), ||.||_{inf,1} -> ``metrics.inf1_norm`` (the
+``dual_step``, mu_j -> nnz(X_j) / n, Phi_0 -> ``kernels.squish_columns`` (Alg. 5) or
+``kernels.clip_phi`` (Sec. 4's clipping), ||.||_{inf,1} -> ``metrics.inf1_norm`` (the
 largest row l1 norm).
 
 The diagonal term.  The Lagrangian of Sec. 4 is
@@ -30,7 +30,7 @@ the 1/n of the incremental method's averaging made explicit: summed over an epoc
 diagonal entry moves by exactly s_p (p_j + beta).
 
 Solvers never see Zarr or a task graph: the epoch is the engine's block-nested loop
-(``blocks.hottopixx_epoch``).
+(``kernels.epoch``).
 """
 from __future__ import annotations
 
@@ -41,8 +41,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import blocks
-from ..errors import InputValueError
 from .._checks import check_choices, check_count, check_ints, check_numbers
+from ..errors import InputValueError
+from . import kernels
+
 
 logger = logging.getLogger(__name__)
 
@@ -199,12 +201,13 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None, c
     row_block = params.row_block or blocks.default_row_block(f)
     C = np.zeros((f, f))
     beta = 0.0
-    project = blocks.squish_columns if params.projection == "squish" else blocks.clip_phi
+    project = kernels.squish_columns if params.projection == "squish" else kernels.clip_phi
     history, t0 = [], time.perf_counter()
     for epoch in range(1, params.n_epochs + 1):
         order = data.order(rng)
         diag_step = params.primal_step * (cost + beta) / data.nnz
-        data.epoch(C, order, params.primal_step, diag_step, row_block=row_block, client=client)
+        kernels.epoch(C, data.columns, order, params.primal_step, diag_step, row_block=row_block,
+                      client=client if data.kind == "zarr" else None)
         C = project(C)
         trace = float(np.trace(C))
         beta += params.dual_step * (trace - params.rank)
@@ -306,7 +309,7 @@ def hull_distance(x, W, *, epochs=20, rng=None):
     rng = rng if rng is not None else np.random.default_rng(0)
     step = 1.0
     for _ in range(epochs):
-        blocks.kernels.clean_rows_block(z, np.array([0]), Xt, np.arange(1, m + 1), rng.permutation(len(x)),
+        kernels.clean_rows_block(z, np.array([0]), Xt, np.arange(1, m + 1), rng.permutation(len(x)),
                                         step)
         step *= 0.7
     return float(np.abs(x - z[0] @ W).sum())
@@ -351,8 +354,8 @@ def fit_components(data, hott, params, *, C=None, rng=None, client=None):
     # error to 3 digits in 10 epochs (noiseless and eta = 0.95, f = 40..80).
     step = params.clean_step
     for _ in range(params.clean_epochs):
-        data.clean_epoch(Z, hott, rng, step, row_block=params.row_block or blocks.default_row_block(f),
-                         client=client)
+        kernels.clean_epoch(data, Z, hott, rng, step, row_block=params.row_block or blocks.default_row_block(f),
+                            client=client)
         step *= params.clean_decay
     return Z
 
