@@ -10,7 +10,7 @@ def kmeans_rows(Y, k, random_state=None, *, n_init=10, max_iter=300, init=None):
     greedy k-means++ seedings (plus ``init``, a k x r array of starting centres, when given).
     Distances through ||y||^2 - 2 y.c + ||c||^2: O(n k) memory."""
     Y = np.asarray(Y, dtype=np.float64)
-    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    rng = np.random.default_rng(random_state)
     norms = np.einsum("ij,ij->i", Y, Y)
 
     def dist2(C):

@@ -66,3 +66,18 @@ def test_cupy_is_imported_in_one_place():
     importers = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
                        if "cupy" in {_first(m) for m in imported_modules(p)})
     assert importers == ["blocks/device.py"]
+
+
+ESTIMATORS = sorted(p for m in METHODS for p in (PKG / m).glob("estimator*.py")) + [PKG / "base.py", PKG / "api.py"]
+
+
+@pytest.mark.parametrize("path", ESTIMATORS, ids=lambda p: str(p.relative_to(PKG)))
+def test_estimators_do_not_import_dask_zarr_distributed(path):
+    """Clusters, stores and inputs are the engine's: an estimator reaches them through it."""
+    bad = {"dask", "distributed", "zarr", "cupy"} & {_first(m) for m in imported_modules(path)}
+    assert not bad, f"{path.name} imports {bad}"
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_package_has_its_estimator(method):
+    assert list((PKG / method).glob("estimator*.py"))

@@ -37,7 +37,7 @@ def hard_clustering(X, d, divergence, labels=None, *, joint=False, max_iter=300,
         return _hard_clustering_chunks(X, d, div, labels, joint, max_iter)
     X = div.check_domain(X)
     t = X.shape[0]
-    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    rng = np.random.default_rng(random_state)
     if labels is None:
         centroids = X[rng.choice(t, size=d, replace=False)]
         labels = _assign(X, centroids, div, None)
@@ -232,7 +232,7 @@ def spectral_rounding(M, d, *, repeats=10, random_state=None):
     w, V = np.linalg.eigh(0.5 * (M + M.T))
     E = V[:, -d:]
     E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-300)
-    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    rng = np.random.default_rng(random_state)
     return [kmeans_rows(E, d, rng, n_init=1) for _ in range(repeats)]
 
 
@@ -248,7 +248,7 @@ def soft_clustering(X, d, divergence, *, max_iter=500, tol=1e-10, random_state=N
     div = get_divergence(divergence)
     X = div.check_domain(X)
     t = X.shape[0]
-    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    rng = np.random.default_rng(random_state)
     mu = X[rng.choice(t, size=d, replace=False)]
     pi = np.full(d, 1.0 / d)
     previous = -np.inf

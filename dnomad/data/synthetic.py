@@ -10,11 +10,6 @@ import numpy as np
 from ..errors import InputValueError
 
 
-def _rng(random_state):
-    return random_state if isinstance(random_state, np.random.Generator) else \
-        np.random.default_rng(random_state)
-
-
 def _check_n(n_samples, minimum=2):
     if not isinstance(n_samples, (int, np.integer)) or n_samples < minimum:
         raise InputValueError(f"n_samples must be an integer >= {minimum}; got {n_samples!r}")
@@ -30,7 +25,7 @@ def two_rings(n_samples=200, *, factor=0.5, noise=0.0, random_state=0):
     t_in = np.linspace(0, 2 * np.pi, n_in, endpoint=False)
     X = np.vstack([np.c_[np.cos(t_out), np.sin(t_out)], factor * np.c_[np.cos(t_in), np.sin(t_in)]])
     if noise:
-        X = X + _rng(random_state).normal(scale=noise, size=X.shape)
+        X = X + np.random.default_rng(random_state).normal(scale=noise, size=X.shape)
     y = np.r_[np.zeros(n_out, int), np.ones(n_in, int)]
     return X, y
 
@@ -38,7 +33,7 @@ def two_rings(n_samples=200, *, factor=0.5, noise=0.0, random_state=0):
 def noisy_semicircles(n_samples=200, *, noise=0.05, random_state=0):
     """Two interleaved half circles with Gaussian noise (Fig. 5, "moons")."""
     _check_n(n_samples, 4)
-    rng = _rng(random_state)
+    rng = np.random.default_rng(random_state)
     n1 = n_samples - n_samples // 2
     n2 = n_samples // 2
     t1 = np.linspace(0, np.pi, n1)
@@ -54,7 +49,7 @@ def trefoil_knot(n_samples=200, *, noise=0.0, random_state=0):
     t = np.linspace(0, 2 * np.pi, n_samples, endpoint=False)
     X = np.c_[np.sin(t) + 2 * np.sin(2 * t), np.cos(t) - 2 * np.cos(2 * t), -np.sin(3 * t)]
     if noise:
-        X = X + _rng(random_state).normal(scale=noise, size=X.shape)
+        X = X + np.random.default_rng(random_state).normal(scale=noise, size=X.shape)
     return X, t
 
 
@@ -66,7 +61,7 @@ def gaussian_blobs(n_samples=200, *, n_centers=6, n_features=2, separation=10.0,
     above the exact-recovery threshold of the K-means SDP.
     """
     _check_n(n_samples, n_centers)
-    rng = _rng(random_state)
+    rng = np.random.default_rng(random_state)
     side = int(np.ceil(np.sqrt(n_centers)))
     grid = np.array([(i % side, i // side) for i in range(n_centers)], float) * separation
     centers = np.zeros((n_centers, n_features))
@@ -84,7 +79,7 @@ def grid_2d(n_side=12, *, n_features=10, noise=0.05, random_state=0):
         raise InputValueError(f"n_side must be an integer >= 2; got {n_side!r}")
     if n_features < 2:
         raise InputValueError(f"n_features must be >= 2; got {n_features}")
-    rng = _rng(random_state)
+    rng = np.random.default_rng(random_state)
     g = np.linspace(0, 1, n_side)
     xx, yy = np.meshgrid(g, g)
     coords = np.c_[xx.ravel(), yy.ravel()]
@@ -114,7 +109,7 @@ def gmm_simplex(n_samples=500, *, n_clusters=4, gamma=1.2, n_features=None, sigm
     centers = np.zeros((K, d))
     centers[:, :K] = np.eye(K) * np.sqrt(gamma * theta2 / 2)
     y = np.sort(np.arange(n) % K)
-    return centers[y] + sigma * _rng(random_state).standard_normal((n, d)), y
+    return centers[y] + sigma * np.random.default_rng(random_state).standard_normal((n, d)), y
 
 
 DATASETS = {
@@ -143,7 +138,7 @@ def separable_nmf(n_features=40, n_samples=400, rank=3, *, duplicates=0, noise=0
     ``with_alpha=False`` skips alpha (r LPs over n columns; None then) for noiseless
     instances too large for it.
     """
-    rng = _rng(random_state)
+    rng = np.random.default_rng(random_state)
     f, n, r = int(n_features), int(n_samples), int(rank)
     n_hott_rows = r * (duplicates + 1)
     if r < 1 or n_hott_rows > f:

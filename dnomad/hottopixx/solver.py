@@ -188,8 +188,7 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None, c
     data = X if isinstance(X, blocks.FeatureColumns) else blocks.feature_columns(X)
     f, n = data.shape
     params.validate(f)
-    rng = random_state if isinstance(random_state, np.random.Generator) else \
-        np.random.default_rng(random_state)
+    rng = np.random.default_rng(random_state)
     # Distinct costs in [0, cost_scale).  The Lagrangian keeps the residual weights w = 1
     # (Sec. 4 updates only beta), which is an exact penalty for the LP only when the costs
     # spread little against them: minimized exactly (HiGHS) at the beta where Tr C = r,

@@ -90,8 +90,7 @@ def _symnmf_admm(space, rank, *, matmat=None, gram_scale=None, dtype=np.float64,
     n = space.n
     if not isinstance(rank, (int, np.integer)) or not 1 <= rank <= n:
         raise InputValueError(f"rank must be an integer in [1, {n}]; got {rank!r}")
-    rng = random_state if isinstance(random_state, np.random.Generator) else \
-        np.random.default_rng(random_state)
+    rng = np.random.default_rng(random_state)
     data = matmat is None
     t0, passes0 = time.perf_counter(), space.passes
     products = 0
