@@ -30,6 +30,7 @@ Writes graphs/riemannian_vs_nlr.json and graphs/riemannian_vs_nlr.png.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import tempfile
 import time
@@ -145,8 +146,7 @@ def _continuation(data, M, mus, seed, callback):
         done["seconds"] += res.seconds
         passes += res.passes
         x = res.point
-    res.passes = passes
-    return res
+    return dataclasses.replace(res, passes=passes)
 
 
 def _fmt(v, spec="d"):

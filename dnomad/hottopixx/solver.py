@@ -88,7 +88,7 @@ class HottopixxParams:
             raise InputValueError(f"cluster_threshold must be in (0, 1]; got {self.cluster_threshold!r}")
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class HottopixxResult:
     """What :func:`hottopixx` returns.
 

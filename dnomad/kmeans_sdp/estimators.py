@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import numbers
 import time
@@ -281,8 +282,7 @@ class NLR(_RowChunkEstimator):
                                  tol=self.tol, dual_tol=self.dual_tol, max_iter=self.max_iter,
                                  record_every=self.record_every, random_state=rng,
                                  callback=_row_callback(self.callback))
-            res.history = [dict(row, init=init) for row in res.history]
-            res.objective = float(-res.history[-1]["loss"])
+            res = dataclasses.replace(res, history=[dict(row, init=init) for row in res.history])
             if best is None or res.objective > best.objective:
                 best = res
         self.U_ = best.U

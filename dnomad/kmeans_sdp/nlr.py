@@ -20,20 +20,32 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import InputValueError, warn_convergence
 
 
+@dataclass(frozen=True, eq=False)
 class NLRResult:
     """U (n x r), the stop reason, history rows (iteration, loss = -<XX^T, UU^T>,
     infeasibility ||UU^T 1 - 1|| / sqrt(n), change, seconds, passes), iterations,
-    dual steps and passes over X."""
+    dual steps, passes over X, seconds and the step alpha."""
 
-    def __init__(self, U, **info):
-        self.U = U
-        self.__dict__.update(info)
+    U: np.ndarray
+    stop_reason: str
+    history: list
+    n_iter: int
+    dual_steps: int
+    passes: int
+    seconds: float
+    step: float
+
+    @property
+    def objective(self):
+        """<X X^T, U U^T> at the last recorded row."""
+        return float(-self.history[-1]["loss"])
 
 
 def nlr(data, K, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3, max_iter=100000,

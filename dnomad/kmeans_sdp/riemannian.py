@@ -17,7 +17,9 @@ with X centred.  Symbols -> code: C = -X X^T is never formed (C V = -X (X^T V)).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -634,16 +636,30 @@ def random_start(manifold, rng, scale=0.5, tries=60):
     return x
 
 
+@dataclass(frozen=True, eq=False)
 class NewtonResult:
     """What :func:`riemannian_newton` returns: the point (V, Q) and U, the stop reason,
     the history (one row per iteration), the final cost, gradient norm and, when asked,
-    smallest Riemannian Hessian eigenvalue, the negative-curvature steps taken and the
-    passes over X."""
+    smallest Riemannian Hessian eigenvalue, the negative-curvature steps taken, the
+    passes over X and the seconds.  :func:`riemannian_kmeans` returns its best start's
+    with the history of all its stages, ``mu`` (the last stage's), ``costs`` (each
+    start's final cost), the passes of all runs and ``labels``."""
 
-    def __init__(self, V, Q, manifold, **info):
-        self.V, self.Q = V, Q
-        self.manifold = manifold
-        self.__dict__.update(info)
+    V: np.ndarray
+    Q: np.ndarray
+    manifold: object
+    history: list
+    stop_reason: str
+    n_iter: int
+    cost: float
+    grad_norm: float
+    min_eigenvalue: float | None
+    curvature_steps: int
+    passes: int
+    seconds: float
+    mu: float | None = None
+    costs: list | None = None
+    labels: np.ndarray | None = None
 
     @property
     def point(self):
@@ -929,7 +945,7 @@ def riemannian_kmeans(data, K, *, rank=None, mu="auto", n_init=1, random_state=N
             if res.stop_reason == "max_iter":
                 capped.append((init, stage, mu_stage, res.history[-1]))
             x = res.point
-        res.history = history
+        res = dataclasses.replace(res, history=history)
         costs.append(res.cost)
         if best is None or res.cost < best.cost:
             best = res
@@ -943,6 +959,4 @@ def riemannian_kmeans(data, K, *, rank=None, mu="auto", n_init=1, random_state=N
         more = f"; and {len(capped) - 5} more" if len(capped) > 5 else ""
         warn_convergence(f"Riemannian K-means stopped at max_iter={max_iter} before meeting its tolerance "
                          f"in {len(capped)} of {n_init * len(mus)} Newton runs: {runs}{more}")
-    best.mu, best.costs, best.passes = mus[-1], costs, passes
-    best.labels = labels_from_u(best.U, K)
-    return best
+    return dataclasses.replace(best, mu=mus[-1], costs=costs, passes=passes, labels=labels_from_u(best.U, K))

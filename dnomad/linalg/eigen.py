@@ -76,7 +76,7 @@ class ComplementBasis:
         return z[self.m:]
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class EigResult:
     """Result of :func:`extreme_eigenvector`."""
 

@@ -27,6 +27,7 @@ authors' practice), and A enters only through products A W, so it runs matrix-fr
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -42,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------ symmetric NMF
-@dataclass
+@dataclass(frozen=True, eq=False)
 class AdmmResult:
     W: np.ndarray | None          # None where it was left in a row space (state "W")
     n_iter: int
@@ -75,8 +76,7 @@ def symnmf_admm(matmat, n, rank, *, W0=None, sigma=1.0, eta=1.0, max_iter=1000, 
     with RowState(n) as space:         # RowState refuses an n that is not a positive int
         res = _symnmf_admm(space, rank, matmat=matmat, W0=W0, sigma=sigma, eta=eta, max_iter=max_iter,
                            tol=tol, random_state=random_state, scale=scale, callback=callback)
-        res.W = space.get("W")
-    return res
+        return dataclasses.replace(res, W=space.get("W"))
 
 
 def _symnmf_admm(space, rank, *, matmat=None, gram_scale=None, dtype=np.float64, W0=None, sigma=1.0,

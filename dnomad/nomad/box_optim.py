@@ -45,7 +45,7 @@ MAX_BACKTRACKS = 40
 STEP_BOUNDS = (1e-30, 1e30)     # BB steps are clipped to this range (SPG2)
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class OptimResult:
     x: str              # state name holding the solution
     g: str              # state name holding the gradient there

@@ -113,7 +113,7 @@ class NomadParams:
             raise InputValueError(f"eigen_ncv must be None or an integer >= 3; got {self.eigen_ncv!r}")
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class NomadResult:
     """What every NOMAD solver returns (:func:`nomad_cgm`,
     :func:`dnomad.nomad.bm.burer_monteiro`).

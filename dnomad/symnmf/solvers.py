@@ -66,7 +66,7 @@ class SymNMFParams:
         check_choices(self, {"stop_rule": STOP_RULES, "step_rule": STEP_RULES})
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class SymNMFResult:
     """What the solvers return.
 
