@@ -2,8 +2,10 @@
 divergences."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -14,6 +16,7 @@ from .norms import FactoredM, project_m2_factor
 
 
 # ------------------------------------------------------------ cvxCondJC (Sec. 3.1)
+@dataclass(frozen=True, eq=False)
 class CondJCResult(FactoredM):
     """The ADMM's answer: Z, the projection onto M2 of its last iterate, factored as
     Phi diag(sigma) Phi' + 1 1' / t (``Phi``, ``sigma``; :meth:`membership_eigenvectors`
@@ -22,6 +25,13 @@ class CondJCResult(FactoredM):
     (iteration, objective, primal residual ||M - Z||_F / sqrt(t), dual residual
     ||Z - Z_prev||_F / sqrt(t), rank of Z - 1 1'/t, eigensolver passes, seconds); stop
     reason; iterations; the final ADMM parameter ``admm_mu``."""
+
+    objective: float
+    history: list
+    stop_reason: str
+    n_iter: int
+    admm_mu: float
+    M: np.ndarray | None = None
 
     @property
     def Z(self):
@@ -89,8 +99,7 @@ def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-
         if Xall is None:
             Xall = div.check_domain(data.gather())
         res = _admm(data, Xall, d, div, admm_mu, max_iter, tol, inner_iter, projection, eig_tol, callback)
-        res.M = data.get("M") if owned else None
-        return res
+        return dataclasses.replace(res, M=data.get("M") if owned else None)
     finally:
         if owned:
             data.close()

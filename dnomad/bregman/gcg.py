@@ -19,8 +19,10 @@ and Xi_*(G) from the Gram matrix of H G (only its top d - 1 singular values matt
 from __future__ import annotations
 
 import abc
+import dataclasses
 import math
 import time
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
@@ -31,11 +33,25 @@ from .divergences import get_divergence
 from .norms import FactoredM, _alg2_weights, omega_squared_from_singular_values, xi_squared_and_gradient
 
 
+@dataclass(frozen=True, eq=False)
 class GCGResult(FactoredM):
     """W (t x n; T for cvxCond and cvxJoint's [sqrt(beta) u, sqrt(alpha) T], V for
     cvxDisc), the optimal M in factored form (Phi, sigma: M = Phi diag(sigma) Phi' +
     1 1' / t), the objective, history rows (iteration, objective, duality gap, xi,
-    passes, seconds), stop reason, iterations, and ``extra`` (cvxDisc's offsets tau)."""
+    passes, seconds), stop reason, iterations, and ``extra`` (cvxDisc's offsets tau);
+    the problem's own names for W's parts: ``T`` (cvxCond, cvxJoint), ``u`` (cvxJoint),
+    ``V`` and ``tau`` (cvxDisc)."""
+
+    W: np.ndarray
+    objective: float
+    history: list
+    stop_reason: str
+    n_iter: int
+    extra: np.ndarray | None = None
+    T: np.ndarray | None = None
+    u: np.ndarray | None = None
+    V: np.ndarray | None = None
+    tau: np.ndarray | None = None
 
 
 class GCGProblem(abc.ABC):
@@ -465,8 +481,7 @@ def cond(X, d, divergence="euclidean", *, alpha=1e-5, max_iter=500, tol=1e-6, re
         problem = CondProblem(_check(np.asarray(X, dtype=np.float64), d, div, "cvxCond"), div)
     res = gcg(problem, d, alpha, max_iter=max_iter, tol=tol, refine_iter=refine_iter, callback=callback,
               method="cvxCond")
-    res.T = res.W
-    return res
+    return dataclasses.replace(res, T=res.W)
 
 
 def joint(X, d, divergence="euclidean", *, alpha=1e-5, beta=1e-5, max_iter=500, tol=1e-6, refine_iter=0,
@@ -484,9 +499,7 @@ def joint(X, d, divergence="euclidean", *, alpha=1e-5, beta=1e-5, max_iter=500, 
     X = _check(np.asarray(X, dtype=np.float64), d, div, "cvxJoint")
     res = gcg(JointProblem(X, div, alpha, beta), d, 1.0, max_iter=max_iter, tol=tol, refine_iter=refine_iter,
               callback=callback, method="cvxJoint")
-    res.u = res.W[:, 0] / math.sqrt(beta)
-    res.T = res.W[:, 1:] / math.sqrt(alpha)
-    return res
+    return dataclasses.replace(res, u=res.W[:, 0] / math.sqrt(beta), T=res.W[:, 1:] / math.sqrt(alpha))
 
 
 def disc(X, d, *, gamma=1e-3, max_iter=500, tol=1e-6, refine_iter=0, callback=None):
@@ -503,5 +516,4 @@ def disc(X, d, *, gamma=1e-3, max_iter=500, tol=1e-6, refine_iter=0, callback=No
     _check_clusters(d, X.shape[0])
     res = gcg(DiscProblem(X), d, gamma, max_iter=max_iter, tol=tol, refine_iter=refine_iter, callback=callback,
               method="cvxDisc")
-    res.V, res.tau = res.W, res.extra
-    return res
+    return dataclasses.replace(res, V=res.W, tau=res.extra)

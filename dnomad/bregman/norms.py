@@ -4,18 +4,20 @@ minimization oracle (Sec. 3.2.1), and its extension Xi over M2 (App. B)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import InputValueError
 
 
+@dataclass(frozen=True, eq=False)
 class FactoredM:
     """A result holding an equivalence matrix in M2 factored as
     Phi diag(sigma) Phi' + 1 1' / t (Phi orthonormal, orthogonal to 1; sigma descending)."""
 
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
+    Phi: np.ndarray
+    sigma: np.ndarray
 
     def membership_eigenvectors(self, d):
         """The top d eigenvectors of the matrix: 1 / sqrt(t) and the d - 1 leading Phi
