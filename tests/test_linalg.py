@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from devices import CUDA, DEVICES
+from dnomad import blocks
 from dnomad.blocks import device as dev
 from dnomad.errors import InputValueError
 from dnomad.linalg import ComplementBasis, extreme_eigenvector, top_eigenvectors
@@ -112,3 +113,43 @@ def test_top_eigenvectors_match_dense(rng):
 def test_bad_which():
     with pytest.raises(InputValueError, match="which"):
         extreme_eigenvector(lambda x: x, 10, which="LM")
+
+
+def _operators(rng):
+    """Each n x n operator type of dnomad, with its dense matrix."""
+    from dnomad.blocks.operators import DataGram, LowRankGram, ScaledMatrix
+
+    n = 40
+    X = rng.standard_normal((n, 3))
+    gram = DataGram(X, scale=2.0)
+    Y = rng.random((n, 4))
+    A = rng.standard_normal((n, n))
+    A = A + A.T
+    block = blocks.from_array(A, block_size=16, dtype=np.float64)
+    return [("BlockMatrix", block, A), ("LowRankGram", LowRankGram(Y), Y @ Y.T),
+            ("DataGram", gram, gram.dense()), ("ScaledMatrix", ScaledMatrix(block, 4.0, 1.0), A / 4.0)]
+
+
+def test_every_operator_follows_the_symmetric_operator_protocol(rng):
+    from dnomad.linalg import SymmetricOperator
+
+    V = rng.standard_normal((40, 3))
+    for name, op, dense in _operators(rng):
+        assert isinstance(op, SymmetricOperator), name
+        assert tuple(op.shape) == dense.shape, name
+        np.testing.assert_allclose(op.matmat(V), dense @ V, atol=1e-10, err_msg=name)
+        np.testing.assert_allclose(op.matmat(V[:, 0]), dense @ V[:, 0], atol=1e-10, err_msg=name)
+        np.testing.assert_allclose(op.diag(), np.diag(dense), atol=1e-12, err_msg=name)
+
+
+def test_eigensolvers_take_an_operator_or_a_callable(rng):
+    for name, op, dense in _operators(rng):
+        w = np.linalg.eigvalsh(dense)
+        by_op = top_eigenvectors(op, k=2, tol=1e-10)
+        by_callable = top_eigenvectors(op.matmat, dense.shape[0], 2, tol=1e-10)
+        np.testing.assert_allclose(by_op[0], w[::-1][:2], rtol=1e-8, atol=1e-10, err_msg=name)
+        np.testing.assert_allclose(by_op[0], by_callable[0], rtol=1e-12, atol=1e-12, err_msg=name)
+        smallest = extreme_eigenvector(op, which="SA", tol=1e-10)
+        assert smallest.value == pytest.approx(w[0], rel=1e-7, abs=1e-9), name
+    with pytest.raises(TypeError, match="n must be given"):
+        top_eigenvectors(lambda V: V, k=1)

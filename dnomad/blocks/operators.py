@@ -128,6 +128,17 @@ class DataGram:
         self.matmats += 1
         return out[:, 0] if squeeze else out
 
+    def diag(self):
+        """D's diagonal, ||F_i||^2 / scale: one pass over X."""
+        out = np.empty(self.n)
+
+        def fill(rows, Xc):
+            F = Xc - self.mean
+            out[rows] = np.einsum("ij,ij->i", F, F) / self.scale
+
+        self._map_chunks(fill)
+        return out
+
     def dense(self):
         """D as a dense array (tests and small n only)."""
         F = np.asarray(self.X[...], dtype=np.float64) - self.mean
@@ -150,6 +161,9 @@ class ScaledMatrix:
     def matmat(self, Y):
         self.matmats += 1
         return np.asarray(self.D.matmat(np.asarray(Y, dtype=self.D.dtype)), dtype=np.float64) / self.scale
+
+    def diag(self):
+        return np.asarray(self.D.diag(), dtype=np.float64) / self.scale
 
 
 # Rows of Y per tile when Y Y^T is scanned entry by entry (components): a tile of

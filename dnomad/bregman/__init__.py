@@ -15,11 +15,12 @@ from .clustering import (centroids_of, cluster_posteriors, hard_clustering, hard
                          spectral_rounding)
 from .divergences import (DIVERGENCES, KL, BregmanDivergence, ItakuraSaito, Logistic, SquaredEuclidean,
                           get_divergence)
+from .estimator import BregmanClustering
 from .gcg import GCGResult, cond, disc, gcg, joint
 from .norms import (omega, omega_dual, omega_lmo, omega_squared_from_singular_values, project_m2, xi, xi_dual,
                     xi_lmo, xi_minimizer)
 
-__all__ = ["BregmanDivergence", "CondJCResult", "DIVERGENCES", "GCGResult", "ItakuraSaito", "KL", "Logistic",
+__all__ = ["BregmanClustering", "BregmanDivergence", "CondJCResult", "DIVERGENCES", "GCGResult", "ItakuraSaito", "KL", "Logistic",
            "SquaredEuclidean", "centroids_of", "cluster_posteriors", "cond", "cond_jc", "disc", "gcg", "get_divergence",
            "hard_clustering", "hard_objective", "joint", "omega", "omega_dual", "omega_lmo", "omega_squared_from_singular_values",
            "project_m2", "project_simplex_rows", "soft_clustering", "spectral_rounding", "xi", "xi_dual", "xi_lmo",

@@ -1,4 +1,7 @@
-"""Distributed eigensolvers written against the small operator interface (matvec/matmat)."""
+"""Eigensolvers over the symmetric-operator protocol (:class:`SymmetricOperator`: shape,
+dtype, matmat, diag), or over matvec/matmat callables."""
 from .eigen import ComplementBasis, EigResult, extreme_eigenvector, top_eigenvectors
+from .operator import SymmetricOperator, as_matmat
 
-__all__ = ["ComplementBasis", "EigResult", "extreme_eigenvector", "top_eigenvectors"]
+__all__ = ["ComplementBasis", "EigResult", "SymmetricOperator", "as_matmat", "extreme_eigenvector",
+           "top_eigenvectors"]

@@ -23,6 +23,7 @@ import scipy.sparse.linalg as sla
 
 from ..blocks.device import array_module, is_device_array
 from ..errors import InputValueError
+from .operator import as_matmat
 
 
 # Device vectors up to this length (64 KiB in float64) are solved for on the host.
@@ -86,16 +87,19 @@ class EigResult:
     converged: bool
 
 
-def extreme_eigenvector(matvec, n, *, which="SA", deflate=None, v0=None, tol=1e-3, ncv=None,
+def extreme_eigenvector(matvec, n=None, *, which="SA", deflate=None, v0=None, tol=1e-3, ncv=None,
                         maxiter=None, host_max_n=None):
     """Smallest (``"SA"``) or largest (``"LA"``) algebraic eigenpair of a symmetric
     operator restricted to the orthogonal complement of ``deflate``.
 
     Parameters
     ----------
-    matvec : callable
-        ``matvec(x)`` returns A @ x for x of shape (n,); one pass over A each.
-    n : int
+    matvec : SymmetricOperator or callable
+        A :class:`~dnomad.linalg.operator.SymmetricOperator` (its ``matmat`` on one
+        vector; ``n`` from its shape), or ``matvec(x)`` returning A @ x for x of shape
+        (n,); one pass over A each.
+    n : int, optional
+        A's order; needed with a callable.
     which : {"SA", "LA"}
     deflate : array (n,) or (n, m), optional
         Directions to exclude (for NOMAD: the ones vector).  The eigenvector is
@@ -121,6 +125,7 @@ def extreme_eigenvector(matvec, n, *, which="SA", deflate=None, v0=None, tol=1e-
     """
     if which not in ("SA", "LA"):
         raise InputValueError(f"which must be 'SA' or 'LA'; got {which!r}")
+    matvec, n = as_matmat(matvec, n)
     on_device = any(is_device_array(a) for a in (deflate, v0))
     xp = array_module(deflate if is_device_array(deflate) else v0)
     if on_device and n <= (HOST_EIGENSOLVE_MAX_N if host_max_n is None else host_max_n):
@@ -244,9 +249,14 @@ def lanczos_extreme(op, start, *, which="SA", tol=1e-3, ncv=20, maxiter=None):
     return theta, x, False
 
 
-def top_eigenvectors(matmat, n, k, *, deflate=None, tol=1e-6, ncv=None, maxiter=None):
+def top_eigenvectors(matmat, n=None, k=None, *, deflate=None, tol=1e-6, ncv=None, maxiter=None):
     """The k largest algebraic eigenpairs of a symmetric operator on the complement of
-    ``deflate`` (descending), by Lanczos over matmat passes.  Vectors are sign-fixed."""
+    ``deflate`` (descending), by Lanczos over matmat passes.  Vectors are sign-fixed.
+    ``matmat``: a :class:`~dnomad.linalg.operator.SymmetricOperator` (``n`` from its
+    shape), or a callable V -> A V with ``n`` given."""
+    matmat, n = as_matmat(matmat, n)
+    if k is None:
+        raise InputValueError("k (the number of eigenpairs) must be given")
     if not 1 <= k:
         raise InputValueError(f"k must be >= 1; got {k}")
     basis = ComplementBasis(deflate) if deflate is not None else None
