@@ -1,6 +1,6 @@
 """What every estimator shares: scikit-learn's BaseEstimator with the input gate
-(parameters checked before any data is read), the store's claim, a finished run's
-and a finished run's result loaded back."""
+(parameters checked before any data is read), the store's claim, and a finished run's
+result loaded back."""
 from __future__ import annotations
 
 import functools

@@ -1,7 +1,6 @@
 """The BregmanClustering estimator: relax, round, re-optimize (Sec. 6)."""
 from __future__ import annotations
 
-import logging
 import numbers
 import time
 
@@ -15,9 +14,6 @@ from ..errors import InputValueError
 from ..rounding import kmeans_rows
 from ..validation import Interval, Options, check_data
 from .divergences import DIVERGENCES, BregmanDivergence
-
-
-logger = logging.getLogger(__name__)
 
 
 class BregmanClustering(_Clustering, _Estimator):

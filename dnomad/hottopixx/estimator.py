@@ -1,7 +1,6 @@
 """The Hottopixx estimator: separable NMF by HOTTOPIXX epochs over column chunks of X."""
 from __future__ import annotations
 
-import logging
 import numbers
 import time
 from dataclasses import asdict
@@ -13,9 +12,6 @@ from ..blocks.cluster import get_client
 from ..errors import InputValueError
 from ..validation import Interval, Options, check_data
 from . import solver as hott_solver
-
-
-logger = logging.getLogger(__name__)
 
 
 class Hottopixx(_Estimator):

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import numbers
 import time
 
@@ -18,9 +17,6 @@ from ..errors import InputValueError
 from ..validation import Interval, Options, check_data
 from . import nlr as nlr_solver
 from . import riemannian as rk
-
-
-logger = logging.getLogger(__name__)
 
 
 class _RowChunkEstimator(_Clustering, _Estimator):

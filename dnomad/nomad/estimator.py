@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import numbers
 import time
 
@@ -25,9 +24,6 @@ from . import cgm as nomad_solver
 from .bm import BurerMonteiroParams, burer_monteiro
 from .cgm import CHECKPOINT_KEY as nomad_checkpoint_key
 from .cgm import NomadParams, nomad_cgm
-
-
-logger = logging.getLogger(__name__)
 
 
 SOLVERS = ("cgm", "bm")

@@ -1,7 +1,6 @@
 """The SymNMF estimator: simplicial symmetric NMF by Frank-Wolfe on a blocked affinity."""
 from __future__ import annotations
 
-import logging
 import numbers
 import time
 
@@ -17,9 +16,6 @@ from ..blocks.inputs import InputSource, is_precomputed
 from ..errors import InputValueError
 from ..validation import Interval, Options
 from . import solvers as symnmf
-
-
-logger = logging.getLogger(__name__)
 
 
 class SymNMF(_Clustering, _Estimator):
