@@ -177,7 +177,7 @@ def gram(X, *, center=True, normalize=True, name="D", **group_kw):
     group = new_group(F.shape[0], **group_kw)
     panels = DataPanels(group, F).panels
     group.build([name], _gram_builder, lambda k: (panels[k[0]], panels[k[1]], group.dtype, name))
-    return BlockMatrix(group, name, owns_group=True)
+    return BlockMatrix(group, name)
 
 
 def gaussian_affinity(X, bandwidth=1.0, *, name="A", **group_kw):
@@ -189,7 +189,7 @@ def gaussian_affinity(X, bandwidth=1.0, *, name="A", **group_kw):
     panels = DataPanels(group, F).panels
     group.build([name], _gaussian_builder,
                 lambda k: (panels[k[0]], panels[k[1]], float(bandwidth), group.dtype, name))
-    return BlockMatrix(group, name, owns_group=True)
+    return BlockMatrix(group, name)
 
 
 def zeros_like_layout(group, names):
@@ -226,7 +226,7 @@ def from_array(A, *, name="D", check=True, **group_kw):
         return (A[slice(*layout.bounds(key[0])), slice(*layout.bounds(key[1]))], name)
 
     group.build([name], _array_builder, args)
-    return BlockMatrix(group, name, owns_group=True)
+    return BlockMatrix(group, name)
 
 
 def from_zarr(url, path=None, *, name="D", **group_kw):
@@ -279,7 +279,7 @@ def from_zarr(url, path=None, *, name="D", **group_kw):
         if arr.dtype != group.dtype:
             group.map_blocks(_cast_task, lambda k: (name, group.dtype), reads=[name], writes=[name],
                              name="cast")
-    return BlockMatrix(group, name, owns_group=True)
+    return BlockMatrix(group, name)
 
 
 def _cast_task(bundle, key, name, dtype):

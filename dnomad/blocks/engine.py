@@ -596,12 +596,6 @@ class BlockGroup:
         self._locs = {name: (url, path, uuid.uuid4().hex) for name, (url, path, _) in self._locs.items()}
         self._spare = {name: (url, path, uuid.uuid4().hex) for name, (url, path, _) in self._spare.items()}
 
-    def worker_peak_memory(self):
-        """Peak resident bytes of each worker process (or of this process), as a dict."""
-        if self.client is not None:
-            return self.client.run(_worker_peak_rss)
-        return {"local": _worker_peak_rss()}
-
 
 def _absolute_url(url):
     """A local store path made absolute (a pickle may be loaded from another directory);

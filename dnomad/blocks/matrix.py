@@ -28,12 +28,11 @@ class BlockMatrix:
     symmetric matrix) are the engine's business.
     """
 
-    def __init__(self, group: BlockGroup, name: str, *, owns_group=False):
+    def __init__(self, group: BlockGroup, name: str):
         if name not in group.names:
             raise InputValueError(f"matrix {name!r} is not in the block group (has {group.names})")
         self.group = group
         self.name = name
-        self._owns_group = owns_group
 
     # operator interface ----------------------------------------------------
     @property

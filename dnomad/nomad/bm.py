@@ -241,11 +241,6 @@ def lagrangian(Y, DY, mu, lam, K, sigma, phi):
     return value, grad
 
 
-def constraint_residuals(Y, K):
-    """(max_i |(Y Y^T 1)_i - 1|, |Tr(Y^T Y) - K| / K)."""
-    return float(np.abs(Y @ Y.sum(axis=0) - 1).max()), abs(float(np.vdot(Y, Y)) - K) / K
-
-
 def burer_monteiro(D, params: BurerMonteiroParams, *, Y0=None, callback=None, state=None,
                    checkpoint=None, checkpoint_every=1):
     """See :func:`_burer_monteiro`; runs with BLAS on one thread (the optimizers make
