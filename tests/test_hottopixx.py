@@ -308,7 +308,7 @@ def test_clean_epoch_same_for_dense_sparse_and_zarr(tmp_path):
     chunk_order, local = H.blocks.blocked_column_order(np.random.default_rng(3), 250, 64)
     flat = np.concatenate([c * 64 + loc for c, loc in zip(chunk_order, local)])
     Zm = Z0.copy()
-    kernels.clean_rows_block(Zm, np.arange(30), dense.columns, hott, flat, 0.5)
+    kernels.clean_rows_block(Zm, np.arange(30), dense.columns, flat, hott, 0.5)
     np.testing.assert_allclose(Zz, Zm, rtol=0, atol=1e-13)
     # The passes agree on the residual and the rows, whatever holds X.
     M = np.random.default_rng(4).random((30, 30)) / 30

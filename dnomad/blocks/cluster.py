@@ -21,10 +21,11 @@ ROWS_DISTRIBUTED_MIN = 200_000
 
 
 def get_client():
+    """The connected dask.distributed client, or None."""
     try:
-        from distributed import get_client
+        from distributed import get_client as current_client
 
-        return get_client()
+        return current_client()
     except (ImportError, ValueError):
         return None
 
@@ -88,6 +89,16 @@ def choose_backend(backend, n, dtype, *, n_matrices, store, what):
                                   f"in Zarr")
         return "zarr"
     return in_memory
+
+
+def choose_rows_backend(backend, n):
+    """Where the row chunks of X (and a row-chunk solver's state) live: "distributed" when
+    asked, or for "auto" when a client is connected and n >= ROWS_DISTRIBUTED_MIN (n None:
+    not known before X is read, taken as large); else "local" (this process)."""
+    if backend == "distributed" or (backend == "auto" and get_client() is not None
+                                    and (n is None or n >= ROWS_DISTRIBUTED_MIN)):
+        return "distributed"
+    return "local"
 
 
 def client_context(backend, n):

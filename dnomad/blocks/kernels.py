@@ -20,18 +20,18 @@ INLINE_GRAM_MAX_FEATURES = 8
 
 # Full fast-math: reductions (sums, min) vectorize.  Inputs are checked finite before
 # any pass, and no kernel starts a reduction at inf (min starts at the dtype's max).
-_FASTMATH = True
+FASTMATH = True
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
-def _dot(a, x):
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
+def dot(a, x):
     acc = 0.0
     for c in range(a.shape[0]):
         acc += a[c] * x[c]
     return acc
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
 def _dot_axpy(a, x, y, alpha):
     # a . x, and y += alpha a, in one sweep over a
     acc = 0.0
@@ -42,7 +42,7 @@ def _dot_axpy(a, x, y, alpha):
     return acc
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH)
 def _symv_block(A, ViT, VjT, YiT, YjT, mirror):
     # V and Y are transposed (k x b): for every right-hand side the innermost loop runs
     # along A's contiguous row, which stays in L1 across the k sweeps, and vectorizes.
@@ -54,7 +54,7 @@ def _symv_block(A, ViT, VjT, YiT, YjT, mirror):
             if mirror:
                 YiT[m, r] += _dot_axpy(arow, VjT[m], YjT[m], ViT[m, r])
             else:
-                YiT[m, r] += _dot(arow, VjT[m])
+                YiT[m, r] += dot(arow, VjT[m])
 
 
 def matmat_block(A, Vi, Vj, *, mirror):
@@ -78,7 +78,7 @@ def matmat_block(A, Vi, Vj, *, mirror):
     return YiT.T, (YjT.T if mirror else None)
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH)
 def _block_stats(A, weight, out):
     s = 0.0
     s2 = 0.0
@@ -127,7 +127,7 @@ def gaussian_block(Xi, Xj, bandwidth, dtype):
 LABEL_TILE = 16
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH)
 def _label_sum_block(A, li, lj, k, YiT, YjT, mirror):
     # A S_j with unordered column labels.  A tile of LABEL_TILE rows is swept column by
     # column: each column's LABEL_TILE entries add into one row of a small (k, tile)
@@ -160,7 +160,7 @@ def _label_sum_block(A, li, lj, k, YiT, YjT, mirror):
             _add_into(YjT[li[r]], arow)
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
 def _sum(a):
     acc = 0.0
     for c in range(a.shape[0]):
@@ -168,7 +168,7 @@ def _sum(a):
     return acc
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH)
 def _label_sum_runs(A, li, run_bounds, run_labels, k, Yi, YjT, mirror):
     # Columns come in runs of equal labels (data ordered by cluster): each run's sum is
     # a contiguous reduction, which vectorizes like a matvec (written inline in the loop
@@ -184,7 +184,7 @@ def _label_sum_runs(A, li, run_bounds, run_labels, k, Yi, YjT, mirror):
             _add_into(YjT[li[r]], arow)
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
 def _add_into(y, a):
     for c in range(a.shape[0]):
         y[c] += a[c]
@@ -278,7 +278,7 @@ def device_matvec_accumulate(A, v, y):
 DEVICE_PASS_THREADS = 256
 DEVICE_PASS_MAX_GRID = 4096
 
-_CUDA_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+CUDA_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,10 +11,10 @@ import numba
 import numpy as np
 
 from ..blocks import columns
-from ..blocks.kernels import _FASTMATH, _dot
+from ..blocks.kernels import FASTMATH, dot
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH)
 def _hott_epoch_rows(C, rows, Xt, order, step, diag_step):
     # C: (b, f) rows ``rows`` of the localizing matrix; Xt: (n, f), Xt[k] = column k of X.
     # For each visited column k and each row i of the block: the subgradient step of
@@ -25,7 +25,7 @@ def _hott_epoch_rows(C, rows, Xt, order, step, diag_step):
         for a in range(b):
             i = rows[a]
             ci = C[a]
-            resid = xk[i] - _dot(ci, xk)
+            resid = xk[i] - dot(ci, xk)
             if resid > 0.0:
                 for j in range(xk.shape[0]):
                     ci[j] += step * xk[j]
@@ -48,7 +48,7 @@ def hottopixx_epoch_block(C, rows, Xt, order, step, diag_step):
                      np.ascontiguousarray(diag_step, dtype=np.float64))
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH)
 def _hott_epoch_rows_sparse(C, rows, indptr, indices, data, order, step, diag_step, scratch):
     # X in compressed columns: column k's nonzeros are indices/data[indptr[k]:indptr[k+1]].
     # Work per visited column: b x nnz(X_k).  ``scratch`` (f zeros) holds the column densely
@@ -150,7 +150,7 @@ def clip_phi(C):
     return out
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
 def _clean_column(Z, rows, xk, hott, step):
     # One column's projected subgradient step of sum_k |X_ik - Z_i W_k| over Z_i >= 0 for
     # rows ``rows``, with W = X_hott: column k of W is xk[hott] (xk: X's column k, dense).
@@ -167,13 +167,13 @@ def _clean_column(Z, rows, xk, hott, step):
                 zi[j] = max(zi[j] + s * xk[hott[j]], 0.0)
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH)
 def _clean_rows(Z, rows, Xt, hott, order, step):
     for q in range(order.shape[0]):
         _clean_column(Z, rows, Xt[order[q]], hott, step)
 
 
-def clean_rows_block(Z, rows, Xt, hott, order, step):
+def clean_rows_block(Z, rows, Xt, order, hott, step):
     """One cleaning epoch (projected incremental subgradient, in place) for rows ``rows``
     of F = argmin_{Z >= 0} ||X - Z X_hott||_{inf,1}, visiting the columns of X (rows of
     ``Xt``, n x f) in ``order``.  Cost: b r per column."""
@@ -182,7 +182,7 @@ def clean_rows_block(Z, rows, Xt, hott, order, step):
                 np.ascontiguousarray(order, dtype=np.int64), float(step))
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH)
 def _clean_rows_sparse(Z, rows, indptr, indices, data, hott, order, step, scratch):
     # ``scratch`` (f zeros) holds column k densely while its step runs; cleared after.
     for q in range(order.shape[0]):
@@ -214,10 +214,6 @@ def _clean_rows_sparse_columns(Z, rows, cols, order, hott, step):
     clean_rows_block_sparse(Z, rows, cols.indptr, cols.indices, cols.data, cols.f, hott, order, step)
 
 
-def _clean_rows_dense(Z, rows, Xt, order, hott, step):
-    clean_rows_block(Z, rows, Xt, hott, order, step)
-
-
 def epoch(C, Xt, order, step, diag_step, *, row_block, client=None):
     """One HOTTOPIXX epoch in place: the block-nested loop of Bittorf et al., Sec. 4.1.
 
@@ -238,9 +234,9 @@ def clean_epoch(data, Z, hott, rng, step, *, row_block, client=None):
     (``data``: the engine's FeatureColumns): the rows of Z are independent, so tasks own
     row blocks and stream X's columns."""
     hott = np.ascontiguousarray(hott, dtype=np.int64)
-    columns.stream_rows(Z, data.columns, data.order(rng), dense=_clean_rows_dense,
+    columns.stream_rows(Z, data.columns, data.order(rng), dense=clean_rows_block,
                         sparse=_clean_rows_sparse_columns, args=lambda rows: (hott, step), row_block=row_block,
-                        client=client if data.kind == "zarr" else None)
+                        client=client)
 
 
 def squish_columns(C, *, column_block=None):

@@ -205,8 +205,7 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None, c
     for epoch in range(1, params.n_epochs + 1):
         order = data.order(rng)
         diag_step = params.primal_step * (cost + beta) / data.nnz
-        kernels.epoch(C, data.columns, order, params.primal_step, diag_step, row_block=row_block,
-                      client=client if data.kind == "zarr" else None)
+        kernels.epoch(C, data.columns, order, params.primal_step, diag_step, row_block=row_block, client=client)
         C = project(C)
         trace = float(np.trace(C))
         beta += params.dual_step * (trace - params.rank)
@@ -308,8 +307,7 @@ def hull_distance(x, W, *, epochs=20, rng=None):
     rng = rng if rng is not None else np.random.default_rng(0)
     step = 1.0
     for _ in range(epochs):
-        kernels.clean_rows_block(z, np.array([0]), Xt, np.arange(1, m + 1), rng.permutation(len(x)),
-                                        step)
+        kernels.clean_rows_block(z, np.array([0]), Xt, rng.permutation(len(x)), np.arange(1, m + 1), step)
         step *= 0.7
     return float(np.abs(x - z[0] @ W).sum())
 

@@ -1,7 +1,6 @@
 """The K-means SDP estimators on row chunks of X: Riemannian Newton and NLR."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import numbers
 import time
@@ -9,10 +8,11 @@ import time
 import numpy as np
 
 from .. import blocks
+from .._checks import check_ints
 from ..base import (_OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONSTRAINTS, _Clustering, _Estimator,
                     _gated)
 from ..blocks import runs
-from ..blocks.cluster import ROWS_DISTRIBUTED_MIN, cluster_client, get_client
+from ..blocks.cluster import choose_rows_backend, client_context
 from ..errors import InputValueError
 from ..validation import Interval, Options, check_data
 from . import nlr as nlr_solver
@@ -31,11 +31,7 @@ class _RowChunkEstimator(_Clustering, _Estimator):
 
     def _client_context(self, X):
         n = getattr(X, "shape", (0,))[0] if not isinstance(X, str) else None
-        if self.backend == "distributed":
-            return cluster_client()
-        if self.backend == "auto" and get_client() is not None and (n is None or n >= ROWS_DISTRIBUTED_MIN):
-            return cluster_client()
-        return contextlib.nullcontext(None)
+        return client_context(choose_rows_backend(self.backend, n), n)
 
     @_gated
     def fit(self, X, y=None, *, resume=False):
@@ -175,8 +171,6 @@ class RiemannianKMeans(_RowChunkEstimator):
 
     def _check(self):
         """What ``_parameter_constraints`` cannot say: rank against n_clusters, mu's stages."""
-        from .._checks import check_ints
-
         if self.rank is not None:
             check_ints(self, ["rank"], minimum=self.n_clusters + 1)
         if not (isinstance(self.mu, str) and self.mu == "auto"):
@@ -265,8 +259,6 @@ class NLR(_RowChunkEstimator):
 
     def _check(self):
         """What ``_parameter_constraints`` cannot say: rank against n_clusters."""
-        from .._checks import check_ints
-
         if self.rank is not None:
             check_ints(self, ["rank"], minimum=self.n_clusters)
 

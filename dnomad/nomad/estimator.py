@@ -13,7 +13,7 @@ from ..base import (_NONNEGATIVE, _OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_I
                     _Estimator, _gated)
 from ..blocks import runs
 from ..blocks import store as run_store
-from ..blocks.cluster import BACKEND_CHOICES, ROWS_DISTRIBUTED_MIN, choose_backend, client_context, get_client
+from ..blocks.cluster import BACKEND_CHOICES, choose_backend, choose_rows_backend, client_context
 from ..blocks.inputs import InputSource
 from ..blocks.operators import LowRankGram, ScaledMatrix
 from ..errors import InputValueError
@@ -507,8 +507,7 @@ class NOMAD(_Clustering, _Estimator):
         if source.is_data:
             # Y in row chunks beside X: on the workers when asked or when a connected
             # cluster's rows threshold is met, else in this process.
-            backend = "distributed" if self.backend == "distributed" or (
-                self.backend == "auto" and get_client() is not None and n >= ROWS_DISTRIBUTED_MIN) else "local"
+            backend = choose_rows_backend(self.backend, n)
         elif source.matrix is not None:
             backend = source.matrix.backend
         else:

@@ -12,7 +12,7 @@ import numba
 import numpy as np
 
 from ..blocks.device import array_module, is_device_array
-from ..blocks.kernels import (_CUDA_TYPES, _FASTMATH, DEVICE_PASS_MAX_GRID, DEVICE_PASS_THREADS,
+from ..blocks.kernels import (CUDA_TYPES, DEVICE_PASS_MAX_GRID, DEVICE_PASS_THREADS, FASTMATH,
                               INLINE_GRAM_MAX_FEATURES)
 
 
@@ -31,7 +31,7 @@ MIN_Q = NOMAD_STATS.index("min_Q")
 SUM_GP = NOMAD_STATS.index("sum_GP")
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
 def _nomad_row_gap(Prow, Gamrow, Grow, drow, vj, av, keep, gamma, inv_n, shift, out_p, out_g):
     # The inner pass's row: only <G, P> is reduced, so the loop vectorizes fully.
     s_gp = 0.0
@@ -45,7 +45,7 @@ def _nomad_row_gap(Prow, Gamrow, Grow, drow, vj, av, keep, gamma, inv_n, shift, 
     return s_gp
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
 def _nomad_row(Prow, Gamrow, Grow, drow, vj, av, keep, gamma, tau, inv_n, update_gamma, write_g,
                shift, out_p, out_g, acc):
     # One row of the fused pass with all statistics, branch-free in its body; the flags
@@ -87,7 +87,7 @@ def _nomad_row(Prow, Gamrow, Grow, drow, vj, av, keep, gamma, tau, inv_n, update
     acc[5] += s_q2
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH)
 def _nomad_block(P, Gam, G, Dblk, Xi, XjT, vi, vj, step, vv_scale, gamma, tau, inv_n,
                  use_x, update_gamma, write_g, full_stats, shift, out_p, out_g, weight, out):
     bi, bj = P.shape
@@ -237,7 +237,7 @@ def array_nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_s
 LOWRANK_ROWS = 128
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH)
 def _lowrank_line_search_rows(P, Gam, V, r0, shift, inv_n, per_octave, nbins, weight, out):
     # As _line_search_block, along Delta = V - P with V's rows given, for the entries
     # R = P + inv_n + shift Gam; out[-1] accumulates <P, V>.
@@ -309,7 +309,7 @@ LS_BINS_PER_OCTAVE = 8
 LS_BINS = 8 * 30
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
 def _bin_entry(q, dl, weight, per_octave, nbins, out):
     # One entry's share of h(alpha) = <[Q + alpha Delta]_-, Delta>: q and dl are its Q and
     # Delta.  out: [A0, B0, A_dec[0..nbins], B_dec[...], A_rise[...], B_rise[...]]
@@ -335,7 +335,7 @@ def _bin_entry(q, dl, weight, per_octave, nbins, out):
         out[2 + 3 * m1 + k] += b
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH)
 def _line_search_block(P, vi, vj, vv_scale, inv_n, per_octave, nbins, weight, out):
     # out: the bins of _bin_entry
     for r in range(P.shape[0]):
@@ -441,7 +441,7 @@ extern "C" __global__ void nomad_fused(real_t* __restrict__ P, real_t* __restric
 def _nomad_kernel(dtype, d_from_x, update_gamma, write_g, full_stats):
     from ..blocks.device import cupy
 
-    options = (f"-Dreal_t={_CUDA_TYPES[np.dtype(dtype)]}", f"-DD_FROM_X={int(d_from_x)}",
+    options = (f"-Dreal_t={CUDA_TYPES[np.dtype(dtype)]}", f"-DD_FROM_X={int(d_from_x)}",
                f"-DUPDATE_GAMMA={int(update_gamma)}", f"-DWRITE_G={int(write_g)}",
                f"-DFULL_STATS={int(full_stats)}")
     return cupy().RawKernel(_NOMAD_CUDA, "nomad_fused", options=options)
@@ -528,7 +528,7 @@ def _line_search_kernel(dtype):
     from ..blocks.device import cupy
 
     return cupy().RawKernel(_LINE_SEARCH_CUDA, "nomad_line_search",
-                            options=(f"-Dreal_t={_CUDA_TYPES[np.dtype(dtype)]}",))
+                            options=(f"-Dreal_t={CUDA_TYPES[np.dtype(dtype)]}",))
 
 
 def device_line_search_block(P, *, vi, vj, vv_scale, inv_n, weight):
