@@ -1,6 +1,9 @@
-"""Parameter checks shared by the solvers' ``validate`` methods: one message per kind."""
+"""Parameter checks shared by the solvers' ``validate`` methods: one message per kind,
+and the rule that a solver called from an estimator's fit does not check again."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 
 import numpy as np
@@ -44,3 +47,26 @@ def check_count(name, val, lo, hi, bound):
     if not _is_int(val) or not lo <= val <= hi:
         raise InputValueError(f"{name} must be an integer with {lo} <= {name} <= {bound} = {hi}; "
                               f"got {val!r}")
+
+
+# Set while an estimator's fit runs: it checked its solver's parameters (``params.validate``)
+# before reading any data, so the solvers it calls do not check them again (scikit-learn's
+# skip of nested validation).  A solver called directly checks them itself.
+_PARAMS_CHECKED = contextvars.ContextVar("dnomad_params_checked", default=False)
+
+
+@contextlib.contextmanager
+def params_checked():
+    """Inside: :func:`check_solver_params` is a no-op (the caller checked already)."""
+    token = _PARAMS_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _PARAMS_CHECKED.reset(token)
+
+
+def check_solver_params(params, size):
+    """A solver's entry check: ``params.validate(size)``, unless an estimator's fit
+    checked them already (see :func:`params_checked`)."""
+    if not _PARAMS_CHECKED.get():
+        params.validate(size)

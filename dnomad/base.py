@@ -15,6 +15,7 @@ from .blocks import runs
 from .blocks import store as run_store
 from .blocks.operators import LowRankGram
 from .errors import InputTypeError, InputValueError, InvalidParameterError
+from ._checks import params_checked
 from .validation import Interval, validate_params
 
 
@@ -32,7 +33,8 @@ def _n_features(X):
 
 def _gated(fit):
     """The input gate around an estimator's ``fit``: every parameter checked against
-    ``_parameter_constraints`` first; the store, claimed inside ``fit`` (after its data
+    ``_parameter_constraints`` first (``fit`` checks its solver's parameters against the
+    data's size before reading it, so the solvers it calls do not check them again); the store, claimed inside ``fit`` (after its data
     passed :func:`dnomad.validation.check_data`) by :meth:`_Estimator._claim_store`, is
     released when ``fit`` ends, however it ends; and a run refused for its input after
     the claim (content found bad where lazy data is read) leaves no store behind."""
@@ -44,7 +46,8 @@ def _gated(fit):
         self._store_claim = None
         self.__dict__.pop("n_features_in_", None)
         try:
-            fitted = fit(self, X, y, resume=bool(resume))
+            with params_checked():
+                fitted = fit(self, X, y, resume=bool(resume))
             n_features = _n_features(X)
             if n_features is not None:
                 self.n_features_in_ = n_features

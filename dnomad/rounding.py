@@ -66,9 +66,10 @@ def component_labels(Q, fraction=COMPONENT_FRACTION):
     """Hard labels from a NOMAD solution Q: connected components of the graph with an edge
     (i, j) where Q_ij > fraction * max(Q_ii, Q_jj).
 
-    Q is any symmetric operator with ``diag()`` and ``threshold_components(t)`` (per-node
-    thresholds t, an edge needing Q_ij > max(t_i, t_j)): a BlockMatrix (one pass over the
-    diagonal blocks, one over Q) or a LowRankGram.  The rule reads Q_ij against each
+    Q is any :class:`dnomad.linalg.SymmetricOperator` (its ``diag()`` and
+    ``threshold_components(t)`` with per-node thresholds t, an edge needing
+    Q_ij > max(t_i, t_j)): a BlockMatrix (one pass over the diagonal blocks, one over Q)
+    or a LowRankGram (tiles of Y Y^T).  The rule reads Q_ij against each
     end's own self-affinity, so it does not change when Q is scaled, and on the SDP's
     solution for separated groups (Q block diagonal, entries 1 / |group|) it returns the
     groups whatever their sizes; a threshold relative to max(Q) instead cuts every group

@@ -1,6 +1,8 @@
 import numpy as np
 import pytest
 
+from devices import CUDA
+
 
 def local_cluster_client(n_workers):
     """A real dask.distributed cluster: ``n_workers`` worker processes, 1 thread each
@@ -24,3 +26,14 @@ def cluster_client():
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture(params=["local", "zarr", "distributed", CUDA])
+def backend(request):
+    """Each layout of the engine (see backends.make_group); "cuda" skips without a GPU."""
+    return request.param
+
+
+@pytest.fixture
+def client_for(backend, request):
+    return request.getfixturevalue("cluster_client") if backend == "distributed" else None

@@ -256,3 +256,26 @@ def test_a_store_claimed_for_a_run_refused_late_is_released(tmp_path):
         assert not os.path.exists(store) and not os.path.exists(store + ".lock"), method
     est = dnomad.fit(BLOBS, method="nlr", n_clusters=2, store=store, max_iter=50)
     assert run_store.read_json(store, "result") is not None and est.labels_.shape == (len(BLOBS),)
+
+
+@pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
+@pytest.mark.parametrize("method,params_class,params", [
+    ("nomad", "dnomad.nomad.cgm.NomadParams", {"n_clusters": 2, "max_iter": 3}),
+    ("nomad", "dnomad.nomad.bm.BurerMonteiroParams", {"n_clusters": 2, "solver": "bm", "rank": 4, "max_iter": 2}),
+    ("nomad", "dnomad.nomad.cgm.NomadParams", {"n_clusters": 2, "layers": [3, 2], "max_iter": 3}),
+    ("symnmf", "dnomad.symnmf.solvers.SymNMFParams", {"n_clusters": 2, "max_iter": 3}),
+    ("hottopixx", "dnomad.hottopixx.solver.HottopixxParams", {"rank": 3, "n_epochs": 2}),
+])
+def test_a_fit_checks_its_solver_parameters_once(method, params_class, params, monkeypatch):
+    """One validation layer: the solver's parameters are checked once per layer at fit,
+    before the data is read, and the solver the fit calls does not check them again; a
+    solver called directly still checks them (tests of each solver's bad parameters)."""
+    import importlib
+
+    module, name = params_class.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    calls = []
+    original = cls.validate
+    monkeypatch.setattr(cls, "validate", lambda self, size: (calls.append(size), original(self, size))[1])
+    ESTIMATORS[method](**params).fit(good_data(method))
+    assert len(calls) == len(params.get("layers", [None])), calls

@@ -1,5 +1,7 @@
 import numpy as np
 import pytest
+from scipy.sparse.csgraph import connected_components
+from sklearn.metrics import adjusted_rand_score
 
 from devices import CUDA, DEVICES
 from dnomad import blocks
@@ -140,6 +142,21 @@ def test_every_operator_follows_the_symmetric_operator_protocol(rng):
         np.testing.assert_allclose(op.matmat(V), dense @ V, atol=1e-10, err_msg=name)
         np.testing.assert_allclose(op.matmat(V[:, 0]), dense @ V[:, 0], atol=1e-10, err_msg=name)
         np.testing.assert_allclose(op.diag(), np.diag(dense), atol=1e-12, err_msg=name)
+        want = {"sum": dense.sum(), "fro": np.linalg.norm(dense), "min": dense.min(), "max": dense.max()}
+        got = op.summary()
+        assert set(got) == set(want), name
+        for key, value in want.items():
+            assert got[key] == pytest.approx(value, rel=1e-10, abs=1e-10), (name, key)
+        # Components of a thresholded graph: a number and per-node thresholds, against
+        # SciPy on the dense matrix (a threshold that leaves several components).
+        top = np.quantile(dense, 0.97)
+        for t in (top, top * (0.8 + 0.4 * rng.random(len(dense)))):
+            edges = dense > np.maximum.outer(np.broadcast_to(t, len(dense)), np.broadcast_to(t, len(dense)))
+            n_ref, ref = connected_components(edges, directed=False)
+            ours = op.threshold_components(t)
+            assert ours.max() + 1 == n_ref > 1, name
+            assert adjusted_rand_score(ref, ours) == 1.0, name
+            assert ours[0] == 0 and np.all(np.diff(np.maximum.accumulate(ours)) <= 1), name
 
 
 def test_eigensolvers_take_an_operator_or_a_callable(rng):

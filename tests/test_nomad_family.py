@@ -176,14 +176,15 @@ def test_low_rank_components_match_dense_components(rng):
 
     Y = rng.random((700, 5)) ** 6
     Q = LowRankGram(Y)
+    Q.tile_rows = 128                # tiles across the component boundaries
     dense = Y @ Y.T
     assert Q.max() == pytest.approx(dense.max())
     for frac in (0.05, 0.2, 0.5):
-        ours = Q.threshold_components(frac * Q.max(), tile_rows=128)
+        ours = Q.threshold_components(frac * Q.max())
         ref = connected_components(dense > frac * dense.max())[1]
         assert ours.max() == ref.max() and adjusted_rand_score(ref, ours) == 1.0
     t = rng.random(len(Y)) * dense.max()
-    ours = Q.threshold_components(t, tile_rows=128)
+    ours = Q.threshold_components(t)
     ref = connected_components(dense > np.maximum.outer(t, t))[1]
     assert ours.max() == ref.max() and adjusted_rand_score(ref, ours) == 1.0
 

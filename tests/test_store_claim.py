@@ -78,3 +78,34 @@ def test_a_lock_held_by_a_live_process_names_it_and_dies_with_it(tmp_path):
     with pytest.warns(dnomad.ConvergenceWarning):
         est.fit(np.random.default_rng(0).random((20, 2)))
     assert not os.path.exists(store + ".lock")
+
+
+def test_a_checkpoint_state_round_trips_through_the_store(tmp_path, rng):
+    """The one checkpoint protocol's store format: a solver's state (arrays, scalars, the
+    history, the n x n blocks it names) saved twice and loaded back as the last one saved,
+    arrays bit for bit and blocks into another group; a record from before the format
+    is refused with the way out."""
+    from dnomad import blocks
+
+    url = str(tmp_path / "run.zarr")
+    checkpoints = run_store.Checkpoints(url, "demo_checkpoint")
+    assert checkpoints.load() is None
+    A = rng.standard_normal((30, 30))
+    group = blocks.from_array(A + A.T, block_size=8, dtype=np.float64).group
+    for it in (1, 2):
+        Y, mu = rng.random((30, 3)), rng.random(30)
+        history = [{"iteration": i, "objective": 1.0 / i} for i in range(1, it + 1)]
+        checkpoints.save({"Y": Y, "mu": mu, "lam": 0.5 * it, "stop_reason": None, "history": history,
+                          "blocks": ["D"]}, group=group)
+    other = blocks.new_group(30, dtype=np.float64, backend="local", block_size=8)
+    state = checkpoints.load(group=other)
+    np.testing.assert_array_equal(state["Y"], Y)
+    np.testing.assert_array_equal(state["mu"], mu)
+    assert (state["lam"], state["stop_reason"], state["iteration"]) == (1.0, None, 2)
+    assert state["history"] == history
+    np.testing.assert_array_equal(np.asarray(blocks.BlockMatrix(other, "D")), A + A.T)
+    assert set(state) == {"Y", "mu", "lam", "stop_reason", "history", "blocks", "iteration"}
+
+    run_store.write_json(url, "old_checkpoint", {"iteration": 3, "slot": "a"})
+    with pytest.raises(dnomad.InputValueError, match="older format.*overwrite=True"):
+        run_store.Checkpoints(url, "old_checkpoint").load()

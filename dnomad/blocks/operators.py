@@ -15,7 +15,56 @@ from ..errors import InputValueError
 DEFAULT_CHUNK_ROWS = 65536
 
 
-class DataGram:
+# Rows per tile when a factored Gram is scanned entry by entry (its smallest entry, its
+# components): a tile is TILE_ROWS x TILE_ROWS float64, 32 MB.
+TILE_ROWS = 2048
+
+
+class _FactoredGram:
+    """What a Gram G = F F^T offers beyond its products, from its factor's rows alone
+    (``_factor_rows(r0, r1)``: F[r0:r1] as float64): G is PSD, so its largest entry is
+    on its diagonal; sums and norms come from F^T 1 and F^T F; the smallest entry and
+    the components scan the upper triangle tile by tile, O(n^2 r) work in
+    O(TILE_ROWS^2) memory."""
+
+    tile_rows = TILE_ROWS
+
+    def _tiles(self):
+        """(r0, c0, tile) over the upper triangle of G, tile = G[r0:r0+T, c0:c0+T]."""
+        n, T = self.shape[0], self.tile_rows
+        for r0 in range(0, n, T):
+            Fr = self._factor_rows(r0, min(n, r0 + T))
+            for c0 in range(r0, n, T):
+                Fc = Fr if c0 == r0 else self._factor_rows(c0, min(n, c0 + T))
+                yield r0, c0, Fr @ Fc.T
+
+    def summary(self):
+        """sum, Frobenius norm, min and max of G's entries (as ``BlockMatrix.summary``)."""
+        total = self._factor_column_sums()
+        low = min(float(tile.min()) for _, _, tile in self._tiles())
+        return {"sum": float(total @ total), "fro": self.fro_norm, "min": low, "max": float(self.diag().max())}
+
+    def threshold_components(self, threshold):
+        """Labels of the connected components of the graph G_ij > ``threshold``
+        (numbered by first appearance).  ``threshold``: a number, or per-node
+        thresholds t (length n), an edge then needing G_ij > max(t_i, t_j) (as
+        ``BlockMatrix.threshold_components``)."""
+        from .passes import block_component_edges, join_component_edges
+
+        n = self.shape[0]
+        t = np.asarray(threshold, dtype=np.float64)
+        if t.ndim and t.shape != (n,):
+            raise InputValueError(f"threshold must be a number or a vector of length {n}; got shape {t.shape}")
+        edges = []
+        for r0, c0, tile in self._tiles():
+            tr = t[r0:r0 + tile.shape[0], None] if t.ndim else t
+            tc = t[None, c0:c0 + tile.shape[1]] if t.ndim else t
+            idx, root = block_component_edges((tile > tr) & (tile > tc))
+            edges.append((r0, c0, tile.shape[0], idx, root))
+        return join_component_edges(n, edges)
+
+
+class DataGram(_FactoredGram):
     """D = F F^T / scale with F = X - mean(X) (``center``), as a linear operator.
 
     ``scale`` is ``"frobenius"`` (D divided by its Frobenius norm ||F^T F||_F, the
@@ -139,6 +188,16 @@ class DataGram:
         self._map_chunks(fill)
         return out
 
+    def _factor_rows(self, r0, r1):
+        self.rows_read += r1 - r0
+        return (np.asarray(self.X[r0:r1], dtype=np.float64) - self.mean) / np.sqrt(self.scale)
+
+    def _factor_column_sums(self):
+        total = np.zeros(self.d)
+        for _, Xc in self._chunks():
+            total += Xc.sum(axis=0)
+        return (total - self.n * self.mean) / np.sqrt(self.scale)
+
     def dense(self):
         """D as a dense array (tests and small n only)."""
         F = np.asarray(self.X[...], dtype=np.float64) - self.mean
@@ -165,19 +224,28 @@ class ScaledMatrix:
     def diag(self):
         return np.asarray(self.D.diag(), dtype=np.float64) / self.scale
 
+    def summary(self):
+        out = {k: v / self.scale for k, v in self.D.summary().items()}
+        if self.scale < 0:
+            out["min"], out["max"] = out["max"], out["min"]
+        out["fro"] = abs(out["fro"])
+        return out
 
-# Rows of Y per tile when Y Y^T is scanned entry by entry (components): a tile of
-# Y Y^T is TILE_ROWS x TILE_ROWS float64, 32 MB.
-TILE_ROWS = 2048
+    def threshold_components(self, threshold):
+        if self.scale < 0:
+            raise InputValueError("threshold_components of a negatively scaled matrix is not defined "
+                                  "(the edges would flip to D_ij < t scale)")
+        return self.D.threshold_components(np.asarray(threshold, dtype=np.float64) * self.scale)
 
 
-class LowRankGram:
+class LowRankGram(_FactoredGram):
     """Q = Y Y^T for a thin Y >= 0 (n x r), as a linear operator: the Burer-Monteiro
     solution of NOMAD without its n x n matrix.
 
-    ``matmat`` costs O(n r k); ``diag`` and ``max`` O(n r) (Q is PSD and nonnegative,
-    so its largest entry is on the diagonal); ``fro_norm`` = ||Y^T Y||_F, O(n r^2);
-    ``threshold_components`` scans Q by tiles, O(n^2 r) work in O(TILE_ROWS^2) memory.
+    ``matmat`` costs O(n r k); ``diag`` and ``max`` O(n r) (Q is PSD, so its largest
+    entry is on the diagonal); ``fro_norm`` = ||Y^T Y||_F, O(n r^2); ``summary``'s
+    minimum and ``threshold_components`` scan Q by tiles, O(n^2 r) work in
+    O(TILE_ROWS^2) memory.
     """
 
     def __init__(self, Y):
@@ -209,28 +277,11 @@ class LowRankGram:
     def max(self):
         return float(self.diag().max())
 
-    def threshold_components(self, threshold, tile_rows=TILE_ROWS):
-        """Labels of the connected components of the graph Q_ij > ``threshold``
-        (numbered by first appearance), tile by tile of the upper triangle.
-        ``threshold``: a number, or per-node thresholds t (length n), an edge then
-        needing Q_ij > max(t_i, t_j) (as ``passes.threshold_components``)."""
-        from .passes import block_component_edges, join_component_edges
+    def _factor_rows(self, r0, r1):
+        return self.Y[r0:r1]
 
-        t = np.asarray(threshold, dtype=np.float64)
-        if t.ndim and t.shape != (self.n,):
-            raise InputValueError(f"threshold must be a number or a vector of length {self.n}; got "
-                                  f"shape {t.shape}")
-        tiles = []
-        for r0 in range(0, self.n, tile_rows):
-            Yr = self.Y[r0:r0 + tile_rows]
-            tr = t[r0:r0 + tile_rows, None] if t.ndim else t
-            for c0 in range(r0, self.n, tile_rows):
-                Yc = self.Y[c0:c0 + tile_rows]
-                tc = t[None, c0:c0 + tile_rows] if t.ndim else t
-                Qt = Yr @ Yc.T
-                idx, root = block_component_edges((Qt > tr) & (Qt > tc))
-                tiles.append((r0, c0, len(Yr), idx, root))
-        return join_component_edges(self.n, tiles)
+    def _factor_column_sums(self):
+        return self.Y.sum(axis=0)
 
     def to_numpy(self):
         from .matrix import _available_memory

@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from ..errors import StoreError
+from ..errors import InputValueError, StoreError
 
 RUN_MARKER = "dnomad_run"
 
@@ -212,6 +212,16 @@ def write_vector(url, path, v, chunks=None):
     arr[...] = v
 
 
+# Rows per chunk of a tall n x r array (a factor Y or W, a vector of n).
+ROW_CHUNK = 65536
+
+
+def write_rows(url, path, A):
+    """A tall array at ``path`` in chunks of ROW_CHUNK rows (a scalar in one chunk)."""
+    A = np.asarray(A)
+    write_vector(url, path, A, chunks=(max(min(len(A), ROW_CHUNK), 1),) + A.shape[1:] if A.ndim else None)
+
+
 def read_vector(url, path):
     import zarr
 
@@ -313,6 +323,45 @@ class Checkpoints:
             yield prefix
             write_table(self.url, f"{prefix}/history", history)
             write_json(self.url, self.key, dict(record, slot=slot))
+
+
+    # ---- the one checkpoint protocol: every iterative solver that checkpoints takes
+    # ``state=`` (a state it handed to ``checkpoint`` earlier, or None) and
+    # ``checkpoint=`` (a callable it calls with its state every ``checkpoint_every``
+    # iterations and at its last).  A state is a dict: "history" (a list of rows),
+    # NumPy arrays, "blocks" (names of n x n matrices in the solver's BlockGroup, which
+    # stay there), and JSON-able scalars.  These two methods are its one store format.
+    def save(self, state, *, group=None):
+        """Write ``state``: its arrays under the slot (row-chunked), its ``blocks`` from
+        ``group``, its history as a table, the scalars as the record (written last)."""
+        arrays = {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
+        record = {k: v for k, v in state.items() if k != "history" and k not in arrays}
+        record["arrays"] = sorted(arrays)
+        record.setdefault("iteration", len(state["history"]))
+        with self.write(record, state["history"]) as prefix:
+            for name, value in arrays.items():
+                write_rows(self.url, f"{prefix}/{name}", value)
+            if state.get("blocks"):
+                group.save(list(state["blocks"]), self.url, prefix)
+
+    def load(self, *, group=None):
+        """The state :meth:`save` wrote last (None if there is none); its ``blocks`` are
+        loaded into ``group``."""
+        ck = self.latest()
+        if ck is None:
+            return None
+        prefix = ck.pop("prefix")
+        ck.pop("slot", None)
+        state = dict(ck)
+        if "arrays" not in state:
+            raise InputValueError(f"the checkpoint {self.key!r} in {redact(self.url)!r} is in an older "
+                                  "format (its record lists no arrays) and cannot be resumed: fit again with "
+                                  "overwrite=True")
+        for name in state.pop("arrays"):
+            state[name] = read_vector(self.url, f"{prefix}/{name}")
+        if state.get("blocks"):
+            group.load(list(state["blocks"]), self.url, prefix)
+        return state
 
 
 def has_array(url, path):

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import blocks
-from .._checks import check_choices, check_count, check_ints, check_numbers
+from .._checks import check_choices, check_solver_params, check_count, check_ints, check_numbers
 from ..errors import InputValueError
 from . import kernels
 
@@ -143,6 +143,8 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None, c
         stages a large dask/Zarr X in a store).  Sparse X is streamed by its nonzeros
         (per column, b nnz(X_k) work per task).
     params : HottopixxParams
+        Checked by ``params.validate`` on entry, except inside an estimator's fit
+        (which checked them before reading any data).
         ``rank`` r, ``n_epochs`` (50; 4 is the paper's "fast" setting), ``primal_step``
         s_p (0.1), ``dual_step`` s_d (0.01), ``projection`` ("squish": the exact
         projection onto Phi_0 after every epoch; "clip": Sec. 4's clipping, enough when
@@ -187,7 +189,7 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None, c
     """
     data = X if isinstance(X, blocks.FeatureColumns) else blocks.feature_columns(X)
     f, n = data.shape
-    params.validate(f)
+    check_solver_params(params, f)
     rng = np.random.default_rng(random_state)
     # Distinct costs in [0, cost_scale).  The Lagrangian keeps the residual weights w = 1
     # (Sec. 4 updates only beta), which is an exact penalty for the LP only when the costs

@@ -11,8 +11,15 @@ from ..errors import InputTypeError
 
 @runtime_checkable
 class SymmetricOperator(Protocol):
-    """A symmetric n x n operator: ``shape`` (n, n), ``dtype``, ``matmat(V)`` = A V for V
-    of shape (n,) or (n, k) (one pass over A), and ``diag()`` (A's diagonal, n)."""
+    """A symmetric n x n operator A.
+
+    ``shape`` (n, n) and ``dtype``; ``matmat(V)`` = A V for V of shape (n,) or (n, k)
+    (one pass over A); ``diag()``, A's diagonal (n); ``summary()``, a dict of the
+    entries' "sum", "fro" (Frobenius norm), "min" and "max" (one pass);
+    ``threshold_components(t)``, labels 0..c-1 (by first appearance) of the connected
+    components of the graph A_ij > t, t a number or per-node thresholds (an edge then
+    needs A_ij > max(t_i, t_j)).  The eigensolvers use ``matmat``; the methods' rounding
+    and scaling the rest."""
 
     shape: tuple
     dtype: object
@@ -20,6 +27,10 @@ class SymmetricOperator(Protocol):
     def matmat(self, V): ...
 
     def diag(self): ...
+
+    def summary(self): ...
+
+    def threshold_components(self, threshold): ...
 
 
 def as_matmat(A, n=None):

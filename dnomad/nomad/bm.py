@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InputValueError, warn_convergence
-from .._checks import check_choices, check_ints, check_numbers
+from .._checks import check_choices, check_solver_params, check_ints, check_numbers
 from .box_optim import drop_states
 
 logger = logging.getLogger(__name__)
@@ -377,6 +377,8 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
     data mode), inner_scale (the optimizer's last curvature scale: the next step's
     first step), seconds.
 
+    ``params`` are checked by ``params.validate`` on entry, except inside an estimator's
+    fit (which checked them before reading any data).
     ``state`` (a dict Y, mu, lam, history, matmats, as passed to ``checkpoint``)
     resumes a run exactly where it was saved; ``checkpoint(state)`` is called every
     ``checkpoint_every`` outer steps and at the end.  Returns a
@@ -388,7 +390,7 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
 
     data_mode = isinstance(D, RowChunks)
     n = D.n if data_mode else D.shape[0]
-    params.validate(n)
+    check_solver_params(params, n)
     K, r = params.n_clusters, params.resolved_rank(n)
     space = D if data_mode else RowState(n)
     sigma, phi = params.resolved_sigma(n), params.phi

@@ -27,13 +27,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from .. import blocks
-from .._checks import check_choices, check_ints
-from ..blocks import store as run_store
+from .._checks import check_choices, check_ints, check_solver_params
 from ..blocks.device import to_device, to_host
 from ..errors import InputValueError, warn_convergence
 from ..linalg import extreme_eigenvector
@@ -78,13 +77,12 @@ class NomadParams:
     rmse_tol: float = 1e-4
     min_tol: float = 1e-2
     objective_tol: float = 1e-3
-    checkpoint_every: int = 20
 
     def validate(self, n):
         K = self.n_clusters
         if not isinstance(K, (int, np.integer)) or isinstance(K, bool) or not 1 < K < n:
             raise InputValueError(f"n_clusters must be an integer with 1 < n_clusters < n = {n}; got {K!r}")
-        check_ints(self, ("max_iter", "n_inner", "checkpoint_every"))
+        check_ints(self, ("max_iter", "n_inner"))
         for name in ("penalty", "tau"):
             val = getattr(self, name)
             if isinstance(val, str):
@@ -259,8 +257,8 @@ def _stats_row(stats, n, K):
 CHECKPOINT_KEY = "nomad_checkpoint"
 
 
-def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False, callback=None,
-              checkpoint_key=CHECKPOINT_KEY):
+def nomad_cgm(group, params: NomadParams, *, data=None, state=None, callback=None, checkpoint=None,
+              checkpoint_every=20):
     """Solve NOMAD by Alg. 2 (conditional gradient in the method of multipliers).
 
     Parameters
@@ -269,6 +267,8 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
         Holds D as matrix "D", or, with ``data``, nothing yet; P, Gamma and G are
         added to it.
     params : NomadParams
+        Checked by ``params.validate`` on entry, except inside an estimator's fit
+        (which checked them before reading any data).
         ``n_clusters`` (K), ``max_iter`` (outer iterations), ``n_inner`` (Frank-Wolfe
         steps per multiplier update; the paper uses 10), ``penalty`` (gamma of eq. 13;
         "scale" or a number, see :func:`resolve_penalty`; the paper's is 1)
@@ -283,18 +283,19 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
         passes), stopping tolerances ``rmse_tol`` (RMSE of [Q]_-), ``min_tol``
         (|min Q| <= min_tol K / n) and ``objective_tol`` (relative change of Tr(D Q)
         between outer iterations): the run stops when all three hold.
-        ``checkpoint_every``: outer iterations between checkpoints to ``store``.
     data : blocks.DataPanels, optional
         D = F F^T given by its factor: no pass reads or forms D; the solver adds its
         low-rank part (``_FactoredGram``), and "D" need not be in ``group``.
-    store : str, optional
-        Run store URL for checkpoints.
-    resume : bool
-        Start from the checkpoint in ``store``.
-    checkpoint_key : str
-        The checkpoint record's name in ``store`` (one per layer of multi-layer NOMAD).
+    state : dict, optional
+        A state handed to ``checkpoint`` earlier: the run goes on from it exactly as
+        if it had not stopped.  Its ``blocks`` (P and Gamma) must be in ``group``
+        already (``blocks.store.Checkpoints.load(group=group)`` puts them there).
     callback : callable, optional
         Called with each history row (a dict); returning True stops the run.
+    checkpoint : callable, optional
+        Called with the run's state every ``checkpoint_every`` outer iterations and at
+        the last: the scalars, the history, the eigensolver's warm start ``v`` and
+        ``blocks``, the names of the n x n matrices in ``group`` to keep (P, Gamma).
 
     Returns
     -------
@@ -316,32 +317,30 @@ def nomad_cgm(group, params: NomadParams, *, data=None, store=None, resume=False
     hold by construction (to round-off); Q >= 0 is met to the stopping tolerances.
     """
     with blocks.single_threaded_blas():
-        return _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key)
+        return _nomad_cgm(group, params, data, state, callback, checkpoint, checkpoint_every)
 
 
-def _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key):
+def _nomad_cgm(group, params, data, state, callback, checkpoint, checkpoint_every):
     layout = group.layout
     n, K = layout.n, params.n_clusters
+    check_solver_params(params, n)
     # On device blocks the eigensolver's vectors stay on the GPU with the blocks.
     ones = to_device(np.ones(n) / math.sqrt(n), group.device)
     vv_scale = float(K - 1)
 
     start_t, k_total, v, history, gram_p = 0, 0, None, [], 0.0
-    if resume:
-        ck = run_store.Checkpoints(store, checkpoint_key).latest()
-        if ck is None:
-            raise InputValueError(f"store {run_store.redact(str(store))!r} has no NOMAD checkpoint to resume from")
-        group.load(["P", "Gamma"], store, ck["prefix"])
-        start_t, k_total, history = ck["iteration"], ck["k_total"], ck["history"]
-        penalty, tau = ck["penalty_value"], ck["tau_value"]
-        v = to_device(run_store.read_vector(store, f"{ck['prefix']}/v"), group.device) if ck["has_v"] else None
-        gram_p = ck.get("gram_inner_p")
-        block_k = ck.get("block_k")
-        final = ck.get("stop_reason")
+    if state is not None:
+        missing = [name for name in STATE_BLOCKS if name not in group.names]
+        if missing:
+            raise InputValueError(f"resuming NOMAD needs the checkpoint's {missing} in the block group")
+        start_t, k_total, history = int(state["iteration"]), int(state["k_total"]), list(state["history"])
+        penalty, tau = state["penalty"], state["tau"]
+        v = to_device(state["v"], group.device) if state.get("v") is not None else None
+        gram_p, block_k, final = state.get("gram_inner_p"), state.get("block_k"), state.get("stop_reason")
         logger.info("resuming NOMAD from outer iteration %d", start_t)
     else:
         penalty, tau = resolve_penalty(params, group, data)
-        blocks.zeros_like_layout(group, ["P", "Gamma"])
+        blocks.zeros_like_layout(group, list(STATE_BLOCKS))
         final, block_k = None, None
     logger.info("NOMAD penalty gamma = %.4g, multiplier step tau = %s", penalty,
                 "gamma" if tau is None else f"{tau:.4g}")
@@ -373,10 +372,8 @@ def _nomad_cgm(group, params, data, store, resume, callback, checkpoint_key):
         if callback is not None and callback(dict(history[-1])) is True and not converged:
             stop_reason = "callback"
         last = stop_reason != "max_iter" or t + 1 == params.max_iter
-        if store is not None and ((t + 1) % params.checkpoint_every == 0 or last):
-            _checkpoint(group, store, checkpoint_key, t + 1, k_total, inner.state, history, params, penalty, tau,
-                        gram.inner_p if gram is not None else None, stop_reason if last else None,
-                        getattr(inner, "k", None))
+        if checkpoint is not None and ((t + 1) % checkpoint_every == 0 or last):
+            checkpoint(_state(t + 1, k_total, inner, history, penalty, tau, gram, stop_reason if last else None))
         if stop_reason != "max_iter":
             break
     if not converged and stop_reason == "max_iter" and history:
@@ -627,15 +624,17 @@ def _check_stop(row, prev_obj, params):
     return "max_iter", False
 
 
-def _checkpoint(group, store, key, t, k_total, v, history, params, penalty, tau, gram_p, stop_reason,
-                block_k=None):
-    """Checkpoint P, Gamma, v (the block direction's n x k vectors U) and the history;
-    ``stop_reason`` is set on the run's last checkpoint (None before), so that a resume
-    after it finishes instead of iterating on."""
-    record = {"iteration": int(t), "k_total": int(k_total), "has_v": v is not None,
-              "params": asdict(params), "penalty_value": penalty, "tau_value": tau,
-              "gram_inner_p": gram_p, "stop_reason": stop_reason, "block_k": block_k}
-    with run_store.Checkpoints(store, key).write(record, history) as prefix:
-        group.save(["P", "Gamma"], store, prefix)
-        if v is not None:
-            run_store.write_vector(store, f"{prefix}/v", to_host(v))
+# The n x n matrices a checkpoint keeps: the iterate and the multipliers (G is rebuilt).
+STATE_BLOCKS = ("P", "Gamma")
+
+
+def _state(t, k_total, inner, history, penalty, tau, gram, stop_reason):
+    """The run's state after outer iteration t, for ``checkpoint``: ``stop_reason`` is set on
+    the run's last state (None before), so that a resume from it finishes instead of
+    iterating on."""
+    state = {"iteration": int(t), "k_total": int(k_total), "history": history, "penalty": penalty, "tau": tau,
+             "gram_inner_p": gram.inner_p if gram is not None else None, "stop_reason": stop_reason,
+             "block_k": getattr(inner, "k", None), "blocks": list(STATE_BLOCKS)}
+    if inner.state is not None:
+        state["v"] = np.asarray(to_host(inner.state))
+    return state

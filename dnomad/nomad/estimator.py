@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import numbers
 import time
+from functools import partial
 
 import numpy as np
 
@@ -212,7 +213,7 @@ class NOMAD(_Clustering, _Estimator):
 
     _solver_params = ("max_iter", "n_inner", "penalty", "penalty_schedule", "tau", "direction", "block_rank",
                       "lagrangian", "step_rule", "eigen_tol", "eigen_ncv", "rmse_tol", "min_tol",
-                      "objective_tol", "checkpoint_every")
+                      "objective_tol")
 
     _checkpoints = True
     _parameter_constraints = {
@@ -379,10 +380,7 @@ class NOMAD(_Clustering, _Estimator):
                                        random_state=self.random_state, **(self.solver_options or {}))
         max_iter = CGM_MAX_ITER if self.max_iter is None else self.max_iter
         return NomadParams(n_clusters=K, max_iter=max_iter,
-                           checkpoint_every=CGM_CHECKPOINT_EVERY if self.checkpoint_every is None
-                           else self.checkpoint_every,
-                           **{k: getattr(self, k) for k in self._solver_params
-                              if k not in ("max_iter", "checkpoint_every")})
+                           **{k: getattr(self, k) for k in self._solver_params if k != "max_iter"})
 
     # ------------------------------------------------ conditional gradient
     def _fit_cgm(self, source, params_list, dtype, resume, start):
@@ -405,10 +403,12 @@ class NOMAD(_Clustering, _Estimator):
                     group, data = source.build(**kw)
                 try:
                     for layer in range(done, last + 1):
-                        key = layer_checkpoint_key(layer)
-                        res = nomad_cgm(group, params_list[layer], data=data, store=store,
-                                        resume=resume and _has_checkpoint(store, key),
-                                        callback=self.callback, checkpoint_key=key)
+                        checkpoints = None if store is None else run_store.Checkpoints(
+                            store, layer_checkpoint_key(layer))
+                        state = checkpoints.load(group=group) if resume and checkpoints is not None else None
+                        res = nomad_cgm(group, params_list[layer], data=data, state=state, callback=self.callback,
+                                        checkpoint=None if checkpoints is None else partial(checkpoints.save, group=group),
+                                        checkpoint_every=self.checkpoint_every or CGM_CHECKPOINT_EVERY)
                         if layer < last:
                             self._keep_layer(layer, res, group)
                             group.drop(["D", "P", "Gamma", "G"])
@@ -522,18 +522,16 @@ class NOMAD(_Clustering, _Estimator):
                     D = _normalized_low_rank(run_store.read_vector(store, f"layers/{done - 1}/Y"))
                 for layer in range(done, last + 1):
                     key = layer_checkpoint_key(layer)
-                    ck = run_store.Checkpoints(store, key).latest() if resume and store is not None else None
-                    state = None if ck is None else dict(
-                        ck, Y=run_store.read_vector(store, f"{ck['prefix']}/Y"),
-                        mu=run_store.read_vector(store, f"{ck['prefix']}/mu"))
+                    checkpoints = None if store is None else run_store.Checkpoints(store, key)
+                    state = checkpoints.load() if resume and checkpoints is not None else None
                     res = burer_monteiro(D, params_list[layer], callback=self.callback, state=state,
-                                         checkpoint=None if store is None else _bm_checkpointer(store, key),
+                                         checkpoint=None if checkpoints is None else checkpoints.save,
                                          checkpoint_every=self.checkpoint_every or 1)  # default 1
                     if layer < last:
                         record = _layer_record(res)
                         if store is not None:
                             with run_store.writing(store, f"layer {layer}'s Y", keep="the last checkpoint is intact"):
-                                _write_rows(store, f"layers/{layer}/Y", res.Y)
+                                run_store.write_rows(store, f"layers/{layer}/Y", res.Y)
                                 run_store.write_json(store, f"layers/{layer}", record)
                         record["Q"] = res.Q
                         self.layers_.append(record)
@@ -576,7 +574,7 @@ class NOMAD(_Clustering, _Estimator):
         self.layers_[-1]["Q"] = Q
         if self.store is not None:
             with run_store.writing(self.store, "the result Y", keep="the last checkpoint is intact"):
-                _write_rows(self.store, "result/Y", res.Y)
+                run_store.write_rows(self.store, "result/Y", res.Y)
             self._write_result({"embedding": self.embedding_, "labels": self.labels_}, res,
                                {"rank": int(res.Y.shape[1]), "lam": res.lam, "matmats": res.matmats}, start)
 
@@ -587,16 +585,11 @@ BM_MAX_ITER = 1000
 # Burer-Monteiro settings passed through ``solver_options`` (see BurerMonteiroParams).
 BM_OPTIONS = ("sigma", "phi", "eta", "tol", "feasibility_tol", "optimizer", "memory", "inner_max_iter", "inner_tol",
               "inner_rtol", "start")
-# Rows per chunk of the n x r factor Y in a store.
-Y_CHUNK_ROWS = 65536
 
 
 def layer_checkpoint_key(layer):
     return nomad_checkpoint_key if layer == 0 else f"{nomad_checkpoint_key}_layer{layer}"
 
-
-def _has_checkpoint(store, key):
-    return store is not None and run_store.Checkpoints(store, key).latest() is not None
 
 
 def finished_layers(store):
@@ -621,18 +614,3 @@ def _normalized_low_rank(Y):
     Q = LowRankGram(Y)
     return ScaledMatrix(Q, Q.fro_norm, Q.fro_norm)
 
-
-def _write_rows(store, path, A):
-    run_store.write_vector(store, path, A, chunks=(min(len(A), Y_CHUNK_ROWS),) + A.shape[1:])
-
-
-def _bm_checkpointer(store, key):
-    checkpoints = run_store.Checkpoints(store, key)
-
-    def save(state):
-        record = {"iteration": len(state["history"]), "lam": float(state["lam"]),
-                  "matmats": int(state["matmats"]), "stop_reason": state["stop_reason"]}
-        with checkpoints.write(record, state["history"]) as prefix:
-            _write_rows(store, f"{prefix}/Y", state["Y"])
-            run_store.write_vector(store, f"{prefix}/mu", state["mu"])
-    return save

@@ -183,7 +183,7 @@ class SymNMF(_Clustering, _Estimator):
                 return self
             if not resume:
                 runs.write_run_marker(self.store, "symnmf", run_id, self, source)
-            save = _symnmf_checkpointer(self.store)
+            save = run_store.Checkpoints(self.store, SYMNMF_CHECKPOINT_KEY).save
 
         def attempt(resume):
             state = _load_symnmf_checkpoint(self.store) if resume else None
@@ -215,7 +215,7 @@ class SymNMF(_Clustering, _Estimator):
                                           f"{summ['min']:.3g}")
                 with blocks.single_threaded_blas():
                     res = symnmf.solve(self.solver, P, W0, params, fro2=summ["fro"] ** 2,
-                                       callback=self.callback, resume=state, checkpoint=save,
+                                       callback=self.callback, state=state, checkpoint=save,
                                        checkpoint_every=self.checkpoint_every)
             finally:
                 if source.matrix is None:
@@ -260,20 +260,8 @@ class SymNMF(_Clustering, _Estimator):
 SYMNMF_CHECKPOINT_KEY = "symnmf_checkpoint"
 
 
-def _symnmf_checkpointer(store):
-    checkpoints = run_store.Checkpoints(store, SYMNMF_CHECKPOINT_KEY)
-
-    def save(state):
-        record = {k: v for k, v in state.items() if k not in ("W", "M", "history")}
-        with checkpoints.write(record, state["history"]) as prefix:
-            run_store.write_vector(store, f"{prefix}/W", state["W"])
-            run_store.write_vector(store, f"{prefix}/M", state["M"])
-    return save
-
-
 def _load_symnmf_checkpoint(store):
-    ck = run_store.Checkpoints(store, SYMNMF_CHECKPOINT_KEY).latest()
-    if ck is None:
+    state = run_store.Checkpoints(store, SYMNMF_CHECKPOINT_KEY).load()
+    if state is None:
         raise InputValueError(f"store {run_store.redact(str(store))!r} has no SymNMF checkpoint to resume from")
-    return dict(ck, W=run_store.read_vector(store, f"{ck['prefix']}/W"),
-                M=run_store.read_vector(store, f"{ck['prefix']}/M"))
+    return state

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import InputValueError, warn_convergence
 from ..linalg import top_eigenvectors
-from .._checks import check_choices, check_count, check_ints, check_numbers
+from .._checks import check_choices, check_solver_params, check_count, check_ints, check_numbers
 
 logger = logging.getLogger(__name__)
 
@@ -200,11 +200,11 @@ def spectral_norm(P):
 
 
 class _Clock:
-    def __init__(self, resumed=None):
+    def __init__(self, state=None):
         # A resumed run continues the counts of the run it resumes.
-        last = resumed["history"][-1] if resumed else None
+        last = state["history"][-1] if state else None
         self.t0 = time.perf_counter() - (last["seconds"] if last else 0.0)
-        self.passes = resumed["passes"] if resumed else 0
+        self.passes = state["passes"] if state else 0
 
     def row(self, iteration, **values):
         return dict(iteration=int(iteration), **{k: float(v) for k, v in values.items()},
@@ -234,22 +234,22 @@ def _record(clock, history, t, params, prev_objective, fro2, callback, **values)
     return row, ("max_iter" if t == params.max_iter else None)
 
 
-def _resumed_state(resume, n, k):
+def _resumed_state(state, n, k):
     """W, M, the next iteration and the history from a checkpoint (see ``checkpoint_state``)."""
-    W = np.array(resume["W"], dtype=np.float64)
-    M = np.array(resume["M"], dtype=np.float64)
+    W = np.array(state["W"], dtype=np.float64)
+    M = np.array(state["M"], dtype=np.float64)
     if W.shape != (n, k) or M.shape != (n, k):
         raise InputValueError(f"the checkpoint holds W of shape {W.shape}, expected ({n}, {k})")
-    history = [dict(r) for r in resume["history"]]
-    return W, M, int(resume["iteration"]), history
+    history = [dict(r) for r in state["history"]]
+    return W, M, int(state["iteration"]), history
 
 
-def _resumed_callback(resume, callback):
+def _resumed_callback(state, callback):
     """The callback of a resumed run.  The final checkpoint holds the last iterate with its
     history row taken back, so a resumed run recomputes that row and meets the same stop
     (tolerance, objective, max_iter) there, bit for bit; a stop by the callback, which
     is not saved, is replayed from the checkpoint's ``stop_reason``."""
-    if resume is not None and resume.get("stop_reason") == "callback":
+    if state is not None and state.get("stop_reason") == "callback":
         return lambda row: True
     return callback
 
@@ -277,7 +277,7 @@ def _finish_warn(method, params, stop_reason, history, fro2):
 
 
 # ------------------------------------------------------------------ Frank-Wolfe
-def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=None, resume=None,
+def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=None, state=None,
                 checkpoint=None, checkpoint_every=50):
     """Alg. 1 of Zhao & Gordon with Alg. 2 as the LMO.
 
@@ -289,6 +289,8 @@ def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=No
     W0 : ndarray (n, k)
         Feasible start.
     params : SymNMFParams
+        Checked by ``params.validate`` on entry, except inside an estimator's fit
+        (which checked them before reading any data).
         ``n_components`` (k), ``max_iter``, ``stop_rule`` ("gap": stop when the FW gap
         <= ``tol`` ||P||_F^2, a scale-free form of Alg. 1's g_t <= epsilon; "objective":
         the paper's experiments, |f_t - f_{t-1}| < ``objective_tol``), ``step_rule``
@@ -300,7 +302,7 @@ def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=No
         ||P||_2 for the paper's step (computed by Lanczos when needed and not given).
     callback : callable, optional
         Called with each history row; returning True stops the run.
-    resume : dict, optional
+    state : dict, optional
         A state saved by ``checkpoint`` (W, M, iteration, history, passes): the run
         continues from it (``W0`` is then ignored) exactly as if it had not stopped.
     checkpoint : callable, optional
@@ -319,20 +321,21 @@ def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=No
     never increases (the step 0 is a candidate).
     """
     n, k = P.shape[0], params.n_components
-    clock = _Clock(resume)
-    callback = _resumed_callback(resume, callback)
+    check_solver_params(params, n)
+    clock = _Clock(state)
+    callback = _resumed_callback(state, callback)
     curvature = None
     extra = {}
     if params.step_rule == "paper":
-        if spectral is None and resume is not None:
-            spectral = resume.get("spectral_norm")
+        if spectral is None and state is not None:
+            spectral = state.get("spectral_norm")
         if spectral is None:
             spectral, used = spectral_norm(P)
             clock.passes += used
         curvature = 2.0 * n * (3.0 * n + spectral)
         extra = {"spectral_norm": spectral, "curvature_bound": curvature}
-    if resume is not None:
-        W, M, first, history = _resumed_state(resume, n, k)
+    if state is not None:
+        W, M, first, history = _resumed_state(state, n, k)
         prev_obj = history[-1]["objective"] if history else None
     else:
         W = _check_start(W0, n, k)
@@ -377,7 +380,7 @@ def frank_wolfe(P, W0, params: SymNMFParams, *, fro2, spectral=None, callback=No
 
 
 # ------------------------------------------------------------------ projected gradient
-def projected_gradient(P, W0, params: SymNMFParams, *, fro2, callback=None, resume=None,
+def projected_gradient(P, W0, params: SymNMFParams, *, fro2, callback=None, state=None,
                        checkpoint=None, checkpoint_every=50, shrink=0.5, grow=2.0):
     """Projected gradient descent with backtracking (the paper's PGD baseline).
 
@@ -386,16 +389,17 @@ def projected_gradient(P, W0, params: SymNMFParams, *, fro2, callback=None, resu
     f(W+) <= f(W) + <grad, W+ - W> + ||W+ - W||^2 / (2 eta) (the sufficient-decrease test of
     projected gradient, which any eta <= 1/L passes).  Each trial costs one pass (P W+),
     which then also gives the next gradient.  Monotone.  Same stopping rules, history,
-    ``resume`` and ``checkpoint`` as :func:`frank_wolfe` (the gap is the FW gap at each
+    ``state`` and ``checkpoint`` as :func:`frank_wolfe` (the gap is the FW gap at each
     iterate; the checkpoint also keeps the step eta).
     """
     n, k = P.shape[0], params.n_components
-    clock = _Clock(resume)
-    callback = _resumed_callback(resume, callback)
-    if resume is not None:
-        W, M, first, history = _resumed_state(resume, n, k)
+    check_solver_params(params, n)
+    clock = _Clock(state)
+    callback = _resumed_callback(state, callback)
+    if state is not None:
+        W, M, first, history = _resumed_state(state, n, k)
         prev_obj = history[-1]["objective"] if history else None
-        eta = float(resume["eta"])
+        eta = float(state["eta"])
     else:
         W = _check_start(W0, n, k)
         M = np.asarray(P.matmat(W), dtype=np.float64)
@@ -455,6 +459,7 @@ def penalty_method(P, W0, params: SymNMFParams, *, fro2, callback=None, penalty0
     from scipy.optimize import minimize
 
     n, k = P.shape[0], params.n_components
+    check_solver_params(params, n)
     clock = _Clock()
     W = _check_start(W0, n, k)
     ones = np.ones(n)
@@ -518,21 +523,21 @@ def penalty_method(P, W0, params: SymNMFParams, *, fro2, callback=None, penalty0
 SOLVERS = {"fw": frank_wolfe, "pgd": projected_gradient, "penalty": penalty_method}
 
 
-def solve(method, P, W0, params, *, fro2, callback=None, spectral=None, resume=None, checkpoint=None,
+def solve(method, P, W0, params, *, fro2, callback=None, spectral=None, state=None, checkpoint=None,
           checkpoint_every=50):
-    """Run solver ``method`` ("fw", "pgd" or "penalty") from ``W0`` (or from ``resume``).
+    """Run solver ``method`` ("fw", "pgd" or "penalty") from ``W0`` (or from ``state``).
 
     Frank-Wolfe and projected gradient checkpoint and resume (see :func:`frank_wolfe`);
     the penalty method's L-BFGS state is not kept, so it runs only from a start."""
     if method not in SOLVERS:
         raise InputValueError(f"solver must be one of {METHODS}; got {method!r}")
     if method == "penalty":
-        if resume is not None:
+        if state is not None:
             raise InputValueError("the penalty method cannot resume (its L-BFGS memory is not kept); "
                                   "start it again, or use solver='fw' or 'pgd'")
         return penalty_method(P, W0, params, fro2=fro2, callback=callback)
     kw = {"spectral": spectral} if method == "fw" else {}
-    return SOLVERS[method](P, W0, params, fro2=fro2, callback=callback, resume=resume,
+    return SOLVERS[method](P, W0, params, fro2=fro2, callback=callback, state=state,
                            checkpoint=checkpoint, checkpoint_every=checkpoint_every, **kw)
 
 
