@@ -80,7 +80,8 @@ class _Estimator(BaseEstimator):
     ``_parameter_constraints`` (:func:`_gated`) and sets ``n_features_in_``."""
 
     _parameter_constraints = {}
-    _checkpoints = False          # fit(resume=True) continues from a checkpoint (NOMAD, SymNMF)
+    _checkpoints = False          # fit(resume=True) continues from a checkpoint (NOMAD, SymNMF, Hottopixx)
+    _max_iter_param = "max_iter"  # the parameter a resumed run may raise to go on
 
     def _claim_store(self, run_id, resume=False):
         """Claim ``store`` for this run (lock, then the run-identity check: see
@@ -102,7 +103,7 @@ class _Estimator(BaseEstimator):
                 max_iter > summary.get("n_iter", max_iter):
             run_store.drop_json(self.store, "result")
             marker = run_store.read_json(self.store, run_store.RUN_MARKER)
-            marker["estimator_params"]["max_iter"] = int(max_iter)
+            marker["estimator_params"][self._max_iter_param] = int(max_iter)
             run_store.write_json(self.store, run_store.RUN_MARKER, marker)
             return False
         for path, attr in runs.RESULT_ARRAYS.items():

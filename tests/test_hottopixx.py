@@ -387,6 +387,67 @@ def test_estimator_writes_its_results_to_the_store(tmp_path):
         dnomad.Hottopixx(3, n_epochs=5, store=store).fit(inst["X"])
 
 
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("as_path", [False, True])
+def test_a_killed_run_resumes_from_its_checkpoint_to_the_uninterrupted_result(tmp_path, as_path):
+    """Checkpoints hold C, the costs, beta and the generator's state: a run killed in epoch
+    8 (last checkpoint after epoch 6) and resumed ends with the uninterrupted run's hott
+    rows, F and history, bit for bit; resumed with more epochs, a finished run goes on
+    to equal a run of that many; resumed as it is, it is left as it is."""
+    import zarr
+
+    import dnomad
+    from dnomad.blocks import store as run_store
+
+    X = separable_nmf(30, 300, 3, noise=0.02, random_state=4)["X"]
+    X_in = X
+    if as_path:
+        X_in = str(tmp_path / "x.zarr")
+        zarr.save_array(X_in, X)
+    kw = dict(rank=3, n_epochs=12, random_state=0, checkpoint_every=3, error_every=2)
+    whole = dnomad.Hottopixx(**kw).fit(X)
+    longer = dnomad.Hottopixx(**{**kw, "n_epochs": 15}).fit(X)
+
+    def stop_in_epoch_8(row):
+        if row["epoch"] == 8:
+            raise _Stop
+
+    store = str(tmp_path / "run.zarr")
+    with pytest.raises(_Stop):
+        dnomad.Hottopixx(**kw, store=store, callback=stop_in_epoch_8).fit(X_in)
+    assert run_store.Checkpoints(store, "hottopixx_checkpoint").latest()["iteration"] == 6
+    ran = []
+    if as_path:
+        resumed = dnomad.resume(store, callback=lambda row: ran.append(row["epoch"]))
+    else:
+        with pytest.raises(dnomad.StoreError, match="in-memory matrix"):
+            dnomad.resume(store)
+        resumed = dnomad.Hottopixx(**kw, store=store, callback=lambda row: ran.append(row["epoch"])).fit(
+            X_in, resume=True)
+    assert ran == list(range(7, 13))                  # from the checkpoint, not from the start
+
+    def same(a, b):
+        np.testing.assert_array_equal(a.hott_rows_, b.hott_rows_)
+        np.testing.assert_array_equal(a.components_, b.components_)
+        assert [{k: v for k, v in r.items() if k not in ("seconds", "error")} for r in a.history_] == \
+            [{k: v for k, v in r.items() if k not in ("seconds", "error")} for r in b.history_]
+        # Epochs without an error row hold None in this process and NaN once stored.
+        np.testing.assert_array_equal([np.nan if r["error"] is None else r["error"] for r in a.history_],
+                                      [np.nan if r["error"] is None else r["error"] for r in b.history_])
+
+    same(resumed, whole)
+    assert resumed.n_iter_ == 12 and resumed.stop_reason_ == "max_iter"
+    again = dnomad.resume(store) if as_path else dnomad.Hottopixx(**kw, store=store).fit(X_in, resume=True)
+    np.testing.assert_array_equal(again.hott_rows_, whole.hott_rows_)
+    assert again.fit_seconds_ == resumed.fit_seconds_          # read back, not run again
+    more = dnomad.resume(store, n_epochs=15) if as_path else \
+        dnomad.Hottopixx(**{**kw, "n_epochs": 15}, store=store).fit(X_in, resume=True)
+    same(more, longer)
+
+
 @pytest.mark.parametrize("kw,match", [({"rank": 0}, "rank"), ({"rank": 41}, "rank"),
                                        ({"n_epochs": "slow"}, "n_epochs"),
                                        ({"selection": "top"}, "selection"),

@@ -91,12 +91,31 @@ def versions():
             "python": platform.python_version()}
 
 
-def start_run_without_checkpoints(est, method, id_params, X):
-    """Claim ``est.store`` for a run that keeps no checkpoints: its id (from ``id_params``
-    and the input) checked against the store's, then the run marker."""
-    run_id = hashlib.sha1(json.dumps({"method": method, "params": id_params, "input": describe_matrix(X)},
-                                     sort_keys=True, default=str).encode()).hexdigest()[:16]
-    est._claim_store(run_id)
+def matrix_run_identity(method, id_params, X):
+    """The identity of a run on input X given as it is (an array, sparse or dense, in
+    memory, dask, or Zarr): its method, its parameters and X's content (a hash of an
+    array in memory, a dask array's token, a Zarr input's URL)."""
+    payload = json.dumps({"method": method, "params": id_params, "input": describe_matrix(X),
+                          "content": _content_token(X)}, sort_keys=True, default=str)
+    return hashlib.sha1(payload.encode()).hexdigest()[:16]
+
+
+def _content_token(X):
+    import scipy.sparse as sp
+
+    if isinstance(X, np.ndarray):
+        return hashlib.sha1(np.ascontiguousarray(X).tobytes()).hexdigest()[:16]
+    if sp.issparse(X):
+        X = sp.csr_matrix(X)
+        digest = hashlib.sha1()
+        for part in (X.data, X.indices, X.indptr):
+            digest.update(np.ascontiguousarray(part).tobytes())
+        return digest.hexdigest()[:16]
+    return getattr(X, "name", None)             # a dask array's token; a Zarr input: its URL
+
+
+def write_matrix_marker(est, method, run_id, X):
+    """The run marker of a run on X as given (see :func:`matrix_run_identity`)."""
     run_store.write_json(est.store, run_store.RUN_MARKER, {
         "method": method, "run_id": run_id,
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -104,9 +123,19 @@ def start_run_without_checkpoints(est, method, id_params, X):
         "input": describe_matrix(X), "versions": versions(), "host": platform.node()})
 
 
+def start_run_without_checkpoints(est, method, id_params, X):
+    """Claim ``est.store`` for a run that keeps no checkpoints: its id (from ``id_params``
+    and the input) checked against the store's, then the run marker."""
+    run_id = matrix_run_identity(method, id_params, X)
+    est._claim_store(run_id)
+    write_matrix_marker(est, method, run_id, X)
+
+
 def describe_matrix(X):
+    """What a run marker says of its input; a Zarr input by its URL, which
+    ``dnomad.resume`` opens again."""
     if isinstance(X, str) or hasattr(X, "__fspath__"):
-        return {"kind": "zarr_path", "url": str(X)}
+        return {"kind": "data_zarr", "url": str(X)}
     return {"kind": type(X).__name__, "shape": list(getattr(X, "shape", ()))}
 
 

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from .. import blocks
 from ..base import _OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONSTRAINTS, _Estimator, _gated
 from ..blocks import runs
+from ..blocks import store as run_store
 from ..blocks.cluster import get_client
 from ..errors import InputValueError
 from ..validation import Interval, Options, check_data
@@ -61,8 +62,12 @@ class Hottopixx(_Estimator):
         Seeds p and the column orders.
     store : str, optional
         Zarr store: a dask/Zarr X too large for memory is staged there by columns
-        (``input/Xt``); results (hott rows, F, diag C, history) are written there.
+        (``input/Xt``); checkpoints and the results (hott rows, F, diag C, history) are
+        written there; ``dnomad.resume(store)`` (X in Zarr) or ``fit(X, resume=True)``
+        continues a run from its last checkpoint.
     overwrite : bool, default False
+    checkpoint_every : int, default 10
+        Epochs between checkpoints to ``store`` (C, f x f, and the generator's state).
     callback : callable, optional
         Called with each epoch's history row; returning True stops.
 
@@ -80,7 +85,11 @@ class Hottopixx(_Estimator):
         Per epoch: epoch, trace (Tr C), beta, error (||X - C X||_{inf,1}), seconds.
     error_ : float
         ||X - F W||_{inf,1} on the scaled X.
-    n_epochs_, fit_seconds_
+    n_epochs_, n_iter_ : int
+        Epochs run.
+    stop_reason_ : str
+        "max_iter" (all epochs ran) or "callback".
+    fit_seconds_ : float
 
     References
     ----------
@@ -88,6 +97,8 @@ class Hottopixx(_Estimator):
     programs. NIPS 2012 (arXiv:1206.1270).
     """
 
+    _checkpoints = True
+    _max_iter_param = "n_epochs"
     _solver_params = ("primal_step", "dual_step", "projection", "selection", "cluster_threshold",
                       "fit_components", "clean_epochs", "clean_step", "clean_decay", "row_block",
                       "cost_scale", "error_every")
@@ -100,7 +111,8 @@ class Hottopixx(_Estimator):
         "fit_components": [Options(*hott_solver.COMPONENT_FITS)],
         "clean_epochs": [Interval(numbers.Integral, 0, None)], "clean_step": _POSITIVE,
         "clean_decay": [Interval(numbers.Real, 0, 1, closed="right")], "row_block": _OPTIONAL_POSITIVE_INT,
-        "cost_scale": _POSITIVE, "error_every": _POSITIVE_INT, "callback": [None, "callback"],
+        "cost_scale": _POSITIVE, "error_every": _POSITIVE_INT, "checkpoint_every": _POSITIVE_INT,
+        "callback": [None, "callback"],
         **_RUN_CONSTRAINTS}
 
     def __sklearn_tags__(self):
@@ -111,8 +123,8 @@ class Hottopixx(_Estimator):
     def __init__(self, rank=10, *, n_epochs=50, primal_step=0.1, dual_step=0.01, projection="squish",
                  selection="clusters", cluster_threshold=0.8, fit_components="subgradient",
                  clean_epochs=10, clean_step=1.0, clean_decay=0.6, row_block=None, cost_scale=0.1,
-                 error_every=1, random_state=None, store=None,
-                 overwrite=False, callback=None):
+                 error_every=1, random_state=None, store=None, overwrite=False, checkpoint_every=10,
+                 callback=None):
         self.rank = rank
         self.n_epochs = n_epochs
         self.primal_step = primal_step
@@ -130,6 +142,7 @@ class Hottopixx(_Estimator):
         self.random_state = random_state
         self.store = store
         self.overwrite = overwrite
+        self.checkpoint_every = checkpoint_every
         self.callback = callback
 
     def _params(self):
@@ -140,21 +153,34 @@ class Hottopixx(_Estimator):
     @_gated
     def fit(self, X, y=None, *, resume=False):
         """Find the hott rows of X (n_features, n_samples): NumPy, scipy.sparse, dask, a
-        Zarr array or a Zarr path.  Returns self."""
-        if resume:
-            raise InputValueError("Hottopixx has no checkpoints to resume from: fit again")
+        Zarr array or a Zarr path.  ``resume=True`` continues the run in ``store`` from
+        its last checkpoint.  Returns self."""
         start = time.perf_counter()
         params = self._params()
         # The gate: in memory, X is checked whole here (nonnegative, finite, no zero row);
         # a dask or Zarr X by its metadata here and by content as it is read.
         X = check_data(X, owner="Hottopixx", sparse=True, nonnegative=True, no_zero_rows=True, min_rows=1)
         params.validate(int(blocks.input_metadata(X)["shape"][0]))     # rank against f, before reading X
+        if resume and self.store is None:
+            raise InputValueError("resume=True needs the run's store")
+        checkpoints = None
         if self.store is not None:
-            runs.start_run_without_checkpoints(self, "hottopixx", asdict(params), X)
+            # n_epochs may grow on resume; the start (random_state) is the checkpoint's.
+            run_id = runs.matrix_run_identity("hottopixx", {k: v for k, v in asdict(params).items()
+                                                            if k != "n_epochs"}, X)
+            self._claim_store(run_id, resume)
+            if resume and self._load_finished(params.n_epochs):
+                return self
+            if not resume:
+                runs.write_matrix_marker(self, "hottopixx", run_id, X)
+            checkpoints = run_store.Checkpoints(self.store, CHECKPOINT_KEY)
+        state = checkpoints.load() if resume else None
         data = blocks.feature_columns(X, store=self.store)
         client = get_client() if data.kind == "zarr" else None
-        res = hott_solver.hottopixx(data, params, random_state=self.random_state,
-                                    callback=self.callback, client=client)
+        res = hott_solver.hottopixx(data, params, random_state=self.random_state, callback=self.callback,
+                                    client=client, state=state,
+                                    checkpoint=None if checkpoints is None else checkpoints.save,
+                                    checkpoint_every=self.checkpoint_every)
         self.hott_rows_ = res.hott_rows
         self.components_ = res.F
         self.W_ = data.rows(res.hott_rows, client=client)
@@ -162,14 +188,19 @@ class Hottopixx(_Estimator):
         self.row_sums_ = data.row_sums
         self.history_ = res.history
         self.error_ = res.error
-        self.n_epochs_ = len(res.history)
+        self.n_epochs_ = self.n_iter_ = len(res.history)
+        self.stop_reason_ = res.stop_reason
         self.fit_seconds_ = time.perf_counter() - start
         if self.store is not None:
             runs.write_result(self.store, {"hott_rows": self.hott_rows_, "F": self.components_,
-                                       "diag": self.diag_},
-                          {"error": res.error, "hott_rows": res.hott_rows.tolist(),
-                           "n_epochs": self.n_epochs_}, res.history, self.fit_seconds_)
+                                           "diag": self.diag_},
+                              {"error": res.error, "hott_rows": res.hott_rows.tolist(), "n_epochs": self.n_epochs_,
+                               "n_iter": self.n_iter_, "stop_reason": res.stop_reason},
+                              res.history, self.fit_seconds_)
         return self
 
     def fit_transform(self, X, y=None):
         return self.fit(X).components_
+
+
+CHECKPOINT_KEY = "hottopixx_checkpoint"

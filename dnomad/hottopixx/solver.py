@@ -108,6 +108,8 @@ class HottopixxResult:
         ||X - F X_I||_{inf,1}.
     clusters : list of ndarray
         The candidate groups the hott rows were picked from (``selection="clusters"``).
+    stop_reason : str
+        "max_iter" (all ``n_epochs`` ran) or "callback".
     """
 
     hott_rows: np.ndarray
@@ -119,6 +121,7 @@ class HottopixxResult:
     cost: np.ndarray
     clusters: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+    stop_reason: str = "max_iter"
 
 
 def check_data(X):
@@ -133,7 +136,8 @@ def check_data(X):
     return np.ascontiguousarray(data.columns.T)
 
 
-def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None, client=None):
+def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None, client=None, state=None,
+              checkpoint=None, checkpoint_every=10):
     """Alg. 4 (HOTTOPIXX): the hott rows of X and F with X ~ F X_hott.
 
     Parameters
@@ -162,6 +166,12 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None, c
         Called with each history row; returning True stops after that epoch.
     client : dask.distributed.Client, optional
         Runs the row-block tasks on its workers when X's columns are in Zarr.
+    state : dict, optional
+        A state handed to ``checkpoint`` earlier: the epochs go on from it exactly as if
+        the run had not stopped (``random_state`` is then not used).
+    checkpoint : callable, optional
+        Called every ``checkpoint_every`` epochs and after the last with the run's state:
+        C (f x f), the costs, beta, the generator's state, the history, the stop reason.
 
     Returns
     -------
@@ -190,21 +200,25 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None, c
     data = X if isinstance(X, blocks.FeatureColumns) else blocks.feature_columns(X)
     f, n = data.shape
     check_solver_params(params, f)
-    rng = np.random.default_rng(random_state)
-    # Distinct costs in [0, cost_scale).  The Lagrangian keeps the residual weights w = 1
-    # (Sec. 4 updates only beta), which is an exact penalty for the LP only when the costs
-    # spread little against them: minimized exactly (HiGHS) at the beta where Tr C = r,
-    # it picked the hott rows on 24 of 24 noiseless instances of the issue's grid with
-    # costs in [0, 0.01), 23 of 24 in [0, 0.1), and failed in [0, 1).  Smaller costs
-    # break ties more slowly, though: 50 incremental epochs found them on 10 of 24 at
-    # 0.01 and 16 of 24 at 0.1, hence 0.1.
-    cost = params.cost_scale * (rng.permutation(f) + rng.random(f) / 2) / f
+    if state is None:
+        rng = np.random.default_rng(random_state)
+        # Distinct costs in [0, cost_scale).  The Lagrangian keeps the residual weights w = 1
+        # (Sec. 4 updates only beta), which is an exact penalty for the LP only when the costs
+        # spread little against them: minimized exactly (HiGHS) at the beta where Tr C = r,
+        # it picked the hott rows on 24 of 24 noiseless instances of the issue's grid with
+        # costs in [0, 0.01), 23 of 24 in [0, 0.1), and failed in [0, 1).  Smaller costs
+        # break ties more slowly, though: 50 incremental epochs found them on 10 of 24 at
+        # 0.01 and 16 of 24 at 0.1, hence 0.1.
+        cost = params.cost_scale * (rng.permutation(f) + rng.random(f) / 2) / f
+        C, beta, history, stop_reason = np.zeros((f, f)), 0.0, [], "max_iter"
+    else:
+        rng, cost, C, beta, history, stop_reason = _resumed(state, f)
     row_block = params.row_block or blocks.default_row_block(f)
-    C = np.zeros((f, f))
-    beta = 0.0
     project = kernels.squish_columns if params.projection == "squish" else kernels.clip_phi
-    history, t0 = [], time.perf_counter()
-    for epoch in range(1, params.n_epochs + 1):
+    t0 = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+    # A run saved when its callback stopped it ends there, as it did.
+    end = len(history) if stop_reason == "callback" else params.n_epochs
+    for epoch in range(len(history) + 1, end + 1):
         order = data.order(rng)
         diag_step = params.primal_step * (cost + beta) / data.nnz
         kernels.epoch(C, data.columns, order, params.primal_step, diag_step, row_block=row_block, client=client)
@@ -219,6 +233,14 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None, c
         history.append(row)
         logger.debug("HOTTOPIXX epoch %d  Tr C %.4g  beta %.4g  err %s", epoch, trace, beta, error)
         if callback is not None and callback(dict(row)) is True:
+            stop_reason = "callback"
+        last = stop_reason == "callback" or epoch == params.n_epochs
+        if checkpoint is not None and (epoch % checkpoint_every == 0 or last):
+            # The generator's state too: the next epoch's column order and the cleaning's
+            # draws continue as in a run that did not stop.
+            checkpoint({"C": C, "cost": cost, "beta": beta, "rng": rng.bit_generator.state, "history": history,
+                        "stop_reason": stop_reason})
+        if stop_reason == "callback":
             break
     diag = np.diagonal(C).copy()
     if params.selection == "clusters":
@@ -229,7 +251,18 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None, c
     F = fit_components(data, hott, params, C=C, rng=rng, client=client)
     error = float(data.residual_l1(F, hott, client=client).max())
     return HottopixxResult(hott_rows=hott, F=F, diag=diag, C=C, history=history, error=error,
-                           cost=cost, clusters=clusters)
+                           cost=cost, clusters=clusters, stop_reason=stop_reason)
+
+
+def _resumed(state, f):
+    """The generator, costs, C, beta, history and stop reason of a checkpointed run."""
+    C = np.array(state["C"], dtype=np.float64)
+    if C.shape != (f, f):
+        raise InputValueError(f"the checkpoint holds C of shape {C.shape}, expected ({f}, {f}) for this X")
+    rng = np.random.default_rng()
+    rng.bit_generator.state = state["rng"]
+    return (rng, np.array(state["cost"], dtype=np.float64), C, float(state["beta"]),
+            [dict(r) for r in state["history"]], state.get("stop_reason") or "max_iter")
 
 
 def hott_rows_from_diagonal(diag, r):
