@@ -94,6 +94,60 @@ def test_results_are_written_to_the_store(tmp_path):
         dnomad.fit(X, method="riemannian-kmeans", n_clusters=3, mu=0.5, store=store)
 
 
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
+@pytest.mark.parametrize("method,kw", [
+    ("riemannian-kmeans", dict(mu=[0.1, 0.02], checkpoint_every=3, min_eigenvalue="final")),
+    ("nlr", dict(checkpoint_every=40, record_every=10, max_iter=400)),
+])
+@pytest.mark.parametrize("as_path", [False, True])
+def test_a_killed_run_resumes_from_its_checkpoint_to_the_uninterrupted_result(method, kw, as_path, tmp_path):
+    """Two starts (and, for Newton, two mu stages): a run killed in its second start goes
+    on from its last checkpoint (not from the start: fewer rows are recorded) to the
+    uninterrupted run's U, labels and history; resuming the finished run reads it back."""
+    X, _ = gmm_simplex(150, n_clusters=3, gamma=1.5, random_state=3)
+    X_in = write_zarr(tmp_path / "x.zarr", X, 50) if as_path else X
+    kw = dict(kw, n_clusters=3, n_init=2, random_state=0)
+    seen = []
+    whole = dnomad.fit(X_in, method=method, callback=lambda row: seen.append(row["iteration"]), **kw)
+    kill_at = int(0.8 * len(seen))
+
+    calls = []
+
+    def stop_late(row):
+        calls.append(row)
+        if len(calls) == kill_at:
+            raise _Stop
+
+    store = str(tmp_path / "run.zarr")
+    with pytest.raises(_Stop):
+        dnomad.fit(X_in, method=method, store=store, callback=stop_late, **kw)
+    ck = run_store.Checkpoints(store, f"{method}_checkpoint").latest()
+    assert ck["init"] == 1
+    ran = []
+    if as_path:
+        resumed = dnomad.resume(store, callback=lambda row: ran.append(row))
+    else:
+        with pytest.raises(dnomad.StoreError, match="in-memory matrix"):
+            dnomad.resume(store)
+        resumed = type(whole)(**kw, store=store, callback=lambda row: ran.append(row)).fit(X_in, resume=True)
+    assert len(seen) - kill_at < len(ran) < len(seen)         # from the checkpoint, not from the start
+    np.testing.assert_allclose(resumed.U_, whole.U_, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(resumed.labels_, whole.labels_)
+    assert len(resumed.history_) == len(whole.history_)
+    for got, want in zip(resumed.history_, whole.history_):
+        assert set(got) == set(want)
+        for key in set(want) - {"seconds"}:
+            assert got[key] == pytest.approx(want[key], rel=1e-12, abs=1e-14), (key, got, want)
+    assert resumed.stop_reason_ == whole.stop_reason_ and resumed.n_iter_ == whole.n_iter_
+    again = dnomad.resume(store) if as_path else type(whole)(**kw, store=store).fit(X_in, resume=True)
+    assert again.fit_seconds_ == resumed.fit_seconds_                 # read back, not run again
+    np.testing.assert_array_equal(again.labels_, whole.labels_)
+
+
 @pytest.mark.parametrize("params,match", [
     ({"n_clusters": 1}, r"n_clusters must be an int in \[2, inf\)"),
     ({"n_clusters": 3, "rank": 3}, "rank must be an integer >= 4"),

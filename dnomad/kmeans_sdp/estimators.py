@@ -1,17 +1,15 @@
 """The K-means SDP estimators on row chunks of X: Riemannian Newton and NLR."""
 from __future__ import annotations
 
-import dataclasses
 import numbers
 import time
-
-import numpy as np
 
 from .. import blocks
 from .._checks import check_ints
 from ..base import (_OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONSTRAINTS, _Clustering, _Estimator,
                     _gated)
 from ..blocks import runs
+from ..blocks import store as run_store
 from ..blocks.cluster import choose_rows_backend, client_context
 from ..errors import InputValueError
 from ..validation import Interval, Options, check_data
@@ -25,6 +23,7 @@ class _RowChunkEstimator(_Clustering, _Estimator):
     ``store``."""
 
     _method = None
+    _checkpoints = True
 
     def _row_chunks(self, X, client):
         return blocks.RowChunks(X, chunk_rows=self.chunk_rows, client=client)
@@ -36,24 +35,35 @@ class _RowChunkEstimator(_Clustering, _Estimator):
     @_gated
     def fit(self, X, y=None, *, resume=False):
         """Cluster the rows of X (n_samples, n_features): NumPy, a Zarr array or a Zarr
-        path (read by row chunks).  Returns self."""
-        if resume:
-            raise InputValueError(f"{type(self).__name__} keeps no checkpoints to resume from: fit again")
+        path (read by row chunks).  ``resume=True`` continues the run in ``store`` from
+        its last checkpoint.  Returns self."""
         self._check()
         start = time.perf_counter()
         X = check_data(X, owner=type(self).__name__, not_constant=True)
+        if resume and self.store is None:
+            raise InputValueError("resume=True needs the run's store")
+        checkpoints = None
         if self.store is not None:
-            runs.start_run_without_checkpoints(self, self._method, runs.jsonable_params(self.get_params()), X)
+            params = runs.jsonable_params(self.get_params())
+            run_id = runs.matrix_run_identity(self._method, {k: v for k, v in params.items()
+                                                             if k not in _NOT_IDENTITY}, X)
+            self._claim_store(run_id, resume)
+            if resume and self._load_finished():
+                return self
+            if not resume:
+                runs.write_matrix_marker(self, self._method, run_id, X)
+            checkpoints = run_store.Checkpoints(self.store, f"{self._method}_checkpoint")
+        state = checkpoints.load() if resume else None
         with self._client_context(X) as client, blocks.single_threaded_blas():
             data = self._row_chunks(X, client)
             try:
-                self._solve(data)
+                self._solve(data, state, None if checkpoints is None else checkpoints.save)
             finally:
                 data.close()
         self.fit_seconds_ = time.perf_counter() - start
         if self.store is not None:
             runs.write_result(self.store, {"labels": self.labels_, "U": self.U_}, self._summary(),
-                          self.history_, self.fit_seconds_)
+                              self.history_, self.fit_seconds_)
         return self
 
     def membership(self):
@@ -63,6 +73,10 @@ class _RowChunkEstimator(_Clustering, _Estimator):
             raise InputValueError(f"membership() forms an n x n matrix; n = {n} is too large (at most "
                                   f"20000): use labels_ or U_")
         return self.U_ @ self.U_.T
+
+
+# Parameters a resumed run may change: they do not define the run.
+_NOT_IDENTITY = ("checkpoint_every", "callback", "store", "overwrite", "backend")
 
 
 def _row_callback(callback):
@@ -111,8 +125,11 @@ class RiemannianKMeans(_RowChunkEstimator):
     backend : {"auto", "local", "distributed"}
         "auto": the connected cluster's workers from 200,000 rows, else this process.
     random_state, store, overwrite, callback
-        ``store``: labels, U, history and a summary are written there (no checkpoints:
-        a run is minutes).  ``callback(row)`` returning True stops a stage.
+        ``store``: checkpoints, then labels, U, history and a summary are written there;
+        ``fit(X, resume=True)`` (or ``dnomad.resume(store)`` for a Zarr X) continues a run
+        from its last checkpoint.  ``callback(row)`` returning True stops a stage.
+    checkpoint_every : int, default 10
+        Newton iterations between checkpoints to ``store`` (the point, O(n r) numbers).
 
     Attributes
     ----------
@@ -141,12 +158,13 @@ class RiemannianKMeans(_RowChunkEstimator):
         "boundary_fraction": [None, Interval(numbers.Real, 0, 1, closed="neither")],
         "second_order": ["boolean"], "min_eigenvalue": [None, Options("final", "every")],
         "chunk_rows": _OPTIONAL_POSITIVE_INT, "backend": [Options("auto", "local", "distributed")],
-        "callback": [None, "callback"], **_RUN_CONSTRAINTS}
+        "checkpoint_every": _POSITIVE_INT, "callback": [None, "callback"], **_RUN_CONSTRAINTS}
 
     def __init__(self, n_clusters=8, *, rank=None, mu="auto", n_init=1, max_iter=1000, tol=1e-6, lam=1.0,
                  kappa_plus=1.3, kappa_minus=1.1, max_inner=60, lam_rule="adaptive", cubic_L=1.0,
                  boundary_fraction=0.95, second_order=True, min_eigenvalue=None, chunk_rows=None,
-                 backend="auto", random_state=None, store=None, overwrite=False, callback=None):
+                 backend="auto", random_state=None, store=None, overwrite=False, checkpoint_every=10,
+                 callback=None):
         self.n_clusters = n_clusters
         self.rank = rank
         self.mu = mu
@@ -167,6 +185,7 @@ class RiemannianKMeans(_RowChunkEstimator):
         self.random_state = random_state
         self.store = store
         self.overwrite = overwrite
+        self.checkpoint_every = checkpoint_every
         self.callback = callback
 
     def _check(self):
@@ -176,14 +195,15 @@ class RiemannianKMeans(_RowChunkEstimator):
         if not (isinstance(self.mu, str) and self.mu == "auto"):
             rk.mu_schedule(self.mu, None, None)                   # checked before X is read
 
-    def _solve(self, data):
+    def _solve(self, data, state, checkpoint):
         res = rk.riemannian_kmeans(
             data, self.n_clusters, rank=self.rank, mu=self.mu, n_init=self.n_init,
             random_state=self.random_state, lam=self.lam, kappa_plus=self.kappa_plus,
             kappa_minus=self.kappa_minus, max_iter=self.max_iter, max_inner=self.max_inner, gtol=self.tol,
             lam_rule=self.lam_rule, cubic_L=self.cubic_L,
             boundary_fraction=self.boundary_fraction, second_order=self.second_order,
-            min_eigenvalue=self.min_eigenvalue, callback=_row_callback(self.callback))
+            min_eigenvalue=self.min_eigenvalue, callback=_row_callback(self.callback), state=state,
+            checkpoint=checkpoint, checkpoint_every=self.checkpoint_every)
         self.labels_ = res.labels
         self.U_, self.V_, self.Q_ = res.U, res.V, res.Q
         self.mu_, self.cost_, self.grad_norm_ = res.mu, res.cost, res.grad_norm
@@ -222,6 +242,8 @@ class NLR(_RowChunkEstimator):
         Iterations between history rows.
     chunk_rows, backend, random_state, store, overwrite, callback
         As :class:`RiemannianKMeans`.
+    checkpoint_every : int, default 1000
+        Iterations between checkpoints to ``store`` (U and y, O(n r) numbers).
 
     Attributes
     ----------
@@ -236,11 +258,11 @@ class NLR(_RowChunkEstimator):
         "beta": _POSITIVE, "step": [None] + _POSITIVE, "tol": _POSITIVE, "dual_tol": _POSITIVE,
         "max_iter": _POSITIVE_INT, "n_init": _POSITIVE_INT, "record_every": _POSITIVE_INT,
         "chunk_rows": _OPTIONAL_POSITIVE_INT, "backend": [Options("auto", "local", "distributed")],
-        "callback": [None, "callback"], **_RUN_CONSTRAINTS}
+        "checkpoint_every": _POSITIVE_INT, "callback": [None, "callback"], **_RUN_CONSTRAINTS}
 
     def __init__(self, n_clusters=8, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3,
                  max_iter=100000, n_init=1, record_every=10, chunk_rows=None, backend="auto",
-                 random_state=None, store=None, overwrite=False, callback=None):
+                 random_state=None, store=None, overwrite=False, checkpoint_every=1000, callback=None):
         self.n_clusters = n_clusters
         self.rank = rank
         self.beta = beta
@@ -255,6 +277,7 @@ class NLR(_RowChunkEstimator):
         self.random_state = random_state
         self.store = store
         self.overwrite = overwrite
+        self.checkpoint_every = checkpoint_every
         self.callback = callback
 
     def _check(self):
@@ -262,17 +285,12 @@ class NLR(_RowChunkEstimator):
         if self.rank is not None:
             check_ints(self, ["rank"], minimum=self.n_clusters)
 
-    def _solve(self, data):
-        rng = np.random.default_rng(self.random_state)
-        best = None
-        for init in range(self.n_init):
-            res = nlr_solver.nlr(data, self.n_clusters, rank=self.rank, beta=self.beta, step=self.step,
-                                 tol=self.tol, dual_tol=self.dual_tol, max_iter=self.max_iter,
-                                 record_every=self.record_every, random_state=rng,
-                                 callback=_row_callback(self.callback))
-            res = dataclasses.replace(res, history=[dict(row, init=init) for row in res.history])
-            if best is None or res.objective > best.objective:
-                best = res
+    def _solve(self, data, state, checkpoint):
+        best = nlr_solver.nlr_kmeans(data, self.n_clusters, n_init=self.n_init, random_state=self.random_state,
+                                     rank=self.rank, beta=self.beta, step=self.step, tol=self.tol,
+                                     dual_tol=self.dual_tol, max_iter=self.max_iter,
+                                     record_every=self.record_every, callback=_row_callback(self.callback),
+                                     state=state, checkpoint=checkpoint, checkpoint_every=self.checkpoint_every)
         self.U_ = best.U
         self.labels_ = rk.labels_from_u(best.U, self.n_clusters)
         self.objective_ = best.objective

@@ -18,6 +18,8 @@ scale of the projection is carried to the next pass instead of costing one.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -49,7 +51,8 @@ class NLRResult:
 
 
 def nlr(data, K, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3, max_iter=100000,
-        record_every=1, U0=None, random_state=None, callback=None):
+        record_every=1, U0=None, random_state=None, callback=None, state=None, checkpoint=None,
+        checkpoint_every=1000):
     """Run NLR on the row chunks ``data`` (a :class:`dnomad.blocks.RowChunks`).
 
     ``step`` (alpha): default 1 / (2 (||X||_2^2 + beta n)), a bound on the gradient's
@@ -60,6 +63,11 @@ def nlr(data, K, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3, ma
     ``max_iter`` iterations ("max_iter", with a ConvergenceWarning), or when
     ``callback(row, current_u)`` returns True (``current_u()`` gathers U after the
     iteration; its time is left out).
+
+    ``checkpoint(state)`` is called every ``checkpoint_every`` iterations with W, y, the
+    sums the next pass needs, the history and the counters; given back as ``state``
+    (``U0`` and ``random_state`` are then not used), the run goes on from there as if it
+    had not stopped.
     """
     n = data.n
     if not (isinstance(K, (int, np.integer)) and not isinstance(K, bool) and K >= 2):
@@ -76,6 +84,9 @@ def nlr(data, K, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3, ma
         step = 1.0 / (2.0 * (float(np.linalg.eigvalsh(data.gram)[-1]) + beta * n))
     elif not (isinstance(step, (int, float)) and step > 0 and math.isfinite(step)):
         raise InputValueError(f"step must be a finite number > 0 or None; got {step!r}")
+    if state is not None:
+        return _nlr_loop(data, K, r, beta, step, tol, dual_tol, max_iter, record_every, callback, checkpoint,
+                         checkpoint_every, **_resumed(data, state))
     if U0 is None:
         U0 = np.abs(np.random.default_rng(random_state).standard_normal((n, r)))
     U0 = np.asarray(U0, dtype=np.float64)
@@ -89,10 +100,28 @@ def nlr(data, K, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3, ma
     zero = {"scale": 1.0, "s": np.zeros(r), "XtU": np.zeros((data.d, r)), "Uty": np.zeros(r),
             "beta": beta, "alpha": 0.0, "dual": False}
     sums = _totals(data.map(_nlr_kernel, zero))
-    scale = math.sqrt(K / sums["ww"])
-    history, stop, dual_steps, dual_next = [], "max_iter", 0, False
-    t0 = time.perf_counter()
-    for it in range(1, max_iter + 1):
+    return _nlr_loop(data, K, r, beta, step, tol, dual_tol, max_iter, record_every, callback, checkpoint,
+                     checkpoint_every, sums=sums, scale=math.sqrt(K / sums["ww"]), history=[], dual_steps=0,
+                     dual_next=False, first=1, passes0=passes0, t0=time.perf_counter())
+
+
+def _resumed(data, state):
+    """The loop's variables from a checkpoint: W and y back into the row chunks."""
+    data.put("W", np.asarray(state["W"], dtype=np.float64))
+    data.put("y", np.asarray(state["y"], dtype=np.float64).reshape(-1, 1))
+    sums = {key: state[f"sum_{key}"] for key in _SUM_KEYS}
+    # Counters continue the saved run's: putting W and y back is not one of its passes.
+    return dict(sums=sums, scale=float(state["scale"]), history=[dict(row) for row in state["history"]],
+                dual_steps=int(state["dual_steps"]), dual_next=bool(state["dual_next"]),
+                first=int(state["iteration"]) + 1, passes0=data.passes - int(state["passes"]),
+                t0=time.perf_counter() - float(state["seconds"]))
+
+
+def _nlr_loop(data, K, r, beta, step, tol, dual_tol, max_iter, record_every, callback, checkpoint,
+              checkpoint_every, *, sums, scale, history, dual_steps, dual_next, first, passes0, t0):
+    n = data.n
+    stop, it = "max_iter", first - 1
+    for it in range(first, max_iter + 1):
         s, XtU = scale * sums["w1"], scale * sums["xtw"]
         UtU, Uty = scale * scale * sums["wtw"], scale * sums["wty"]
         if dual_next:                     # y <- y + beta e, applied to the rows in this pass
@@ -121,6 +150,12 @@ def nlr(data, K, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3, ma
             stop = "tolerance"
             break
         dual_next = change < dual_tol
+        if checkpoint is not None and it % checkpoint_every == 0 and it < max_iter:
+            checkpoint({"W": data.get("W"), "y": data.get("y")[:, 0], "scale": scale, "history": history,
+                        "dual_steps": dual_steps, "dual_next": dual_next, "iteration": it,
+                        "passes": data.passes - passes0, "seconds": time.perf_counter() - t0,
+                        **{f"sum_{key}": np.asarray(value) if np.ndim(value) else float(value)
+                           for key, value in sums.items()}})
     if stop == "max_iter":
         last = history[-1]
         warn_convergence(f"NLR stopped at max_iter={max_iter} before meeting its tolerance: last relative "
@@ -131,6 +166,62 @@ def nlr(data, K, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3, ma
     data.drop("y")
     return NLRResult(U, stop_reason=stop, history=history, n_iter=it, dual_steps=dual_steps,
                      passes=data.passes - passes0, seconds=time.perf_counter() - t0, step=step)
+
+
+def nlr_kmeans(data, K, *, n_init=1, random_state=None, state=None, checkpoint=None, checkpoint_every=1000,
+               **nlr_kw):
+    """:func:`nlr` from ``n_init`` random starts (|N(0, 1)| entries from one generator);
+    the largest final <X X^T, U U^T> wins.  Returns its :class:`NLRResult` with history
+    rows tagged by ``init``.
+
+    ``checkpoint(state)`` is called every ``checkpoint_every`` iterations with the
+    running start's state (see :func:`nlr`), which start it is, the generator's state,
+    the best start so far and the history of every start so far; given back as
+    ``state``, the run goes on from there as if it had not stopped."""
+    rng = np.random.default_rng(random_state)
+    best, done, first, run_state = None, [], 0, None
+    if state is not None:
+        rng, best, done, first, run_state = _resumed_starts(state)
+    for init in range(first, n_init):
+        save = None if checkpoint is None else functools.partial(
+            _save_starts, checkpoint, init=init, rng=rng, best=best, done=done)
+        res = nlr(data, K, random_state=rng, state=run_state, checkpoint=save, checkpoint_every=checkpoint_every,
+                  **nlr_kw)
+        run_state = None
+        res = dataclasses.replace(res, history=[dict(row, init=init) for row in res.history])
+        done += res.history
+        if best is None or res.objective > best.objective:
+            best = res
+    return best
+
+
+# The best start's scalars a checkpoint keeps (its U is an array of its own).
+_BEST_FIELDS = ("stop_reason", "n_iter", "dual_steps", "passes", "seconds", "step")
+
+
+def _save_starts(checkpoint, run_state, *, init, rng, best, done):
+    state = dict(run_state)
+    state["history"] = done + [dict(row, init=init) for row in run_state["history"]]
+    state.update(init=init, rng=rng.bit_generator.state, best_init=None)
+    if best is not None:
+        state.update(best_init=int(best.history[0]["init"]), best={k: getattr(best, k) for k in _BEST_FIELDS},
+                     best_U=best.U)
+    checkpoint(state)
+
+
+def _resumed_starts(state):
+    rng = np.random.default_rng()
+    rng.bit_generator.state = state["rng"]
+    init = int(state["init"])
+    rows = [dict(row) for row in state["history"]]
+    done = [row for row in rows if row["init"] != init]
+    run_state = {k: v for k, v in state.items() if k not in ("init", "rng", "best_init", "best", "best_U")}
+    run_state["history"] = [{k: v for k, v in row.items() if k != "init"} for row in rows if row["init"] == init]
+    best = None
+    if state.get("best_init") is not None:
+        best = NLRResult(np.asarray(state["best_U"]), **state["best"],
+                         history=[row for row in done if row["init"] == state["best_init"]])
+    return rng, best, done, init, run_state
 
 
 _SUM_KEYS = ("w1", "xtw", "wtw", "wty", "ww", "wu", "ee")

@@ -18,6 +18,7 @@ with X centred.  Symbols -> code: C = -X X^T is never formed (C V = -X (X^T V)).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -677,7 +678,8 @@ _NEWTON_GTOL = 1e-6
 
 def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, max_iter=_NEWTON_MAX_ITER,
                       max_inner=60, gtol=_NEWTON_GTOL, boundary_fraction=0.95, second_order=True,
-                      lam_rule="adaptive", cubic_L=1.0, min_eigenvalue=None, callback=None, warn=True):
+                      lam_rule="adaptive", cubic_L=1.0, min_eigenvalue=None, callback=None, warn=True,
+                      state=None, checkpoint=None, checkpoint_every=10):
     """Alg. 1 (App. G): regularized Riemannian Newton steps (H + lam I) p = -g on the
     tangent space (App. E, :meth:`KMeansProblem.solve`), retracted; a step is taken when
     it lowers the cost (then lam /= kappa_minus), else lam *= kappa_plus and the step is
@@ -717,6 +719,11 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
     loss, grad_norm, lam, inner (tries), seconds, passes (over X, from the start).
     A stop at "max_iter" with ``gtol`` > 0 warns :class:`dnomad.errors.ConvergenceWarning`
     unless ``warn`` is False (:func:`riemannian_kmeans` warns once for all its runs).
+
+    ``checkpoint(state)`` is called at the start of every ``checkpoint_every``-th
+    iteration with the point (V, Q), lam, cubic_L, the history and the counters; given
+    back as ``state`` (``x0`` is then not used), the run goes on from there as if it had
+    not stopped.
     """
     import time
 
@@ -725,13 +732,25 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
     M = problem.manifold
     data = problem.data
     passes0 = data.passes
+    if state is not None:
+        x0, lam, cubic_L = (state["V"], state["Q"]), float(state["lam"]), float(state["cubic_L"])
     it = problem.load(x0)
     if not math.isfinite(it.cost):
         raise InputValueError("the start must be strictly feasible (U > 0)")
     tau = math.sqrt(gtol)
     history, stop, escapes, inner = [], "max_iter", 0, 0
     t0 = time.perf_counter()
-    for k in range(max_iter + 1):
+    if state is not None:
+        # Counters continue the saved run's: the point's loading is not one of its passes.
+        history = [dict(row) for row in state["history"]]
+        escapes, inner = int(state["escapes"]), int(state["inner"])
+        passes0, t0 = data.passes - int(state["passes"]), t0 - float(state["seconds"])
+    first = len(history)
+    for k in range(first, max_iter + 1):
+        if checkpoint is not None and k > first and k % checkpoint_every == 0:
+            V, Q = problem.point(it)
+            checkpoint({"V": V, "Q": Q, "lam": lam, "cubic_L": cubic_L, "history": history, "escapes": escapes,
+                        "inner": inner, "passes": data.passes - passes0, "seconds": time.perf_counter() - t0})
         sol = problem.solve(it, lam)
         row = {"iteration": k, "loss": it.cost, "grad_norm": sol.grad_norm, "lam": lam, "inner": inner,
                "seconds": time.perf_counter() - t0, "passes": data.passes - passes0}
@@ -920,27 +939,48 @@ def mu_schedule(mu, data, manifold):
     return [float(v) for v in values]
 
 
-def riemannian_kmeans(data, K, *, rank=None, mu="auto", n_init=1, random_state=None, **newton):
+def riemannian_kmeans(data, K, *, rank=None, mu="auto", n_init=1, random_state=None, state=None, checkpoint=None,
+                      checkpoint_every=10, **newton):
     """K-means by :func:`riemannian_newton` on the row chunks ``data``: ``n_init``
     random strictly feasible starts, each run through the ``mu`` stages; the run with
     the lowest final cost wins.  Returns its :class:`NewtonResult` with ``history``
     rows tagged by ``init`` and ``stage`` (and ``mu``), ``mu`` (the final barrier
     weight), ``labels`` (Lemma 1), ``costs`` (every start's final cost) and the passes
     over X of all runs.  Runs (a start's stage) that stop at ``max_iter`` are reported
-    in one ConvergenceWarning."""
+    in one ConvergenceWarning.
+
+    ``checkpoint(state)`` is called every ``checkpoint_every`` Newton iterations with
+    the running Newton run's state (see :func:`riemannian_newton`), which start and
+    stage it is, the generator's state, the best start so far and the history of every
+    run so far; given back as ``state``, the run goes on from there as if it had not
+    stopped.
+    """
     r = K + 1 if rank is None else rank
     manifold = KMeansManifold(data.n, r, K)
     if not (isinstance(n_init, (int, np.integer)) and not isinstance(n_init, bool) and n_init >= 1):
         raise InputValueError(f"n_init must be an integer >= 1; got {n_init!r}")
     mus = mu_schedule(mu, data, manifold)
     rng = np.random.default_rng(random_state)
-    best, costs, passes, capped = None, [], 0, []
-    for init in range(n_init):
-        x = random_start(manifold, rng)
-        history = []
+    best, costs, passes, capped, done = None, [], 0, [], []
+    first_init, first_stage, newton_state = 0, 0, None
+    if state is not None:
+        rng, best, costs, passes, capped, done, first_init, first_stage, newton_state = \
+            _resumed_kmeans(state, manifold)
+    for init in range(first_init, n_init):
+        x = random_start(manifold, rng) if newton_state is None else None
+        history = [row for row in done if row["init"] == init]
         for stage, mu_stage in enumerate(mus):
-            res = riemannian_newton(KMeansProblem(manifold, data, mu_stage), x, **newton, warn=False)
-            history += [dict(row, init=init, stage=stage, mu=mu_stage) for row in res.history]
+            if init == first_init and stage < first_stage:
+                continue
+            save = None if checkpoint is None else functools.partial(
+                _save_kmeans, checkpoint, init=init, stage=stage, mu=mu_stage, rng=rng, best=best, costs=costs,
+                passes=passes, capped=capped, done=done)
+            res = riemannian_newton(KMeansProblem(manifold, data, mu_stage), x, **newton, warn=False,
+                                    state=newton_state, checkpoint=save, checkpoint_every=checkpoint_every)
+            newton_state = None
+            rows = [dict(row, init=init, stage=stage, mu=mu_stage) for row in res.history]
+            history += rows
+            done += rows
             passes += res.passes
             if res.stop_reason == "max_iter":
                 capped.append((init, stage, mu_stage, res.history[-1]))
@@ -960,3 +1000,39 @@ def riemannian_kmeans(data, K, *, rank=None, mu="auto", n_init=1, random_state=N
         warn_convergence(f"Riemannian K-means stopped at max_iter={max_iter} before meeting its tolerance "
                          f"in {len(capped)} of {n_init * len(mus)} Newton runs: {runs}{more}")
     return dataclasses.replace(best, mu=mus[-1], costs=costs, passes=passes, labels=labels_from_u(best.U, K))
+
+
+# The best start's scalars a checkpoint keeps (its V and Q are arrays of their own).
+_BEST_FIELDS = ("stop_reason", "n_iter", "cost", "grad_norm", "min_eigenvalue", "curvature_steps", "passes",
+                "seconds")
+
+
+def _save_kmeans(checkpoint, newton_state, *, init, stage, mu, rng, best, costs, passes, capped, done):
+    """The state of :func:`riemannian_kmeans` around its running Newton run's."""
+    state = dict(newton_state)
+    state["history"] = done + [dict(row, init=init, stage=stage, mu=mu) for row in newton_state["history"]]
+    state.update(init=init, stage=stage, rng=rng.bit_generator.state, costs=list(costs), runs_passes=passes,
+                 capped=[[i, s, m, row] for i, s, m, row in capped], best_init=None)
+    if best is not None:
+        state.update(best_init=int(best.history[0]["init"]), best={k: getattr(best, k) for k in _BEST_FIELDS},
+                     best_V=best.V, best_Q=best.Q)
+    checkpoint(state)
+
+
+def _resumed_kmeans(state, manifold):
+    """What :func:`riemannian_kmeans` needs to go on from a state of :func:`_save_kmeans`."""
+    rng = np.random.default_rng()
+    rng.bit_generator.state = state["rng"]
+    init, stage = int(state["init"]), int(state["stage"])
+    rows = [dict(row) for row in state["history"]]
+    running = [row for row in rows if row["init"] == init and row["stage"] == stage]
+    done = [row for row in rows if not (row["init"] == init and row["stage"] == stage)]
+    newton_state = {k: state[k] for k in ("V", "Q", "lam", "cubic_L", "escapes", "inner", "passes", "seconds")}
+    newton_state["history"] = [{k: v for k, v in row.items() if k not in ("init", "stage", "mu")}
+                               for row in running]
+    best = None
+    if state.get("best_init") is not None:
+        best = NewtonResult(np.asarray(state["best_V"]), np.asarray(state["best_Q"]), manifold,
+                            history=[row for row in done if row["init"] == state["best_init"]], **state["best"])
+    capped = [(int(i), int(s), float(m), dict(row)) for i, s, m, row in state["capped"]]
+    return (rng, best, list(state["costs"]), int(state["runs_passes"]), capped, done, init, stage, newton_state)

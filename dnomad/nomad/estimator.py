@@ -406,8 +406,9 @@ class NOMAD(_Clustering, _Estimator):
                         checkpoints = None if store is None else run_store.Checkpoints(
                             store, layer_checkpoint_key(layer))
                         state = checkpoints.load(group=group) if resume and checkpoints is not None else None
+                        save = None if checkpoints is None else partial(checkpoints.save, group=group)
                         res = nomad_cgm(group, params_list[layer], data=data, state=state, callback=self.callback,
-                                        checkpoint=None if checkpoints is None else partial(checkpoints.save, group=group),
+                                        checkpoint=save,
                                         checkpoint_every=self.checkpoint_every or CGM_CHECKPOINT_EVERY)
                         if layer < last:
                             self._keep_layer(layer, res, group)
