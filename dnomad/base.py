@@ -15,6 +15,7 @@ from .blocks import runs
 from .blocks import store as run_store
 from .blocks.operators import LowRankGram
 from .errors import InputTypeError, InputValueError, InvalidParameterError
+from .progress import Progress, with_progress
 from ._checks import params_checked
 from .validation import Interval, validate_params
 
@@ -34,10 +35,12 @@ def _n_features(X):
 def _gated(fit):
     """The input gate around an estimator's ``fit``: every parameter checked against
     ``_parameter_constraints`` first (``fit`` checks its solver's parameters against the
-    data's size before reading it, so the solvers it calls do not check them again); the store, claimed inside ``fit`` (after its data
-    passed :func:`dnomad.validation.check_data`) by :meth:`_Estimator._claim_store`, is
-    released when ``fit`` ends, however it ends; and a run refused for its input after
-    the claim (content found bad where lazy data is read) leaves no store behind."""
+    data's size before reading it, so the solvers it calls do not check them again); the
+    store, claimed inside ``fit`` (after its data passed
+    :func:`dnomad.validation.check_data`) by :meth:`_Estimator._claim_store`, is released
+    when ``fit`` ends, however it ends, as is the fit's progress report; and a run refused
+    for its input after the claim (content found bad where lazy data is read) leaves no
+    store behind."""
     @functools.wraps(fit)
     def gated(self, X, y=None, *, resume=False):
         validate_params(self)
@@ -45,9 +48,11 @@ def _gated(fit):
             raise InvalidParameterError(f"{type(self).__name__}.fit: resume must be a bool; got {resume!r}")
         self._store_claim = None
         self.__dict__.pop("n_features_in_", None)
+        ended = "interrupted"
         try:
             with params_checked():
                 fitted = fit(self, X, y, resume=bool(resume))
+            ended = getattr(self, "stop_reason_", None)
             n_features = _n_features(X)
             if n_features is not None:
                 self.n_features_in_ = n_features
@@ -63,6 +68,10 @@ def _gated(fit):
             claim = self.__dict__.pop("_store_claim", None)
             if claim is not None:
                 claim[0].release()
+            self.__dict__.pop("_fit_callback", None)
+            progress = self.__dict__.pop("_fit_progress", None)
+            if progress is not None:
+                progress.close(ended)
     return gated
 
 
@@ -71,7 +80,8 @@ _POSITIVE_INT = [Interval(numbers.Integral, 1, None)]
 _OPTIONAL_POSITIVE_INT = [None] + _POSITIVE_INT
 _POSITIVE = [Interval(numbers.Real, 0, None, closed="neither")]
 _NONNEGATIVE = [Interval(numbers.Real, 0, None)]
-_RUN_CONSTRAINTS = {"store": [None, "path"], "overwrite": ["boolean"], "random_state": ["random_state"]}
+_RUN_CONSTRAINTS = {"store": [None, "path"], "overwrite": ["boolean"], "random_state": ["random_state"],
+                    "verbose": [Interval(numbers.Integral, 0, 2)]}
 
 
 class _Estimator(BaseEstimator):
@@ -82,6 +92,14 @@ class _Estimator(BaseEstimator):
     _parameter_constraints = {}
     _checkpoints = False          # fit(resume=True) continues from a checkpoint (NOMAD, SymNMF, Hottopixx)
     _max_iter_param = "max_iter"  # the parameter a resumed run may raise to go on
+
+    def _report_progress(self, name, **report):
+        """Start this fit's progress report (:class:`dnomad.progress.Progress` at
+        ``verbose``; :func:`_gated` closes it when fit ends) and return the callback the
+        solvers get: the report, then the user's ``callback``."""
+        self._fit_progress = Progress(name, verbose=self.verbose, **report)
+        self._fit_callback = with_progress(getattr(self, "callback", None), self._fit_progress)
+        return self._fit_callback
 
     def _claim_store(self, run_id, resume=False):
         """Claim ``store`` for this run (lock, then the run-identity check: see

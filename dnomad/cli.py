@@ -31,20 +31,30 @@ class MissingPackageError(DnomadError, ImportError):
 
 
 def _plot(X, est, path):
+    """The demo's picture: the data coloured by predicted label, Q sorted by label with a
+    colour bar, and the 2-D spectral embedding of Q."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    labels = est.labels_
+    groups = np.unique(labels)
     Q = np.asarray(est.Q_)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
-    axes[0].scatter(X[:, 0], X[:, 1], c=est.labels_, cmap="tab10", s=8)
-    axes[0].set_title(f"data colored by label ({len(np.unique(est.labels_))} groups)")
-    axes[0].set_aspect("equal")
-    axes[1].imshow(Q, cmap="magma", vmin=0, vmax=np.percentile(Q, 99.5))
-    axes[1].set_title(f"Q (n={Q.shape[0]}, K={est.n_clusters})")
-    axes[2].scatter(est.embedding_[:, 0], est.embedding_[:, 1], c=est.labels_, cmap="tab10", s=8)
-    axes[2].set_title("2-D spectral embedding of Q")
+    order = np.argsort(labels, kind="stable")
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    for g in groups:
+        axes[0].scatter(X[labels == g, 0], X[labels == g, 1], s=8, label=f"label {g}")
+        axes[2].scatter(est.embedding_[labels == g, 0], est.embedding_[labels == g, 1], s=8)
+    axes[0].set(title=f"data by predicted label ({len(groups)} groups)", xlabel="x1", ylabel="x2",
+                aspect="equal")
+    axes[0].legend(fontsize=7, markerscale=1.5, loc="best")
+    image = axes[1].imshow(Q[np.ix_(order, order)], cmap="magma", vmin=0, vmax=np.percentile(Q, 99.5))
+    fig.colorbar(image, ax=axes[1], label="Q_ij")
+    axes[1].set(title=f"Q sorted by label (n={Q.shape[0]}, K={est.n_clusters})",
+                xlabel="point j (sorted by label)", ylabel="point i (sorted by label)")
+    axes[2].set(title="2-D spectral embedding of Q, by label", xlabel="embedding 1",
+                ylabel="embedding 2")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -53,23 +63,27 @@ def _plot(X, est, path):
 def cmd_demo(args):
     """NOMAD on two rings: Q, the history and checkpoints in a local Zarr store, and a PNG.
 
-    By default the blocks live in the workers of an embedded LocalCluster (or of the
-    current client), as a real run's would; ``--backend local`` runs the same kernels in
-    this process, several times faster at this size (no round trip per pass)."""
+    In this process by default (a problem of this size takes seconds); ``--cluster``
+    runs the same job with its blocks in the workers of an embedded 2-worker
+    LocalCluster, as a large run's would (each pass then a round trip to the workers)."""
     import dnomad
     from dnomad.data import two_rings
 
     os.makedirs(args.output, exist_ok=True)
     store = os.path.join(args.output, "nomad.zarr")
+    where = "on an embedded 2-worker LocalCluster" if args.cluster else "in this process"
+    print(f"dnomad demo: NOMAD (conditional gradient, K={args.n_clusters}) on two rings, n={args.n_samples}, "
+          f"{where}; Q, history and checkpoints to {store}", flush=True)
     X, y = two_rings(args.n_samples)
-    est = dnomad.NOMAD(n_clusters=args.n_clusters, backend=args.backend, store=store,
-                       overwrite=True, block_size=args.block_size)
+    est = dnomad.NOMAD(n_clusters=args.n_clusters, backend="distributed" if args.cluster else "local",
+                       store=store, overwrite=True, block_size=args.block_size, verbose=args.progress)
     est.fit(X)
     png = os.path.join(args.output, "nomad_demo.png")
     _plot(X, est, png)
     ari = dnomad.metrics.adjusted_rand_score(y, est.labels_)
     print(f"NOMAD on two rings: n={len(X)}, K={args.n_clusters}, {est.n_iter_} outer iterations "
-          f"({est.stop_reason_}), objective {est.objective_:.6g}, ARI vs rings {ari:.3f}")
+          f"({est.stop_reason_}), objective {est.objective_:.6g}, {len(np.unique(est.labels_))} groups, "
+          f"ARI vs the rings {ari:.3f}")
     print(f"Q and history: {store}\nplot: {png}")
     return 0
 
@@ -429,6 +443,8 @@ def cmd_fit(args):
     client, cluster = _connect(**run["cluster"], security=security)
     try:
         params = run["params"]
+        if args.quiet or args.verbose or "verbose" not in params:
+            params["verbose"] = args.progress
         if run["method"] == "hottopixx":
             est = dnomad.fit(X, method="hottopixx", rank=run["n_clusters"], store=run["store"],
                              overwrite=run["overwrite"], **params)
@@ -488,13 +504,15 @@ def cmd_resume(args):
     security = _security(cfg.get("security"))
     client, cluster = _connect(**_cluster_settings(args, cfg.get("cluster", {})), security=security)
     try:
-        est = dnomad.resume(args.store)
+        est = dnomad.resume(args.store, verbose=args.progress)
     finally:
         if client is not None:
             client.close()
         if cluster is not None:
             cluster.close()
-    print(f"resumed: {est.n_iter_} outer iterations ({est.stop_reason_}), objective {est.objective_:.6g}")
+    objective = getattr(est, "objective_", None)
+    print(f"resumed: {est.n_iter_} iterations ({est.stop_reason_})"
+          + ("" if objective is None else f", objective {objective:.6g}"))
     return 0
 
 
@@ -616,16 +634,30 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser():
     """The ``dnomad`` argument parser (also used by the tests to check deploy/ commands)."""
-    parser = _Parser(prog="dnomad", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true", help="log every outer iteration")
-    sub = parser.add_subparsers(dest="command", required=True)
+    from dnomad import __version__
 
-    p = sub.add_parser("demo", help="NOMAD on two rings on an embedded LocalCluster; writes Q and a PNG")
-    p.add_argument("--output", default="demo_out")
-    p.add_argument("--n-samples", type=int, default=200)
-    p.add_argument("--n-clusters", type=int, default=8)
-    p.add_argument("--block-size", type=int, default=None)
-    p.add_argument("--backend", default="distributed", choices=BACKENDS)
+    # -v and -q go before or after the command (dnomad -v fit ..., dnomad fit ... -v).
+    output = argparse.ArgumentParser(add_help=False)
+    output.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help="a progress line per iteration, INFO logs (distributed's too) and tracebacks; "
+                             "-vv: DEBUG logs (every pass)")
+    output.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="no progress line: only warnings, errors and the result's summary")
+    parser = _Parser(prog="dnomad", description=__doc__, parents=[output])
+    parser.add_argument("--version", action="version", version=f"dnomad {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_parser = sub.add_parser
+    sub.add_parser = lambda *a, **kw: _add_parser(*a, parents=[output], **kw)
+
+    p = sub.add_parser("demo", help="NOMAD on two rings (in this process; --cluster: on a LocalCluster); "
+                                    "writes Q, the history and a PNG")
+    p.add_argument("--output", default="demo_out", help="folder for the run store and the PNG (default demo_out)")
+    p.add_argument("--n-samples", type=int, default=200, help="points on the two rings (default 200)")
+    p.add_argument("--n-clusters", type=int, default=8, help="NOMAD's K (default 8)")
+    p.add_argument("--block-size", type=int, default=None, help="the blocks' size (default: one block per "
+                   "worker thread's share)")
+    p.add_argument("--cluster", action="store_true",
+                   help="run the same job on an embedded 2-worker LocalCluster, as a large run would")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("fit", help="fit a method on data (.npy, .csv or a Zarr path or URL)")
@@ -685,9 +717,23 @@ def _report(exc, verbose):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    args.verbose, args.quiet = getattr(args, "verbose", 0), getattr(args, "quiet", False)
+    # The estimators' verbose: a live progress line by default, a line per iteration with
+    # -v, nothing with -q.
+    args.progress = 0 if args.quiet else (2 if args.verbose else 1)
+    level = logging.DEBUG if args.verbose >= 2 else logging.INFO if args.verbose else logging.WARNING
     handler = logging.StreamHandler()
     handler.setFormatter(_RedactingFormatter("%(asctime)s %(name)s %(message)s"))
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+    # distributed sets its loggers to INFO from dask's config when it is imported (here and
+    # in each worker process): its start-up and shut-down chatter stays out of the
+    # terminal unless -v asks for it.
+    import dask
+
+    name = logging.getLevelName(level).lower()
+    dask.config.set({"logging": {**dask.config.get("logging", {}), "distributed": name}})
+    for logger_name in ("distributed", "dask_jobqueue"):
+        logging.getLogger(logger_name).setLevel(level)
     for value in vars(args).values():
         if isinstance(value, str):
             redact(value)          # a password in any argument is scrubbed from every later message

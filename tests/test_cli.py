@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import dnomad
 from dnomad.data import gaussian_blobs
@@ -19,16 +20,38 @@ def run(*args, cwd=None):
                           cwd=cwd, timeout=600, check=True)
 
 
-def test_demo_on_embedded_local_cluster_writes_store_and_png(tmp_path):
-    """The README's first command as it runs by default (blocks on an embedded LocalCluster)."""
-    out = run("demo", "--output", str(tmp_path), "--n-samples", "160", "--n-clusters", "8")
-    assert "ARI vs rings 1.000" in out.stdout
+@pytest.mark.parametrize("cluster", [False, True])
+def test_demo_writes_store_and_png_and_says_what_it_does(tmp_path, cluster):
+    """The README's first command (in this process) and the same job on an embedded
+    LocalCluster (--cluster): it says what it runs before it runs it, shows its
+    progress, keeps distributed's INFO chatter out of the terminal, and writes Q, the
+    history and the PNG."""
+    out = run("demo", "--output", str(tmp_path), "--n-samples", "160", "--n-clusters", "8",
+              *(["--cluster"] if cluster else []))
+    first = out.stdout.splitlines()[0]
+    assert first.startswith("dnomad demo: NOMAD") and ("LocalCluster" in first) == cluster
+    assert "ARI vs the rings 1.000" in out.stdout
+    assert "NOMAD (conditional gradient): it 1 " in out.stderr
+    assert "NOMAD (conditional gradient): stopped (tolerance) after" in out.stderr
+    assert "distributed." not in out.stderr, out.stderr
     assert (tmp_path / "nomad_demo.png").stat().st_size > 10_000
     Q = dnomad.blocks.from_zarr(str(tmp_path / "nomad.zarr"), "result/Q")
     np.testing.assert_allclose(np.asarray(Q).sum(axis=1), 1, atol=1e-4)
     info = json.loads(run("info", "--json", str(tmp_path / "nomad.zarr")).stdout)
     assert info["run"]["method"] == "nomad" and info["result"]["stop_reason"] == "tolerance"
-    assert info["run"]["estimator_params"]["backend"] == "distributed"
+    assert info["run"]["estimator_params"]["backend"] == ("distributed" if cluster else "local")
+
+
+def test_quiet_and_verbose_and_version(tmp_path):
+    """-q: the summary only; -v (before or after the command): a line per iteration and
+    distributed's INFO lines let in; --version."""
+    quiet = run("demo", "-q", "--output", str(tmp_path / "q"), "--n-samples", "120")
+    assert quiet.stderr == "" and "ARI vs the rings" in quiet.stdout
+    loud = run("-v", "demo", "--output", str(tmp_path / "v"), "--n-samples", "120", "--cluster")
+    iterations = json.loads(run("info", "--json", str(tmp_path / "v" / "nomad.zarr")).stdout)["result"]["n_iter"]
+    assert loud.stderr.count("NOMAD (conditional gradient): it ") == iterations
+    assert "distributed.scheduler" in loud.stderr
+    assert run("--version").stdout.strip() == f"dnomad {dnomad.__version__}"
 
 
 def test_fit_then_resume(tmp_path):

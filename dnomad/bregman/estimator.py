@@ -53,6 +53,10 @@ class BregmanClustering(_Clustering, _Estimator):
         the run keeps no checkpoints (relaxations take seconds to minutes).
     overwrite : bool, default False
     random_state
+    verbose : int, default 0
+        0: silent; 1: a live progress line on stderr (iteration, objective, residuals
+        against their targets, passes, time, an estimate of what remains; a plain line
+        every few seconds off a terminal); 2: a line per iteration (see dnomad.progress).
 
     Attributes
     ----------
@@ -82,7 +86,7 @@ class BregmanClustering(_Clustering, _Estimator):
 
     def __init__(self, n_clusters=2, *, model="cond-jc", divergence="euclidean", alpha=1e-5, beta=1e-5,
                  gamma=1e-6, max_iter=None, tol=None, rounding_repeats=10, chunk_rows=None, store=None,
-                 overwrite=False, random_state=None):
+                 overwrite=False, random_state=None, verbose=0):
         self.n_clusters = n_clusters
         self.model = model
         self.divergence = divergence
@@ -96,6 +100,7 @@ class BregmanClustering(_Clustering, _Estimator):
         self.store = store
         self.overwrite = overwrite
         self.random_state = random_state
+        self.verbose = verbose
 
     @_gated
     def fit(self, X, y=None, *, resume=False):
@@ -125,6 +130,11 @@ class BregmanClustering(_Clustering, _Estimator):
         max_iter = self.max_iter if self.max_iter is not None else \
             {"cond-jc": 1000, "cond": 300, "disc": 100}.get(self.model, 1000)
         tol = self.tol if self.tol is not None else (1e-5 if self.model == "cond-jc" else 1e-6)
+        # The relaxation's progress: ADMM's residuals, or the conditional gradient's
+        # duality gap against tol (1 + |objective|), shown as the gap.
+        targets = {"primal_residual": tol, "dual_residual": tol} if self.model == "cond-jc" else {}
+        report = self._report_progress(f"Bregman clustering ({self.model})", show=("objective", "gap"),
+                                       targets=targets, max_iter=max_iter, passes=None)
         chunks = None
         if chunked:
             # X stays in Zarr: the relaxation, the rounding's objectives and the
@@ -132,7 +142,8 @@ class BregmanClustering(_Clustering, _Estimator):
             chunks = blocks.RowChunks(X, chunk_rows=self.chunk_rows, center=False)
             try:
                 with blocks.single_threaded_blas():
-                    res = bregman.cond(chunks, d, div, alpha=self.alpha, max_iter=max_iter, tol=tol)
+                    res = bregman.cond(chunks, d, div, alpha=self.alpha, max_iter=max_iter, tol=tol,
+                                       callback=report)
             except BaseException:
                 chunks.close()
                 raise
@@ -144,13 +155,15 @@ class BregmanClustering(_Clustering, _Estimator):
             div.check_domain(X)
             if self.model == "cond-jc":
                 with blocks.single_threaded_blas():
-                    res = bregman.cond_jc(X, d, div, max_iter=max_iter, tol=tol, chunk_rows=self.chunk_rows)
+                    res = bregman.cond_jc(X, d, div, max_iter=max_iter, tol=tol, chunk_rows=self.chunk_rows,
+                                          callback=report)
             elif self.model == "cond":
-                res = bregman.cond(X, d, div, alpha=self.alpha, max_iter=max_iter, tol=tol)
+                res = bregman.cond(X, d, div, alpha=self.alpha, max_iter=max_iter, tol=tol, callback=report)
             elif self.model == "disc":
-                res = bregman.disc(X, d, gamma=self.gamma, max_iter=max_iter, tol=tol)
+                res = bregman.disc(X, d, gamma=self.gamma, max_iter=max_iter, tol=tol, callback=report)
             else:
-                res = bregman.joint(X, d, div, alpha=self.alpha, beta=self.beta, max_iter=max_iter, tol=tol)
+                res = bregman.joint(X, d, div, alpha=self.alpha, beta=self.beta, max_iter=max_iter, tol=tol,
+                                    callback=report)
         # SC rounding from the top d eigenvectors of M (of Z, its projection onto M2, for
         # "cond-jc"), which every model keeps factored
         self.M_ = (res.Phi, res.sigma)

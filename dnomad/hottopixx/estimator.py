@@ -70,6 +70,10 @@ class Hottopixx(_Estimator):
         Epochs between checkpoints to ``store`` (C, f x f, and the generator's state).
     callback : callable, optional
         Called with each epoch's history row; returning True stops.
+    verbose : int, default 0
+        0: silent; 1: a live progress line on stderr (iteration, objective, residuals
+        against their targets, passes, time, an estimate of what remains; a plain line
+        every few seconds off a terminal); 2: a line per iteration (see dnomad.progress).
 
     Attributes
     ----------
@@ -124,7 +128,7 @@ class Hottopixx(_Estimator):
                  selection="clusters", cluster_threshold=0.8, fit_components="subgradient",
                  clean_epochs=10, clean_step=1.0, clean_decay=0.6, row_block=None, cost_scale=0.1,
                  error_every=1, random_state=None, store=None, overwrite=False, checkpoint_every=10,
-                 callback=None):
+                 callback=None, verbose=0):
         self.rank = rank
         self.n_epochs = n_epochs
         self.primal_step = primal_step
@@ -144,6 +148,7 @@ class Hottopixx(_Estimator):
         self.overwrite = overwrite
         self.checkpoint_every = checkpoint_every
         self.callback = callback
+        self.verbose = verbose
 
     def _params(self):
         epochs = hott_solver.FAST_EPOCHS if self.n_epochs == "fast" else self.n_epochs
@@ -175,9 +180,11 @@ class Hottopixx(_Estimator):
                 runs.write_matrix_marker(self, "hottopixx", run_id, X)
             checkpoints = run_store.Checkpoints(self.store, CHECKPOINT_KEY)
         state = checkpoints.load() if resume else None
+        callback = self._report_progress("HOTTOPIXX", show=("trace", "error"), iteration_key="epoch",
+                                         max_iter=params.n_epochs, passes=None)
         data = blocks.feature_columns(X, store=self.store)
         client = get_client() if data.kind == "zarr" else None
-        res = hott_solver.hottopixx(data, params, random_state=self.random_state, callback=self.callback,
+        res = hott_solver.hottopixx(data, params, random_state=self.random_state, callback=callback,
                                     client=client, state=state,
                                     checkpoint=None if checkpoints is None else checkpoints.save,
                                     checkpoint_every=self.checkpoint_every)

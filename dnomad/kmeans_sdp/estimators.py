@@ -66,6 +66,13 @@ class _RowChunkEstimator(_Clustering, _Estimator):
                               self.history_, self.fit_seconds_)
         return self
 
+    def _solver_callback(self):
+        """The progress report and the user's ``callback(row)``, as the solvers'
+        ``callback(row, current_u)``."""
+        name, targets = self._progress_report()
+        report = self._report_progress(name, show=("loss",), targets=targets)
+        return None if report is None else (lambda row, current_u: report(row))
+
     def membership(self):
         """Z = U U^T (n x n): the relaxed membership matrix, for small n only."""
         n = self.U_.shape[0]
@@ -79,9 +86,6 @@ class _RowChunkEstimator(_Clustering, _Estimator):
 _NOT_IDENTITY = ("checkpoint_every", "callback", "store", "overwrite", "backend")
 
 
-def _row_callback(callback):
-    """An estimator's ``callback(row)`` as the solvers' ``callback(row, current_u)``."""
-    return None if callback is None else (lambda row, current_u: callback(row))
 
 
 class RiemannianKMeans(_RowChunkEstimator):
@@ -130,6 +134,10 @@ class RiemannianKMeans(_RowChunkEstimator):
         from its last checkpoint.  ``callback(row)`` returning True stops a stage.
     checkpoint_every : int, default 10
         Newton iterations between checkpoints to ``store`` (the point, O(n r) numbers).
+    verbose : int, default 0
+        0: silent; 1: a live progress line on stderr (iteration, objective, residuals
+        against their targets, passes, time, an estimate of what remains; a plain line
+        every few seconds off a terminal); 2: a line per iteration (see dnomad.progress).
 
     Attributes
     ----------
@@ -164,7 +172,7 @@ class RiemannianKMeans(_RowChunkEstimator):
                  kappa_plus=1.3, kappa_minus=1.1, max_inner=60, lam_rule="adaptive", cubic_L=1.0,
                  boundary_fraction=0.95, second_order=True, min_eigenvalue=None, chunk_rows=None,
                  backend="auto", random_state=None, store=None, overwrite=False, checkpoint_every=10,
-                 callback=None):
+                 callback=None, verbose=0):
         self.n_clusters = n_clusters
         self.rank = rank
         self.mu = mu
@@ -187,6 +195,7 @@ class RiemannianKMeans(_RowChunkEstimator):
         self.overwrite = overwrite
         self.checkpoint_every = checkpoint_every
         self.callback = callback
+        self.verbose = verbose
 
     def _check(self):
         """What ``_parameter_constraints`` cannot say: rank against n_clusters, mu's stages."""
@@ -202,7 +211,7 @@ class RiemannianKMeans(_RowChunkEstimator):
             kappa_minus=self.kappa_minus, max_iter=self.max_iter, max_inner=self.max_inner, gtol=self.tol,
             lam_rule=self.lam_rule, cubic_L=self.cubic_L,
             boundary_fraction=self.boundary_fraction, second_order=self.second_order,
-            min_eigenvalue=self.min_eigenvalue, callback=_row_callback(self.callback), state=state,
+            min_eigenvalue=self.min_eigenvalue, callback=self._solver_callback(), state=state,
             checkpoint=checkpoint, checkpoint_every=self.checkpoint_every)
         self.labels_ = res.labels
         self.U_, self.V_, self.Q_ = res.U, res.V, res.Q
@@ -210,6 +219,9 @@ class RiemannianKMeans(_RowChunkEstimator):
         self.min_eigenvalue_ = res.min_eigenvalue
         self.stop_reason_, self.n_iter_, self.history_ = res.stop_reason, res.n_iter, res.history
         self.costs_, self.curvature_steps_, self.passes_ = res.costs, res.curvature_steps, res.passes
+
+    def _progress_report(self):
+        return "Riemannian K-means", {"grad_norm": self.tol}
 
     def _summary(self):
         return {"cost": self.cost_, "mu": self.mu_, "grad_norm": self.grad_norm_,
@@ -244,6 +256,10 @@ class NLR(_RowChunkEstimator):
         As :class:`RiemannianKMeans`.
     checkpoint_every : int, default 1000
         Iterations between checkpoints to ``store`` (U and y, O(n r) numbers).
+    verbose : int, default 0
+        0: silent; 1: a live progress line on stderr (iteration, objective, residuals
+        against their targets, passes, time, an estimate of what remains; a plain line
+        every few seconds off a terminal); 2: a line per iteration (see dnomad.progress).
 
     Attributes
     ----------
@@ -262,7 +278,8 @@ class NLR(_RowChunkEstimator):
 
     def __init__(self, n_clusters=8, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3,
                  max_iter=100000, n_init=1, record_every=10, chunk_rows=None, backend="auto",
-                 random_state=None, store=None, overwrite=False, checkpoint_every=1000, callback=None):
+                 random_state=None, store=None, overwrite=False, checkpoint_every=1000, callback=None,
+                 verbose=0):
         self.n_clusters = n_clusters
         self.rank = rank
         self.beta = beta
@@ -279,6 +296,7 @@ class NLR(_RowChunkEstimator):
         self.overwrite = overwrite
         self.checkpoint_every = checkpoint_every
         self.callback = callback
+        self.verbose = verbose
 
     def _check(self):
         """What ``_parameter_constraints`` cannot say: rank against n_clusters."""
@@ -289,7 +307,7 @@ class NLR(_RowChunkEstimator):
         best = nlr_solver.nlr_kmeans(data, self.n_clusters, n_init=self.n_init, random_state=self.random_state,
                                      rank=self.rank, beta=self.beta, step=self.step, tol=self.tol,
                                      dual_tol=self.dual_tol, max_iter=self.max_iter,
-                                     record_every=self.record_every, callback=_row_callback(self.callback),
+                                     record_every=self.record_every, callback=self._solver_callback(),
                                      state=state, checkpoint=checkpoint, checkpoint_every=self.checkpoint_every)
         self.U_ = best.U
         self.labels_ = rk.labels_from_u(best.U, self.n_clusters)
@@ -297,6 +315,9 @@ class NLR(_RowChunkEstimator):
         self.infeasibility_ = best.history[-1]["infeasibility"]
         self.stop_reason_, self.n_iter_, self.dual_steps_ = best.stop_reason, best.n_iter, best.dual_steps
         self.history_, self.passes_ = best.history, best.passes
+
+    def _progress_report(self):
+        return "NLR", {"change": self.tol, "infeasibility": self.tol}
 
     def _summary(self):
         return {"objective": self.objective_, "infeasibility": self.infeasibility_,

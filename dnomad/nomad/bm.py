@@ -456,9 +456,11 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
                             "inner_scale": scale, "seconds": time.perf_counter() - t0})
             logger.info("BM it %d  obj %.6g  row viol %.2e  trace viol %.2e  change %.2e  inner %d",
                         it, objective, row_violation, trace_violation, change, nit)
+            # The callback sees every row, the last too; the rule met outranks its stop.
+            stop_asked = callback is not None and callback(dict(history[-1])) is True
             if _rule_met(history[-1], params) and exact:
                 stop_reason = "tolerance"
-            elif callback is not None and callback(dict(history[-1])) is True:
+            elif stop_asked:
                 stop_reason = "callback"
             final = stop_reason != "max_iter" or it == params.max_iter
             if final or it % checkpoint_every == 0:

@@ -180,6 +180,10 @@ class NOMAD(_Clustering, _Estimator):
         Seeds the k-means of spectral rounding (and bm's start).
     callback : callable, optional
         Called with each history row; returning True stops the run.
+    verbose : int, default 0
+        0: silent; 1: a live progress line on stderr (iteration, objective, residuals
+        against their targets, passes, time, an estimate of what remains; a plain line
+        every few seconds off a terminal); 2: a line per iteration (see dnomad.progress).
 
     Parameters n_inner to eigen_ncv, the stopping tolerances, dtype and block_size are
     conditional gradient's; Burer-Monteiro runs in this process in float64 (D Y over
@@ -242,7 +246,7 @@ class NOMAD(_Clustering, _Estimator):
                  center=True, normalize=True, dtype=np.float32, block_size=None, backend="auto",
                  device=None, store=None, overwrite=False, checkpoint_every=None,
                  label_method="components", component_threshold=0.5, n_groups=None, n_components=2,
-                 random_state=None, callback=None):
+                 random_state=None, callback=None, verbose=0):
         self.n_clusters = n_clusters
         self.solver = solver
         self.rank = rank
@@ -278,6 +282,7 @@ class NOMAD(_Clustering, _Estimator):
         self.n_components = n_components
         self.random_state = random_state
         self.callback = callback
+        self.verbose = verbose
 
     # ---------------------------------------------------------------- fit
     @_gated
@@ -308,9 +313,15 @@ class NOMAD(_Clustering, _Estimator):
                 runs.write_run_marker(self.store, "nomad", run_id, self, source)
 
         self.layers_ = []
+        last = params_list[-1]
         if self.solver == "bm":
+            self._report_progress("NOMAD (Burer-Monteiro)", show=("objective",), targets={
+                "row_sum_violation": last.feasibility_tol, "trace_violation": last.feasibility_tol,
+                "change": last.tol})
             self._fit_bm(source, params_list, dtype, resume, start)
         else:
+            self._report_progress("NOMAD (conditional gradient)", show=("objective",), passes="per_row",
+                                  targets={"rmse_neg": last.rmse_tol, "max_violation": last.min_tol})
             self._fit_cgm(source, params_list, dtype, resume, start)
         self.fit_seconds_ = time.perf_counter() - start
         return self
@@ -407,8 +418,8 @@ class NOMAD(_Clustering, _Estimator):
                             store, layer_checkpoint_key(layer))
                         state = checkpoints.load(group=group) if resume and checkpoints is not None else None
                         save = None if checkpoints is None else partial(checkpoints.save, group=group)
-                        res = nomad_cgm(group, params_list[layer], data=data, state=state, callback=self.callback,
-                                        checkpoint=save,
+                        res = nomad_cgm(group, params_list[layer], data=data, state=state,
+                                        callback=self._fit_callback, checkpoint=save,
                                         checkpoint_every=self.checkpoint_every or CGM_CHECKPOINT_EVERY)
                         if layer < last:
                             self._keep_layer(layer, res, group)
@@ -525,7 +536,8 @@ class NOMAD(_Clustering, _Estimator):
                     key = layer_checkpoint_key(layer)
                     checkpoints = None if store is None else run_store.Checkpoints(store, key)
                     state = checkpoints.load() if resume and checkpoints is not None else None
-                    res = burer_monteiro(D, params_list[layer], callback=self.callback, state=state,
+                    res = burer_monteiro(D, params_list[layer], callback=self._fit_callback,
+                                         state=state,
                                          checkpoint=None if checkpoints is None else checkpoints.save,
                                          checkpoint_every=self.checkpoint_every or 1)  # default 1
                     if layer < last:

@@ -73,6 +73,10 @@ class SymNMF(_Clustering, _Estimator):
         Frank-Wolfe and projected gradient only.
     callback : callable, optional
         Called with each history row; returning True stops the run.
+    verbose : int, default 0
+        0: silent; 1: a live progress line on stderr (iteration, objective, residuals
+        against their targets, passes, time, an estimate of what remains; a plain line
+        every few seconds off a terminal); 2: a line per iteration (see dnomad.progress).
 
     Attributes
     ----------
@@ -120,7 +124,7 @@ class SymNMF(_Clustering, _Estimator):
     def __init__(self, n_clusters=8, *, solver="fw", step_rule="line_search", stop_rule="gap",
                  tol=1e-4, objective_tol=1e-3, max_iter=None, affinity="gaussian", bandwidth=1.0,
                  init="random", random_state=None, dtype=np.float32, block_size=None,
-                 backend="auto", store=None, overwrite=False, checkpoint_every=50, callback=None):
+                 backend="auto", store=None, overwrite=False, checkpoint_every=50, callback=None, verbose=0):
         self.n_clusters = n_clusters
         self.solver = solver
         self.step_rule = step_rule
@@ -139,6 +143,7 @@ class SymNMF(_Clustering, _Estimator):
         self.overwrite = overwrite
         self.checkpoint_every = checkpoint_every
         self.callback = callback
+        self.verbose = verbose
 
     def _params(self, n):
         max_iter = self.max_iter if self.max_iter is not None else (
@@ -185,6 +190,8 @@ class SymNMF(_Clustering, _Estimator):
                 runs.write_run_marker(self.store, "symnmf", run_id, self, source)
             save = run_store.Checkpoints(self.store, SYMNMF_CHECKPOINT_KEY).save
 
+        self._report_progress(f"SymNMF ({self.solver})", show=("objective",), max_iter=params.max_iter)
+
         def attempt(resume):
             state = _load_symnmf_checkpoint(self.store) if resume else None
             res = self._solve(source, backend, dtype, params, W0, state, save)
@@ -213,9 +220,12 @@ class SymNMF(_Clustering, _Estimator):
                 if summ["min"] < 0:
                     raise InputValueError(f"the affinity must be nonnegative; its smallest entry is "
                                           f"{summ['min']:.3g}")
+                if params.stop_rule == "gap":
+                    # The rule's target is relative to ||P||_F^2, known from here on.
+                    self._fit_progress.targets = {"gap": params.tol * summ["fro"] ** 2}
                 with blocks.single_threaded_blas():
                     res = symnmf.solve(self.solver, P, W0, params, fro2=summ["fro"] ** 2,
-                                       callback=self.callback, state=state, checkpoint=save,
+                                       callback=self._fit_callback, state=state, checkpoint=save,
                                        checkpoint_every=self.checkpoint_every)
             finally:
                 if source.matrix is None:
