@@ -97,7 +97,8 @@ class _Estimator(BaseEstimator):
         """Start this fit's progress report (:class:`dnomad.progress.Progress` at
         ``verbose``; :func:`_gated` closes it when fit ends) and return the callback the
         solvers get: the report, then the user's ``callback``."""
-        self._fit_progress = Progress(name, verbose=self.verbose, **report)
+        self._fit_progress = Progress(name, verbose=self.verbose, logger=type(self).__module__.rsplit(".", 1)[0],
+                                      **report)
         self._fit_callback = with_progress(getattr(self, "callback", None), self._fit_progress)
         return self._fit_callback
 

@@ -9,6 +9,10 @@ hands its callback updates one report (what scikit-learn, dask-ml and cuML users
   terminal (a SLURM log, a pipe) the same text as a plain line every ``every`` seconds.
 - ``verbose=2``: that line for every iteration.
 
+At ``verbose=0`` the same text goes to the method package's logger at INFO every
+``every`` seconds (for a program that configures logging rather than a terminal);
+each solver's per-iteration and per-pass lines are at DEBUG.
+
 The estimate of what remains follows the residuals: the stopping rule is met when
 log(residual / target) reaches 0 for every residual, and the estimate extrapolates the
 rate at which the largest of them fell over the last rows (none while it does not fall).
@@ -17,6 +21,7 @@ estimated from its pace instead.
 """
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import time
@@ -51,10 +56,12 @@ class Progress:
         Seconds between plain lines at ``verbose=1`` off a terminal.
     clock : callable
         Seconds, as time.perf_counter (the tests give their own).
+    logger : str
+        The logger of the INFO summaries at ``verbose=0`` (the method's package).
     """
 
     def __init__(self, name, *, verbose=0, targets=None, show=(), iteration_key="iteration", max_iter=None,
-                 passes="total", stream=None, every=5.0, clock=time.perf_counter):
+                 passes="total", stream=None, every=5.0, clock=time.perf_counter, logger="dnomad"):
         self.name = name
         self.verbose = int(verbose)
         self.targets = dict(targets or {})
@@ -65,6 +72,7 @@ class Progress:
         self.stream = sys.stderr if stream is None else stream
         self.every = float(every)
         self.clock = clock
+        self.logger = logging.getLogger(logger)
         self.rows = 0
         self.passes = 0
         self._t0 = clock()
@@ -80,7 +88,7 @@ class Progress:
 
     def __call__(self, row):
         """Report ``row``; returns None (a report never stops the run)."""
-        if self.verbose <= 0:
+        if self.verbose <= 0 and not self.logger.isEnabledFor(logging.INFO):
             return None
         self.rows += 1
         if self.passes_mode == "total":
@@ -89,7 +97,11 @@ class Progress:
             self.passes += int(row.get("passes", 0))
         now = self.clock() - self._t0
         self._text = self._describe(row, now)
-        if self._bar is not None:
+        if self.verbose <= 0:
+            if now - self._last_line >= self.every:
+                self._last_line = now
+                self.logger.info("%s: %s", self.name, self._text)
+        elif self._bar is not None:
             self._bar.set_description_str(f"{self.name}: {self._text}")
         elif self.verbose >= 2 or now - self._last_line >= self.every:
             self._last_line = now
@@ -150,8 +162,6 @@ class Progress:
 def with_progress(callback, progress):
     """A solver callback that reports each row to ``progress`` and then asks ``callback``
     (if any) whether to stop."""
-    if progress.verbose <= 0:
-        return callback
 
     def report(row, *args):
         progress(row)

@@ -128,3 +128,16 @@ def test_a_progress_report_never_stops_a_run_and_the_callback_still_can():
     est = dnomad.NOMAD(6, verbose=1, callback=stop_at_3).fit(RINGS)
     assert est.stop_reason_ == "callback" and est.n_iter_ == 3 and stops == [1, 2, 3]
     assert "_fit_progress" not in vars(est) and "_fit_callback" not in vars(est)   # it pickles
+
+
+def test_at_verbose_0_a_logging_program_gets_info_summaries_from_the_package_logger(caplog, capsys):
+    """Silent on stderr, but a program that turns on INFO logging gets the same text from the
+    method package's logger (the first row, then one every few seconds)."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="dnomad"):
+        dnomad.NOMAD(6).fit(RINGS)
+    assert capsys.readouterr().err == ""
+    summaries = [r for r in caplog.records if r.name == "dnomad.nomad"]
+    assert summaries and summaries[0].getMessage().startswith("NOMAD (conditional gradient): it 1 ")
+    assert not any("NOMAD it " in r.getMessage() for r in caplog.records)       # per iteration: DEBUG

@@ -454,7 +454,7 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
                             "change": float(change), "inner_iterations": nit, "evaluations": nfev,
                             "matmats": problem.matmats, "passes": space.passes - passes0,
                             "inner_scale": scale, "seconds": time.perf_counter() - t0})
-            logger.info("BM it %d  obj %.6g  row viol %.2e  trace viol %.2e  change %.2e  inner %d",
+            logger.debug("BM it %d  obj %.6g  row viol %.2e  trace viol %.2e  change %.2e  inner %d",
                         it, objective, row_violation, trace_violation, change, nit)
             # The callback sees every row, the last too; the rule met outranks its stop.
             stop_asked = callback is not None and callback(dict(history[-1])) is True

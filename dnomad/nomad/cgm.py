@@ -596,7 +596,7 @@ def _append_history(history, row, t, inner, group, rec0, t0):
                step=float(inner.step), rank=int(inner.rank), passes=tot["passes"],
                seconds=time.perf_counter() - t0, bytes_read=tot["bytes_read"], bytes_written=tot["bytes_written"])
     history.append(row)
-    logger.info("NOMAD it %d  obj %.6g  rmse_neg %.2e  max_viol %.2e  gap %.2e  matvecs %d  rank %d  %.2fs",
+    logger.debug("NOMAD it %d  obj %.6g  rmse_neg %.2e  max_viol %.2e  gap %.2e  matvecs %d  rank %d  %.2fs",
                 row["iteration"], row["objective"], row["rmse_neg"], row["max_violation"],
                 row["fw_gap"], row["eig_matvecs"], row["rank"], row["seconds"])
 
