@@ -422,6 +422,7 @@ def _fit_settings(args):
     if missing:
         raise InputValueError(f"missing {', '.join('--' + m.replace('_', '-') for m in missing)} "
                               f"(give them as flags or in --config)")
+    _check_param_keys(out["method"], out["params"])
     if out["device"] is not None:
         if out["method"] != "nomad":
             raise InputValueError(f"--device is NOMAD's (its blocks on a GPU); --method {out['method']} runs "
@@ -430,6 +431,24 @@ def _fit_settings(args):
     out["cluster"] = _cluster_settings(args, cfg.get("cluster", {}))
     out["security"] = cfg.get("security")
     return out
+
+
+def _check_param_keys(method, params):
+    """--params / [params] keys are the method's estimator parameters (a typo is refused
+    here, naming the nearest one, before the input is read)."""
+    import difflib
+
+    from dnomad.api import ESTIMATORS
+
+    if method not in ESTIMATORS:
+        return                           # refused with the list of methods by the settings' check
+    allowed = sorted(ESTIMATORS[method]().get_params())
+    for key in params:
+        if key not in allowed:
+            near = difflib.get_close_matches(key, allowed, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise InputValueError(f"--params: {key!r} is not a parameter of --method {method}; {hint}"
+                                  f"its parameters: {', '.join(allowed)}")
 
 
 def cmd_fit(args):
