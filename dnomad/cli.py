@@ -30,36 +30,6 @@ class MissingPackageError(DnomadError, ImportError):
     """A setting needs an optional package that is not installed."""
 
 
-def _plot(X, est, path):
-    """The demo's picture: the data coloured by predicted label, Q sorted by label with a
-    colour bar, and the 2-D spectral embedding of Q."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = est.labels_
-    groups = np.unique(labels)
-    Q = np.asarray(est.Q_)
-    order = np.argsort(labels, kind="stable")
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
-    for g in groups:
-        axes[0].scatter(X[labels == g, 0], X[labels == g, 1], s=8, label=f"label {g}")
-        axes[2].scatter(est.embedding_[labels == g, 0], est.embedding_[labels == g, 1], s=8)
-    axes[0].set(title=f"data by predicted label ({len(groups)} groups)", xlabel="x1", ylabel="x2",
-                aspect="equal")
-    axes[0].legend(fontsize=7, markerscale=1.5, loc="best")
-    image = axes[1].imshow(Q[np.ix_(order, order)], cmap="magma", vmin=0, vmax=np.percentile(Q, 99.5))
-    fig.colorbar(image, ax=axes[1], label="Q_ij")
-    axes[1].set(title=f"Q sorted by label (n={Q.shape[0]}, K={est.n_clusters})",
-                xlabel="point j (sorted by label)", ylabel="point i (sorted by label)")
-    axes[2].set(title="2-D spectral embedding of Q, by label", xlabel="embedding 1",
-                ylabel="embedding 2")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def cmd_demo(args):
     """NOMAD on two rings: Q, the history and checkpoints in a local Zarr store, and a PNG.
 
@@ -79,7 +49,7 @@ def cmd_demo(args):
                        store=store, overwrite=True, block_size=args.block_size, verbose=args.progress)
     est.fit(X)
     png = os.path.join(args.output, "nomad_demo.png")
-    _plot(X, est, png)
+    dnomad.plot(est, png, X=X)
     ari = dnomad.metrics.adjusted_rand_score(y, est.labels_)
     print(f"NOMAD on two rings: n={len(X)}, K={args.n_clusters}, {est.n_iter_} outer iterations "
           f"({est.stop_reason_}), objective {est.objective_:.6g}, {len(np.unique(est.labels_))} groups, "
@@ -594,6 +564,26 @@ def _format_table(rows, columns=None):
     return "\n".join(lines)
 
 
+def cmd_plot(args):
+    """A PNG of the finished run in STORE (dnomad.plot): what its method has."""
+    import dnomad
+
+    if _run_marker(args.store) is None:
+        raise StoreError(f"store {redact(args.store)!r} holds no dnomad run")
+    out = args.output or _default_plot_path(args.store)
+    dnomad.plot(args.store, out)
+    print(f"plot: {out}")
+    return 0
+
+
+def _default_plot_path(store):
+    """Beside a local store (run.zarr -> run.png); for a URL, its name in this folder."""
+    base = store.rstrip("/")
+    if "://" in base:
+        base = os.path.basename(base)
+    return (base[:-5] if base.endswith(".zarr") else base) + ".png"
+
+
 def cmd_info(args):
     info = run_info(args.store)
     if info is None:
@@ -706,6 +696,13 @@ def build_parser():
                    "(the run's settings are the store's); flags override it")
     _add_cluster_flags(p)
     p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("plot", help="draw the finished run in STORE: data by label, Q, the embedding, W or "
+                                    "the hott rows, the history against its targets")
+    p.add_argument("store")
+    p.add_argument("--output", help="the picture (.png, .pdf or .svg; default: beside the store, "
+                   "run.zarr -> run.png)")
+    p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("info", help="print the record, progress and history of the run in STORE")
     p.add_argument("store")

@@ -1,0 +1,239 @@
+"""Pictures of a result: what the method has, from a fitted estimator or a run's store.
+
+:func:`plot` draws, side by side and each with labelled axes: the data coloured by
+predicted label (a legend; the first two principal components when X has more than two
+columns), Q with rows and columns sorted by label and a colour bar, the 2-D embedding,
+W (SymNMF) or C's diagonal with the hott rows and F (HOTTOPIXX), and the history's
+stopping residuals against their targets on log axes.  matplotlib is the only
+dependency.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+# Q is drawn densely up to this n (an n x n image); beyond, its panel is left out.
+MAX_Q_N = 4000
+
+# History columns that are stopping residuals, by method, and the estimator parameter
+# (or fixed default) each must fall to.
+_RESIDUALS = {
+    "nomad": {"rmse_neg": "rmse_tol", "max_violation": "min_tol"},
+    "nomad-bm": {"row_sum_violation": ("feasibility_tol", 1e-4), "trace_violation": ("feasibility_tol", 1e-4),
+                 "change": ("tol", 1e-5)},
+    "symnmf": {"gap": None},
+    "hottopixx": {"error": None},
+    "riemannian-kmeans": {"grad_norm": "tol"},
+    "nlr": {"change": "tol", "infeasibility": "tol"},
+    "bregman": {"gap": None, "primal_residual": ("tol", 1e-5), "dual_residual": ("tol", 1e-5)},
+}
+
+
+def plot(result, path=None, *, X=None):
+    """Draw a result; return the matplotlib Figure (and save it to ``path`` if given).
+
+    Parameters
+    ----------
+    result : fitted estimator, or str / os.PathLike
+        An estimator after ``fit``, or a run store (path or URL) written by one.
+    path : str, optional
+        Where to save the figure (PNG, PDF, SVG: by its extension).
+    X : array (n, d), optional
+        The data, for the panel coloured by label (a store that keeps its input,
+        ``input/X``, gives it itself).
+    """
+    import matplotlib
+
+    if path is not None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    view = _from_store(result) if isinstance(result, (str, os.PathLike)) else _from_estimator(result)
+    if X is not None:
+        view["X"] = np.asarray(X, dtype=np.float64)
+    panels = [draw for draw, wanted in ((_data_panel, view.get("X") is not None and view.get("labels") is not None),
+                                        (_q_panel, view.get("Q") is not None and view.get("labels") is not None),
+                                        (_embedding_panel, view.get("embedding") is not None),
+                                        (_w_panel, view.get("W") is not None),
+                                        (_hott_panel, view.get("hott_rows") is not None),
+                                        (_history_panel, bool(view.get("history"))))
+              if wanted]
+    if not panels:
+        raise ValueError(f"nothing to draw: the {view['method']} result holds no labels, matrix or history")
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.9 * len(panels), 4.4), squeeze=False)
+    for draw, ax in zip(panels, axes[0]):
+        draw(fig, ax, view)
+    fig.suptitle(view["title"], fontsize=11)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+    return fig
+
+
+# ------------------------------------------------------------------ what a result has
+def _from_estimator(est):
+    from .api import ESTIMATORS
+
+    method = next((name for name, cls in ESTIMATORS.items() if isinstance(est, cls)), type(est).__name__)
+    params = est.get_params()
+    view = {"method": method, "params": params, "labels": getattr(est, "labels_", None),
+            "embedding": getattr(est, "embedding_", None), "history": list(getattr(est, "history_", []) or []),
+            "hott_rows": getattr(est, "hott_rows_", None), "diag": getattr(est, "diag_", None)}
+    if method == "symnmf":
+        view["W"] = est.components_
+    if method == "hottopixx":
+        view["F"] = est.components_
+    Q, labels = getattr(est, "Q_", None), view["labels"]
+    # NOMAD's n x n Q (RiemannianKMeans's Q_ is its r x r rotation, not drawn).
+    if Q is not None and labels is not None and tuple(Q.shape) == (len(labels),) * 2 and len(labels) <= MAX_Q_N:
+        view["Q"] = np.asarray(Q, dtype=np.float64)
+    return _finish(view)
+
+
+def _from_store(store):
+    from . import blocks
+    from .blocks import store as run_store
+    from .errors import StoreError
+
+    marker = run_store.read_json(store, run_store.RUN_MARKER)
+    if marker is None:
+        raise StoreError(f"store {run_store.redact(str(store))!r} holds no dnomad run")
+    result = run_store.read_json(store, "result")
+    if result is None:
+        raise StoreError(f"the run in {run_store.redact(str(store))!r} has not finished: no result to draw "
+                         f"(`dnomad info` shows its history)")
+
+    def array(path):
+        return run_store.read_vector(store, path) if run_store.has_array(store, path) else None
+
+    method = marker["method"]
+    view = {"method": method, "params": marker["estimator_params"], "labels": array("result/labels"),
+            "embedding": array("result/embedding"), "history": run_store.read_table(store, "result/history") or [],
+            "hott_rows": array("result/hott_rows"), "diag": array("result/diag"), "X": array("input/X")}
+    if method == "symnmf":
+        view["W"] = array("result/W")
+    if method == "hottopixx":
+        view["F"] = array("result/F")
+    n = len(view["labels"]) if view["labels"] is not None else None
+    if n is not None and n <= MAX_Q_N:
+        if run_store.has_array(store, "result/Q"):
+            view["Q"] = np.asarray(blocks.from_zarr(store, "result/Q"), dtype=np.float64)
+        elif run_store.has_array(store, "result/Y"):
+            Y = array("result/Y")
+            view["Q"] = Y @ Y.T
+    return _finish(view)
+
+
+def _finish(view):
+    params, method = view["params"], view["method"]
+    key = "nomad-bm" if method == "nomad" and params.get("solver") == "bm" else method
+    options = params.get("solver_options") or {}
+    targets = {}
+    for column, source in _RESIDUALS.get(key, {}).items():
+        if isinstance(source, tuple):
+            name, default = source
+            value = options.get(name, params.get(name)) if key == "nomad-bm" else params.get(name)
+            targets[column] = default if value is None else value
+        elif source is not None:
+            targets[column] = params.get(source)
+    view["targets"] = targets
+    view["residuals"] = list(_RESIDUALS.get(key, {}))
+    k = params.get("n_clusters") if method != "hottopixx" else params.get("rank")
+    view["title"] = f"{method}{' (Burer-Monteiro)' if key == 'nomad-bm' else ''}, " + (
+        f"rank {k}" if method == "hottopixx" else f"n_clusters {k}") + (
+        f", {len(view['history'])} history rows" if view["history"] else "")
+    return view
+
+
+# ------------------------------------------------------------------ panels
+def _label_colours(labels):
+    import matplotlib.pyplot as plt
+
+    groups = np.unique(labels)
+    cmap = plt.get_cmap("tab10" if len(groups) <= 10 else "tab20")
+    return groups, {g: cmap(i % cmap.N) for i, g in enumerate(groups)}
+
+
+def _data_panel(fig, ax, view):
+    X, labels = view["X"], view["labels"]
+    axes_names = ("x1", "x2")
+    if X.shape[1] > 2:
+        Xc = X - X.mean(axis=0)
+        _, _, Vt = np.linalg.svd(Xc, full_matrices=False)
+        X, axes_names = Xc @ Vt[:2].T, ("principal component 1", "principal component 2")
+    elif X.shape[1] == 1:
+        X, axes_names = np.c_[X[:, 0], np.zeros(len(X))], ("x1", "")
+    groups, colours = _label_colours(labels)
+    for g in groups:
+        ax.scatter(X[labels == g, 0], X[labels == g, 1], s=8, color=colours[g], label=f"label {g}")
+    ax.set(title=f"data by predicted label ({len(groups)} groups)", xlabel=axes_names[0], ylabel=axes_names[1])
+    if len(groups) <= 12:
+        ax.legend(fontsize=7, markerscale=1.5, loc="best")
+
+
+def _q_panel(fig, ax, view):
+    Q, labels = view["Q"], view["labels"]
+    order = np.argsort(labels, kind="stable")
+    image = ax.imshow(Q[np.ix_(order, order)], cmap="magma", vmin=0, vmax=max(np.percentile(Q, 99.5), 1e-300))
+    fig.colorbar(image, ax=ax, label="Q_ij")
+    ax.set(title=f"Q sorted by label (n={len(Q)})", xlabel="point j (sorted by label)",
+           ylabel="point i (sorted by label)")
+
+
+def _embedding_panel(fig, ax, view):
+    E, labels = view["embedding"], view.get("labels")
+    if labels is None:
+        ax.scatter(E[:, 0], E[:, 1], s=8)
+    else:
+        groups, colours = _label_colours(labels)
+        for g in groups:
+            ax.scatter(E[labels == g, 0], E[labels == g, 1], s=8, color=colours[g])
+    ax.set(title="2-D embedding, by label", xlabel="embedding 1", ylabel="embedding 2")
+
+
+def _w_panel(fig, ax, view):
+    W, labels = view["W"], view.get("labels")
+    order = np.argsort(labels, kind="stable") if labels is not None else np.arange(len(W))
+    image = ax.imshow(W[order], aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+    fig.colorbar(image, ax=ax, label="W_ij (rows on the simplex)")
+    ax.set(title="W, rows sorted by label", xlabel="component j", ylabel="point i (sorted by label)")
+
+
+def _hott_panel(fig, ax, view):
+    diag, hott = view["diag"], np.asarray(view["hott_rows"])
+    ax.bar(np.arange(len(diag)), diag, color="0.6", width=1.0, label="diag C")
+    ax.bar(hott, diag[hott], color="C3", width=1.0, label=f"hott rows ({len(hott)})")
+    ax.set(title="C's diagonal and the hott rows", xlabel="row of X (feature)", ylabel="C_ii")
+    ax.legend(fontsize=7)
+
+
+def _history_panel(fig, ax, view):
+    history, targets = view["history"], view["targets"]
+    key = "epoch" if "epoch" in history[0] else "iteration"
+    steps = np.arange(1, len(history) + 1) if view.get("method") == "riemannian-kmeans" else \
+        np.array([row.get(key, i + 1) for i, row in enumerate(history)])
+    drawn = 0
+    for i, column in enumerate(view["residuals"]):
+        values = np.array([np.nan if row.get(column) is None else float(row[column]) for row in history])
+        values = np.where(values > 0, values, np.nan)
+        if np.all(np.isnan(values)):
+            continue
+        line, = ax.plot(steps, values, label=column, color=f"C{i}")
+        if targets.get(column):
+            ax.axhline(targets[column], color=line.get_color(), linestyle="--", linewidth=1,
+                       label=f"{column} target {targets[column]:g}")
+        drawn += 1
+    if not drawn:                                 # no residual recorded: the objective
+        column = next((c for c in ("objective", "loss", "trace") if c in history[0]), None)
+        if column is not None:
+            ax.plot(steps, [row[column] for row in history], label=column)
+        ax.set_yscale("linear")
+    else:
+        ax.set_yscale("log")
+    xlabel = "Newton iteration (all starts and stages)" if view.get("method") == "riemannian-kmeans" else key
+    targeted = any(targets.get(column) for column in view["residuals"])
+    ax.set(title="history against the stopping targets" if targeted else "history", xlabel=xlabel,
+           ylabel="value")
+    ax.legend(fontsize=7)
