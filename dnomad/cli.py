@@ -12,11 +12,12 @@ import warnings
 
 import numpy as np
 
-from dnomad.blocks import device
-from dnomad.blocks.store import redact
 from dnomad.api import ESTIMATORS
+from dnomad.blocks import device
 from dnomad.blocks.cluster import BACKEND_CHOICES
+from dnomad.blocks.store import redact
 from dnomad.errors import DnomadError, InputTypeError, InputValueError, StoreError
+
 
 logger = logging.getLogger("dnomad")
 
@@ -408,8 +409,6 @@ def _check_param_keys(method, params):
     here, naming the nearest one, before the input is read)."""
     import difflib
 
-    from dnomad.api import ESTIMATORS
-
     if method not in ESTIMATORS:
         return                           # refused with the list of methods by the settings' check
     allowed = sorted(ESTIMATORS[method]().get_params())
@@ -474,7 +473,6 @@ def cmd_resume(args):
     tables are used (flags win, as in fit); its other keys are ignored: the run's
     method, parameters and input are the ones recorded in the store."""
     import dnomad
-
     from dnomad.blocks import store as run_store
 
     if _run_marker(args.store) is None:       # before any cluster is reached

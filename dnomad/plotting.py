@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+
 # Q is drawn densely up to this n (an n x n image); beyond, its panel is left out.
 MAX_Q_N = 4000
 
