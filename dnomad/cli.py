@@ -48,7 +48,16 @@ def cmd_demo(args):
     X, y = two_rings(args.n_samples)
     est = dnomad.NOMAD(n_clusters=args.n_clusters, backend="distributed" if args.cluster else "local",
                        store=store, overwrite=True, block_size=args.block_size, verbose=args.progress)
-    est.fit(X)
+    if args.cluster:
+        from dnomad.blocks.cluster import cluster_client
+
+        with cluster_client(n_workers=2) as client:
+            if client.dashboard_link and "None" not in client.dashboard_link:
+                print(f"dashboard: {client.dashboard_link} (the passes as they run: its /events page)",
+                      flush=True)
+            est.fit(X)
+    else:
+        est.fit(X)
     png = os.path.join(args.output, "nomad_demo.png")
     dnomad.plot(est, png, X=X)
     ari = dnomad.metrics.adjusted_rand_score(y, est.labels_)

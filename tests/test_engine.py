@@ -118,3 +118,32 @@ def test_kept_centred_rows_give_the_passes_of_rows_centred_every_time(cluster_cl
     for key, passes in out.items():
         for got, want in zip(passes, out["here", False]):
             np.testing.assert_array_equal(got, want, err_msg=str(key))
+
+
+@pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
+def test_passes_on_a_cluster_are_in_its_event_log_while_the_fit_runs(cluster_client):
+    """Every pass a fit runs on a cluster's workers (blocks, and row chunks) is published
+    to the scheduler's event log as it ends, named and with its bytes and seconds: the
+    dashboard's /events page draws the "all" topic, and a callback during the fit already
+    finds the passes of the iterations before."""
+    import dnomad
+    from dnomad.blocks.cluster import PASS_EVENTS
+    from dnomad.data import gaussian_blobs, two_rings
+
+    def count():
+        return len(cluster_client.get_events(PASS_EVENTS))
+
+    before, during = count(), []
+    dnomad.NOMAD(6, backend="distributed", max_iter=3, callback=lambda row: during.append(count())).fit(
+        two_rings(120)[0])
+    events = [msg for _, msg in cluster_client.get_events(PASS_EVENTS)][before:]
+    assert before < during[0] < during[1] < during[2] <= before + len(events)
+    nomad = [msg for msg in events if msg["pass"] == "nomad"]
+    assert nomad and all(m["bytes_read"] > 0 and m["seconds"] > 0 and m["blocks"] > 0 for m in nomad)
+    assert any(msg.get("action") == "dnomad nomad" for _, msg in cluster_client.get_events("all"))
+
+    before = count()
+    dnomad.RiemannianKMeans(3, backend="distributed", random_state=0).fit(
+        gaussian_blobs(80, n_centers=3, random_state=0)[0])
+    rows = [msg for _, msg in cluster_client.get_events(PASS_EVENTS)][before:]
+    assert rows and {"chunks", "rows", "seconds"} <= set(rows[0]) and any(m["rows"] == 80 for m in rows)

@@ -30,6 +30,21 @@ def get_client():
         return None
 
 
+# The scheduler's event topic of every pass a fit runs on a cluster's workers (also
+# published to "all", which the dashboard's /events page draws).
+PASS_EVENTS = "dnomad-passes"
+
+
+def log_pass(client, name, **numbers):
+    """Publish one pass (its name, and numbers such as blocks, bytes read and written,
+    seconds) to the scheduler's event log: the dashboard's /events page shows each pass
+    as it runs, and ``client.get_events("dnomad-passes")`` returns them.  Sent without
+    waiting for the scheduler's answer (Client.log_event waits: 0.4 ms, a tenth of a
+    4 ms pass on a local cluster)."""
+    msg = {"action": f"dnomad {name}", "pass": name, **numbers}
+    client.loop.add_callback(client.scheduler.log_event, topic=["all", PASS_EVENTS], msg=msg)
+
+
 @contextlib.contextmanager
 def cluster_client(n_workers=None):
     """The current dask.distributed client, else an embedded LocalCluster closed on exit."""
@@ -43,14 +58,23 @@ def cluster_client(n_workers=None):
 
     ncores = len(os.sched_getaffinity(0))
     cluster = LocalCluster(n_workers=n_workers or max(1, min(ncores, 4)), threads_per_worker=1,
-                           processes=True, dashboard_address=None)
+                           processes=True, dashboard_address=":0" if _has_dashboard() else None)
     client = Client(cluster)
     logger.info("started an embedded LocalCluster: %s", cluster)
+    if _has_dashboard():
+        logger.info("its dashboard: %s (each pass on its /events page)", client.dashboard_link)
     try:
         yield client
     finally:
         client.close()
         cluster.close()
+
+
+def _has_dashboard():
+    """distributed's dashboard needs bokeh."""
+    import importlib.util
+
+    return importlib.util.find_spec("bokeh") is not None
 
 
 def choose_backend(backend, n, dtype, *, n_matrices, store, what):

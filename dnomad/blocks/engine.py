@@ -39,6 +39,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import InputValueError, NotPicklableError, StoreError, WorkerLostError
+from .cluster import log_pass
 from .device import is_device_array, resolve_device, to_device, to_host
 from .layout import BlockLayout
 
@@ -458,8 +459,12 @@ class BlockGroup:
             results = [by_key[k] for k in keys]
         else:
             results = self._zarr_pass(func, args_for, reads, writes, name)
-        self.passes.add(PassRecord(name, len(keys), self.matrix_nbytes * len(reads),
-                                   self.matrix_nbytes * len(writes), time.perf_counter() - t0))
+        record = PassRecord(name, len(keys), self.matrix_nbytes * len(reads), self.matrix_nbytes * len(writes),
+                            time.perf_counter() - t0)
+        self.passes.add(record)
+        if self.client is not None:
+            log_pass(self.client, name, blocks=record.tasks, bytes_read=record.bytes_read,
+                     bytes_written=record.bytes_written, seconds=record.seconds)
         return results
 
     def _zarr_pass(self, func, args_for, reads, writes, name):

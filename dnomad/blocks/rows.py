@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..errors import InputValueError
+from .cluster import log_pass
 from .engine import _n_threads, _open_zarr_array, _Shard, close_actors, wait_for_actors
 
 # Rows per chunk for X in memory; Zarr X uses its own chunking (or a multiple of it).
@@ -132,6 +133,9 @@ class RowChunks:
             self.state_passes += 1
             self.state_seconds += time.perf_counter() - t0
         self.seconds += time.perf_counter() - t0
+        if self.backend != "local":
+            log_pass(self.client, getattr(kernel, "__name__", "rows").lstrip("_"), chunks=len(self.spans),
+                     rows=self.n if read_x else 0, seconds=time.perf_counter() - t0)
         return out
 
     def _rows_of(self, i):
