@@ -65,8 +65,27 @@ def params_checked():
         _PARAMS_CHECKED.reset(token)
 
 
+@contextlib.contextmanager
+def params_unchecked():
+    """Inside: solvers check their parameters again (a user's callback during a fit
+    may call a solver directly)."""
+    token = _PARAMS_CHECKED.set(False)
+    try:
+        yield
+    finally:
+        _PARAMS_CHECKED.reset(token)
+
+
 def check_solver_params(params, size):
     """A solver's entry check: ``params.validate(size)``, unless an estimator's fit
     checked them already (see :func:`params_checked`)."""
     if not _PARAMS_CHECKED.get():
         params.validate(size)
+
+
+def generator_from_state(state):
+    """A NumPy Generator in the saved ``bit_generator.state`` (of any bit generator:
+    PCG64, MT19937, Philox, ...), as a checkpoint holds it."""
+    generator = np.random.Generator(getattr(np.random, state["bit_generator"])())
+    generator.bit_generator.state = state
+    return generator

@@ -421,7 +421,11 @@ def _check_param_keys(method, params):
     if method not in ESTIMATORS:
         return                           # refused with the list of methods by the settings' check
     allowed = sorted(ESTIMATORS[method]().get_params())
+    flags = {"n_clusters": "--n-clusters", "rank": "--rank", "store": "--store", "overwrite": "--overwrite",
+             "backend": "--backend", "dtype": "--dtype", "device": "--device"}
     for key in params:
+        if key in flags and key in allowed and (key != "rank" or method == "hottopixx"):
+            raise InputValueError(f"--params: {key!r} is set by its flag: give {flags[key]} instead")
         if key not in allowed:
             near = difflib.get_close_matches(key, allowed, n=1)
             hint = f"did you mean {near[0]!r}? " if near else ""
@@ -684,7 +688,8 @@ def build_parser():
                    help="K (nomad), k (symnmf) or the rank r (hottopixx: features x samples input); "
                         "required")
     p.add_argument("--store", help="the run store, a Zarr path or URL (required)")
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace another run's store (default: a store holding another run is refused)")
     p.add_argument("--precomputed", action="store_true",
                    help="the input is an n x n Gram (nomad) or affinity (symnmf) matrix")
     p.add_argument("--backend", choices=BACKENDS, help="default auto")
@@ -697,7 +702,7 @@ def build_parser():
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser("resume", help="continue the run in STORE from its last checkpoint")
-    p.add_argument("store")
+    p.add_argument("store", help="the run store, a Zarr path or URL")
     p.add_argument("--config", help="a run configuration (TOML or YAML): its [cluster] and [security] "
                    "tables are used (a run under TLS resumes under TLS), its other keys ignored "
                    "(the run's settings are the store's); flags override it")
@@ -706,13 +711,13 @@ def build_parser():
 
     p = sub.add_parser("plot", help="draw the finished run in STORE: data by label, Q, the embedding, W or "
                                     "the hott rows, the history against its targets")
-    p.add_argument("store")
+    p.add_argument("store", help="the run store, a Zarr path or URL")
     p.add_argument("--output", help="the picture (.png, .pdf or .svg; default: beside the store, "
                    "run.zarr -> run.png)")
     p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("info", help="print the record, progress and history of the run in STORE")
-    p.add_argument("store")
+    p.add_argument("store", help="the run store, a Zarr path or URL")
     p.add_argument("--json", action="store_true", help="everything, as JSON (the whole history)")
     p.add_argument("--history", default="10", help="history rows to print: a number, or all")
     p.set_defaults(func=cmd_info)

@@ -16,6 +16,8 @@ import numpy as np
 
 # Q is drawn densely up to this n (an n x n image); beyond, its panel is left out.
 MAX_Q_N = 4000
+# Points drawn from a stored X (evenly spaced beyond it).
+MAX_POINTS = 20000
 
 # History columns that are stopping residuals, by method, and the estimator parameter
 # (or fixed default) each must fall to.
@@ -44,32 +46,31 @@ def plot(result, path=None, *, X=None):
         The data, for the panel coloured by label (a store that keeps its input,
         ``input/X``, gives it itself).
     """
-    import matplotlib
-
-    if path is not None:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     view = _from_store(result) if isinstance(result, (str, os.PathLike)) else _from_estimator(result)
     if X is not None:
         view["X"] = np.asarray(X, dtype=np.float64)
     panels = [draw for draw, wanted in ((_data_panel, view.get("X") is not None and view.get("labels") is not None),
                                         (_q_panel, view.get("Q") is not None and view.get("labels") is not None),
-                                        (_embedding_panel, view.get("embedding") is not None),
+                                        (_embedding_panel, view.get("embedding") is not None
+                                         and np.ndim(view["embedding"]) == 2 and view["embedding"].shape[1] >= 2),
                                         (_w_panel, view.get("W") is not None),
                                         (_hott_panel, view.get("hott_rows") is not None),
                                         (_history_panel, bool(view.get("history"))))
               if wanted]
     if not panels:
         raise ValueError(f"nothing to draw: the {view['method']} result holds no labels, matrix or history")
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.9 * len(panels), 4.4), squeeze=False)
+    # A Figure of its own (not pyplot's): drawing leaves the caller's backend and open
+    # figures alone; in a notebook the returned Figure shows itself.
+    fig = Figure(figsize=(4.9 * len(panels), 4.4))
+    axes = fig.subplots(1, len(panels), squeeze=False)
     for draw, ax in zip(panels, axes[0]):
         draw(fig, ax, view)
     fig.suptitle(view["title"], fontsize=11)
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=110)
-        plt.close(fig)
     return fig
 
 
@@ -112,7 +113,14 @@ def _from_store(store):
     method = marker["method"]
     view = {"method": method, "params": marker["estimator_params"], "labels": array("result/labels"),
             "embedding": array("result/embedding"), "history": run_store.read_table(store, "result/history") or [],
-            "hott_rows": array("result/hott_rows"), "diag": array("result/diag"), "X": array("input/X")}
+            "hott_rows": array("result/hott_rows"), "diag": array("result/diag"), "X": None}
+    if run_store.has_array(store, "input/X") and view["labels"] is not None:
+        import zarr
+
+        # At most MAX_POINTS evenly spaced points of the data (a large X is not read whole).
+        stored = zarr.open_array(store=str(store), path="input/X", mode="r")
+        step = max(1, -(-stored.shape[0] // MAX_POINTS))
+        view["X"], view["points"] = np.asarray(stored[::step], dtype=np.float64), slice(None, None, step)
     if method == "symnmf":
         view["W"] = array("result/W")
     if method == "hottopixx":
@@ -150,15 +158,15 @@ def _finish(view):
 
 # ------------------------------------------------------------------ panels
 def _label_colours(labels):
-    import matplotlib.pyplot as plt
+    import matplotlib
 
     groups = np.unique(labels)
-    cmap = plt.get_cmap("tab10" if len(groups) <= 10 else "tab20")
+    cmap = matplotlib.colormaps["tab10" if len(groups) <= 10 else "tab20"]
     return groups, {g: cmap(i % cmap.N) for i, g in enumerate(groups)}
 
 
 def _data_panel(fig, ax, view):
-    X, labels = view["X"], view["labels"]
+    X, labels = view["X"], view["labels"][view.get("points", slice(None))]
     axes_names = ("x1", "x2")
     if X.shape[1] > 2:
         Xc = X - X.mean(axis=0)
@@ -229,7 +237,7 @@ def _history_panel(fig, ax, view):
     if not drawn:                                 # no residual recorded: the objective
         column = next((c for c in ("objective", "loss", "trace") if c in history[0]), None)
         if column is not None:
-            ax.plot(steps, [row[column] for row in history], label=column)
+            ax.plot(steps, [row.get(column, np.nan) for row in history], label=column)
         ax.set_yscale("linear")
     else:
         ax.set_yscale("log")

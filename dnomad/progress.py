@@ -26,6 +26,9 @@ import math
 import sys
 import time
 
+from ._checks import params_unchecked
+
+
 # Rows the estimate of what remains looks back over.
 TREND_ROWS = 10
 
@@ -165,7 +168,10 @@ def with_progress(callback, progress):
 
     def report(row, *args):
         progress(row)
-        return None if callback is None else callback(row, *args)
+        if callback is None:
+            return None
+        with params_unchecked():          # the user's code: a solver it calls checks its parameters
+            return callback(row, *args)
     return report
 
 

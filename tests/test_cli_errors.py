@@ -98,6 +98,8 @@ def test_refused_input_raises_the_package_errors(data):
     (["fit", "--input", "{X}", "--n-clusters", "2", "--store", "{s}", "--params", '{{"verbose": 7}}'],
      "NOMAD: verbose must be an int in [0, 2]; got 7"),
     (["demo", "--n-samples", "many"], "argument --n-samples: invalid int value: 'many'"),
+    (["fit", "--input", "{X}", "--n-clusters", "2", "--store", "{s}", "--params", '{{"n_clusters": 3}}'],
+     "--params: 'n_clusters' is set by its flag: give --n-clusters instead"),
     (["info"], "the following arguments are required: store"),
     (["fit", "--config", "{d}/run.ini"], "config file '{d}/run.ini' must end in .toml, .yaml or .yml"),
     (["fit", "--config", "{d}/none.toml"], "config file '{d}/none.toml' does not exist"),
@@ -298,3 +300,21 @@ def test_resume_under_tls_needs_the_config_and_works_with_it(tmp_path):
     finally:
         client.close()
         cluster.close()
+
+
+def test_every_option_and_argument_has_help_text():
+    import argparse
+
+    from dnomad.cli import build_parser
+
+    missing = []
+
+    def walk(parser, name):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub, subparser in action.choices.items():
+                    walk(subparser, sub)
+            elif not action.help and action.dest != "help":
+                missing.append((name, action.option_strings or action.dest))
+    walk(build_parser(), "dnomad")
+    assert not missing

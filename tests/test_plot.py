@@ -1,15 +1,10 @@
 """Pictures from any result: ``dnomad plot STORE`` and ``dnomad.plot(estimator)`` draw what
 the method has, each axis labelled."""
-import matplotlib
+import pytest
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-
-import dnomad  # noqa: E402
-from dnomad.cli import main  # noqa: E402
-from dnomad.data import gaussian_blobs, separable_nmf, two_rings  # noqa: E402
+import dnomad
+from dnomad.cli import main
+from dnomad.data import gaussian_blobs, separable_nmf, two_rings
 
 
 BLOBS = gaussian_blobs(60, n_centers=3, separation=8.0, random_state=0)[0] + 5.0
@@ -56,9 +51,22 @@ def test_plot_of_a_store_and_of_an_estimator_for_every_method(case, tmp_path, ca
         for ax in fig.axes:
             if ax.get_title():
                 assert ax.get_xlabel() and ax.get_ylabel(), ax.get_title()
-        plt.close(fig)
 
 
 def test_a_store_without_a_finished_run_is_refused_in_one_line(tmp_path, capsys):
     assert main(["plot", str(tmp_path / "none.zarr")]) == 2
     assert capsys.readouterr().err.startswith("dnomad: error: store ")
+
+
+def test_plot_leaves_pyplot_alone_and_skips_what_a_result_lacks(tmp_path):
+    """No backend switch and no pyplot figure (a notebook's stay as they are); a
+    one-dimensional embedding has no 2-D panel."""
+    import matplotlib.pyplot as plt
+
+    open_before = plt.get_fignums()
+    X = two_rings(100)[0]
+    est = dnomad.NOMAD(4, n_components=1).fit(X)
+    fig = dnomad.plot(est, str(tmp_path / "one.png"), X=X)
+    assert plt.get_fignums() == open_before
+    assert not any(t.startswith("2-D embedding") for t in titles(fig))
+    assert (tmp_path / "one.png").stat().st_size > 10_000

@@ -71,8 +71,8 @@ def jsonable_params(params):
             out[k] = np.dtype(v).name
         elif callable(v):
             out[k] = None
-        elif isinstance(v, np.random.Generator):
-            out[k] = None
+        elif isinstance(v, (np.random.Generator, np.random.BitGenerator, np.random.SeedSequence)):
+            out[k] = None                  # a generator's state is not a setting (nor JSON)
         else:
             out[k] = v
     return out
@@ -95,8 +95,11 @@ def matrix_run_identity(method, id_params, X):
     """The identity of a run on input X given as it is (an array, sparse or dense, in
     memory, dask, or Zarr): its method, its parameters and X's content (a hash of an
     array in memory, a dask array's token, a Zarr input's URL)."""
-    payload = json.dumps({"method": method, "params": id_params, "input": describe_matrix(X),
-                          "content": _content_token(X)}, sort_keys=True, default=str)
+    # Hashed as the run marker stores it (NumPy scalars as numbers), so that a resume,
+    # which rebuilds the estimator from the marker, finds the same identity.
+    payload = json.dumps(json.loads(json.dumps({"method": method, "params": jsonable_params(id_params),
+                                                "input": describe_matrix(X), "content": _content_token(X)},
+                                               default=run_store._jsonable)), sort_keys=True)
     return hashlib.sha1(payload.encode()).hexdigest()[:16]
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import blocks
-from .._checks import check_choices, check_solver_params, check_count, check_ints, check_numbers
+from .._checks import check_choices, check_solver_params, generator_from_state, check_count, check_ints, check_numbers
 from ..errors import InputValueError
 from . import kernels
 
@@ -238,8 +238,8 @@ def hottopixx(X, params: HottopixxParams, *, random_state=None, callback=None, c
         if checkpoint is not None and (epoch % checkpoint_every == 0 or last):
             # The generator's state too: the next epoch's column order and the cleaning's
             # draws continue as in a run that did not stop.
-            checkpoint({"C": C, "cost": cost, "beta": beta, "rng": rng.bit_generator.state, "history": history,
-                        "stop_reason": stop_reason})
+            checkpoint({"C": C.copy(), "cost": cost, "beta": beta, "rng": rng.bit_generator.state,
+                        "history": [dict(row) for row in history], "stop_reason": stop_reason})
         if stop_reason == "callback":
             break
     diag = np.diagonal(C).copy()
@@ -259,8 +259,7 @@ def _resumed(state, f):
     C = np.array(state["C"], dtype=np.float64)
     if C.shape != (f, f):
         raise InputValueError(f"the checkpoint holds C of shape {C.shape}, expected ({f}, {f}) for this X")
-    rng = np.random.default_rng()
-    rng.bit_generator.state = state["rng"]
+    rng = generator_from_state(state["rng"])
     return (rng, np.array(state["cost"], dtype=np.float64), C, float(state["beta"]),
             [dict(r) for r in state["history"]], state.get("stop_reason") or "max_iter")
 

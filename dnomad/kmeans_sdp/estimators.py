@@ -83,7 +83,7 @@ class _RowChunkEstimator(_Clustering, _Estimator):
 
 
 # Parameters a resumed run may change: they do not define the run.
-_NOT_IDENTITY = ("checkpoint_every", "callback", "store", "overwrite", "backend")
+_NOT_IDENTITY = ("checkpoint_every", "callback", "store", "overwrite", "backend", "verbose")
 
 
 

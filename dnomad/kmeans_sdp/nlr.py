@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._checks import generator_from_state
 from ..errors import InputValueError, warn_convergence
 
 
@@ -151,7 +152,8 @@ def _nlr_loop(data, K, r, beta, step, tol, dual_tol, max_iter, record_every, cal
             break
         dual_next = change < dual_tol
         if checkpoint is not None and it % checkpoint_every == 0 and it < max_iter:
-            checkpoint({"W": data.get("W"), "y": data.get("y")[:, 0], "scale": scale, "history": history,
+            checkpoint({"W": data.get("W"), "y": data.get("y")[:, 0], "scale": scale,
+                        "history": [dict(row) for row in history],
                         "dual_steps": dual_steps, "dual_next": dual_next, "iteration": it,
                         "passes": data.passes - passes0, "seconds": time.perf_counter() - t0,
                         **{f"sum_{key}": np.asarray(value) if np.ndim(value) else float(value)
@@ -201,7 +203,7 @@ _BEST_FIELDS = ("stop_reason", "n_iter", "dual_steps", "passes", "seconds", "ste
 
 def _save_starts(checkpoint, run_state, *, init, rng, best, done):
     state = dict(run_state)
-    state["history"] = done + [dict(row, init=init) for row in run_state["history"]]
+    state["history"] = [dict(row) for row in done] + [dict(row, init=init) for row in run_state["history"]]
     state.update(init=init, rng=rng.bit_generator.state, best_init=None)
     if best is not None:
         state.update(best_init=int(best.history[0]["init"]), best={k: getattr(best, k) for k in _BEST_FIELDS},
@@ -210,8 +212,7 @@ def _save_starts(checkpoint, run_state, *, init, rng, best, done):
 
 
 def _resumed_starts(state):
-    rng = np.random.default_rng()
-    rng.bit_generator.state = state["rng"]
+    rng = generator_from_state(state["rng"])
     init = int(state["init"])
     rows = [dict(row) for row in state["history"]]
     done = [row for row in rows if row["init"] != init]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._checks import generator_from_state
 from ..errors import InputValueError, warn_convergence
 from ..rounding import kmeans_rows
 
@@ -749,7 +750,8 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
     for k in range(first, max_iter + 1):
         if checkpoint is not None and k > first and k % checkpoint_every == 0:
             V, Q = problem.point(it)
-            checkpoint({"V": V, "Q": Q, "lam": lam, "cubic_L": cubic_L, "history": history, "escapes": escapes,
+            checkpoint({"V": V, "Q": Q, "lam": lam, "cubic_L": cubic_L, "history": [dict(r) for r in history],
+                        "escapes": escapes,
                         "inner": inner, "passes": data.passes - passes0, "seconds": time.perf_counter() - t0})
         sol = problem.solve(it, lam)
         row = {"iteration": k, "loss": it.cost, "grad_norm": sol.grad_norm, "lam": lam, "inner": inner,
@@ -1010,7 +1012,8 @@ _BEST_FIELDS = ("stop_reason", "n_iter", "cost", "grad_norm", "min_eigenvalue", 
 def _save_kmeans(checkpoint, newton_state, *, init, stage, mu, rng, best, costs, passes, capped, done):
     """The state of :func:`riemannian_kmeans` around its running Newton run's."""
     state = dict(newton_state)
-    state["history"] = done + [dict(row, init=init, stage=stage, mu=mu) for row in newton_state["history"]]
+    state["history"] = [dict(row) for row in done] + [dict(row, init=init, stage=stage, mu=mu)
+                                                      for row in newton_state["history"]]
     state.update(init=init, stage=stage, rng=rng.bit_generator.state, costs=list(costs), runs_passes=passes,
                  capped=[[i, s, m, row] for i, s, m, row in capped], best_init=None)
     if best is not None:
@@ -1021,8 +1024,7 @@ def _save_kmeans(checkpoint, newton_state, *, init, stage, mu, rng, best, costs,
 
 def _resumed_kmeans(state, manifold):
     """What :func:`riemannian_kmeans` needs to go on from a state of :func:`_save_kmeans`."""
-    rng = np.random.default_rng()
-    rng.bit_generator.state = state["rng"]
+    rng = generator_from_state(state["rng"])
     init, stage = int(state["init"]), int(state["stage"])
     rows = [dict(row) for row in state["history"]]
     running = [row for row in rows if row["init"] == init and row["stage"] == stage]

@@ -431,7 +431,8 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
 
     def save(final):
         if checkpoint is not None:
-            checkpoint({"Y": space.get("Y"), "mu": space.get("mu"), "lam": problem.lam, "history": history,
+            checkpoint({"Y": space.get("Y"), "mu": space.get("mu"), "lam": problem.lam,
+                        "history": [dict(row) for row in history],
                         "matmats": problem.matmats, "stop_reason": stop_reason if final else None})
 
     try:

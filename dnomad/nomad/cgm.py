@@ -632,7 +632,8 @@ def _state(t, k_total, inner, history, penalty, tau, gram, stop_reason):
     """The run's state after outer iteration t, for ``checkpoint``: ``stop_reason`` is set on
     the run's last state (None before), so that a resume from it finishes instead of
     iterating on."""
-    state = {"iteration": int(t), "k_total": int(k_total), "history": history, "penalty": penalty, "tau": tau,
+    state = {"iteration": int(t), "k_total": int(k_total), "history": [dict(row) for row in history],
+             "penalty": penalty, "tau": tau,
              "gram_inner_p": gram.inner_p if gram is not None else None, "stop_reason": stop_reason,
              "block_k": getattr(inner, "k", None), "blocks": list(STATE_BLOCKS)}
     if inner.state is not None:

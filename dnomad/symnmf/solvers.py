@@ -256,7 +256,9 @@ def _resumed_callback(state, callback):
 
 def checkpoint_state(W, M, iteration, history, passes, **extra):
     """What a run needs to continue: the iterate, M = P W, the next iteration, the history."""
-    return dict(W=W, M=M, iteration=int(iteration), history=history, passes=int(passes), **extra)
+    # Copies: the run goes on updating W, M and its rows in place.
+    return dict(W=W.copy(), M=M.copy(), iteration=int(iteration), history=[dict(row) for row in history],
+                passes=int(passes), **extra)
 
 
 def _finish_warn(method, params, stop_reason, history, fro2):
