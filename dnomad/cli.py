@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -749,26 +750,46 @@ def main(argv=None):
     # The estimators' verbose: a live progress line by default, a line per iteration with
     # -v, nothing with -q.
     args.progress = 0 if args.quiet else (2 if args.verbose else 1)
-    level = logging.DEBUG if args.verbose >= 2 else logging.INFO if args.verbose else logging.WARNING
-    handler = logging.StreamHandler()
-    handler.setFormatter(_RedactingFormatter("%(asctime)s %(name)s %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler], force=True)
-    # distributed sets its loggers to INFO from dask's config when it is imported (here and
-    # in each worker process): its start-up and shut-down chatter stays out of the
-    # terminal unless -v asks for it.
-    import dask
-
-    name = logging.getLevelName(level).lower()
-    dask.config.set({"logging": {**dask.config.get("logging", {}), "distributed": name}})
-    for logger_name in ("distributed", "dask_jobqueue"):
-        logging.getLogger(logger_name).setLevel(level)
     for value in vars(args).values():
         if isinstance(value, str):
             redact(value)          # a password in any argument is scrubbed from every later message
+    level = logging.DEBUG if args.verbose >= 2 else logging.INFO if args.verbose else logging.WARNING
+    with _logging_to_stderr(level):
+        try:
+            return args.func(args)
+        except Exception as exc:  # noqa: BLE001 - every error ends as one line on stderr
+            return _report(exc, args.verbose)
+
+
+@contextlib.contextmanager
+def _logging_to_stderr(level):
+    """Log records at ``level`` and above to stderr, one format, credentials removed, for
+    as long as the command runs; then the logging and dask configuration are as they
+    were (main() also runs inside other programs and tests).  distributed sets its
+    loggers to INFO from dask's config when it is imported (here and in each worker
+    process): its start-up and shut-down chatter stays out of the terminal unless -v
+    asks for it."""
+    import dask
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_RedactingFormatter("%(asctime)s %(name)s %(message)s"))
+    handler.setLevel(level)
+    root = logging.getLogger()
+    quiet = [logging.getLogger(name) for name in ("distributed", "dask_jobqueue")]
+    saved = (root.level, [lg.level for lg in quiet])
+    root.addHandler(handler)
+    root.setLevel(level)
+    for lg in quiet:
+        lg.setLevel(level)
+    name = logging.getLevelName(level).lower()
     try:
-        return args.func(args)
-    except Exception as exc:  # noqa: BLE001 - every error ends as one line on stderr
-        return _report(exc, args.verbose)
+        with dask.config.set({"logging": {**dask.config.get("logging", {}), "distributed": name}}):
+            yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(saved[0])
+        for lg, lvl in zip(quiet, saved[1]):
+            lg.setLevel(lvl)
 
 
 if __name__ == "__main__":

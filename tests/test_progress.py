@@ -73,11 +73,13 @@ def test_the_live_line_is_rewritten_in_place_on_a_terminal(monkeypatch):
     terminal.flush()
     monkeypatch.undo()
     terminal.close()
+    import select
+
     out = b""
-    while True:
+    while select.select([master], [], [], 1.0)[0]:      # what the terminal got, never waiting long
         try:
             chunk = os.read(master, 65536)
-        except OSError:
+        except OSError:                                 # every slave end closed
             break
         if not chunk:
             break
