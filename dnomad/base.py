@@ -90,7 +90,7 @@ class _Estimator(BaseEstimator):
     ``_parameter_constraints`` (:func:`_gated`) and sets ``n_features_in_``."""
 
     _parameter_constraints = {}
-    _checkpoints = False          # fit(resume=True) continues from a checkpoint (NOMAD, SymNMF, Hottopixx)
+    _checkpoints = False          # fit(resume=True) continues from a checkpoint (all but BregmanClustering)
     _max_iter_param = "max_iter"  # the parameter a resumed run may raise to go on
 
     def _report_progress(self, name, **report):
