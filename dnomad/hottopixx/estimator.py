@@ -71,9 +71,7 @@ class Hottopixx(_Estimator):
     callback : callable, optional
         Called with each epoch's history row; returning True stops.
     verbose : int, default 0
-        0: silent; 1: a live progress line on stderr (iteration, objective, residuals
-        against their targets, passes, time, an estimate of what remains; a plain line
-        every few seconds off a terminal); 2: a line per iteration (see dnomad.progress).
+        Progress on stderr: 0 none, 1 a live line, 2 a line per iteration (:mod:`dnomad.progress`).
 
     Attributes
     ----------

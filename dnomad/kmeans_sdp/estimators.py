@@ -135,9 +135,7 @@ class RiemannianKMeans(_RowChunkEstimator):
     checkpoint_every : int, default 10
         Newton iterations between checkpoints to ``store`` (the point, O(n r) numbers).
     verbose : int, default 0
-        0: silent; 1: a live progress line on stderr (iteration, objective, residuals
-        against their targets, passes, time, an estimate of what remains; a plain line
-        every few seconds off a terminal); 2: a line per iteration (see dnomad.progress).
+        Progress on stderr: 0 none, 1 a live line, 2 a line per iteration (:mod:`dnomad.progress`).
 
     Attributes
     ----------
@@ -257,9 +255,7 @@ class NLR(_RowChunkEstimator):
     checkpoint_every : int, default 1000
         Iterations between checkpoints to ``store`` (U and y, O(n r) numbers).
     verbose : int, default 0
-        0: silent; 1: a live progress line on stderr (iteration, objective, residuals
-        against their targets, passes, time, an estimate of what remains; a plain line
-        every few seconds off a terminal); 2: a line per iteration (see dnomad.progress).
+        Progress on stderr: 0 none, 1 a live line, 2 a line per iteration (:mod:`dnomad.progress`).
 
     Attributes
     ----------

@@ -181,9 +181,7 @@ class NOMAD(_Clustering, _Estimator):
     callback : callable, optional
         Called with each history row; returning True stops the run.
     verbose : int, default 0
-        0: silent; 1: a live progress line on stderr (iteration, objective, residuals
-        against their targets, passes, time, an estimate of what remains; a plain line
-        every few seconds off a terminal); 2: a line per iteration (see dnomad.progress).
+        Progress on stderr: 0 none, 1 a live line, 2 a line per iteration (:mod:`dnomad.progress`).
 
     Parameters n_inner to eigen_ncv, the stopping tolerances, dtype and block_size are
     conditional gradient's; Burer-Monteiro runs in this process in float64 (D Y over
