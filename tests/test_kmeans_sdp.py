@@ -101,6 +101,8 @@ class _Stop(Exception):
 @pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
 @pytest.mark.parametrize("method,kw", [
     ("riemannian-kmeans", dict(mu=[0.1, 0.02], checkpoint_every=3, min_eigenvalue="final")),
+    # Stages shorter than checkpoint_every: only their starts are saved.
+    ("riemannian-kmeans", dict(mu=[0.1, 0.02], checkpoint_every=1000)),
     ("nlr", dict(checkpoint_every=40, record_every=10, max_iter=400)),
 ])
 @pytest.mark.parametrize("as_path", [False, True])

@@ -741,8 +741,9 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
     tau = math.sqrt(gtol)
     history, stop, escapes, inner = [], "max_iter", 0, 0
     t0 = time.perf_counter()
-    if state is not None:
-        # Counters continue the saved run's: the point's loading is not one of its passes.
+    if state is not None and state["history"]:
+        # Counters continue the saved run's: the point's loading is not one of its passes
+        # (a state saved before the run's first iteration is its start: counted afresh).
         history = [dict(row) for row in state["history"]]
         escapes, inner = int(state["escapes"]), int(state["inner"])
         passes0, t0 = data.passes - int(state["passes"]), t0 - float(state["seconds"])
@@ -951,11 +952,11 @@ def riemannian_kmeans(data, K, *, rank=None, mu="auto", n_init=1, random_state=N
     over X of all runs.  Runs (a start's stage) that stop at ``max_iter`` are reported
     in one ConvergenceWarning.
 
-    ``checkpoint(state)`` is called every ``checkpoint_every`` Newton iterations with
-    the running Newton run's state (see :func:`riemannian_newton`), which start and
-    stage it is, the generator's state, the best start so far and the history of every
-    run so far; given back as ``state``, the run goes on from there as if it had not
-    stopped.
+    ``checkpoint(state)`` is called every ``checkpoint_every`` Newton iterations, and at
+    the start of every stage and start but the first, with the running Newton run's
+    state (see :func:`riemannian_newton`), which start and stage it is, the generator's
+    state, the best start so far and the history of every run so far; given back as
+    ``state``, the run goes on from there as if it had not stopped.
     """
     r = K + 1 if rank is None else rank
     manifold = KMeansManifold(data.n, r, K)
@@ -977,6 +978,11 @@ def riemannian_kmeans(data, K, *, rank=None, mu="auto", n_init=1, random_state=N
             save = None if checkpoint is None else functools.partial(
                 _save_kmeans, checkpoint, init=init, stage=stage, mu=mu_stage, rng=rng, best=best, costs=costs,
                 passes=passes, capped=capped, done=done)
+            if save is not None and newton_state is None and (init, stage) != (0, 0):
+                # Each later stage and start is saved at its start too: a run of many short
+                # ones (fewer than checkpoint_every iterations each) loses at most one.
+                save({"V": x[0], "Q": x[1], "lam": newton.get("lam", 1.0), "cubic_L": newton.get("cubic_L", 1.0),
+                      "history": [], "escapes": 0, "inner": 0, "passes": 0, "seconds": 0.0})
             res = riemannian_newton(KMeansProblem(manifold, data, mu_stage), x, **newton, warn=False,
                                     state=newton_state, checkpoint=save, checkpoint_every=checkpoint_every)
             newton_state = None
