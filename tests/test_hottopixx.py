@@ -443,6 +443,9 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_the_uninterrupted_result(tm
     again = dnomad.resume(store) if as_path else dnomad.Hottopixx(**kw, store=store).fit(X_in, resume=True)
     np.testing.assert_array_equal(again.hott_rows_, whole.hott_rows_)
     assert again.fit_seconds_ == resumed.fit_seconds_          # read back, not run again
+    np.testing.assert_array_equal(again.W_, whole.W_)
+    np.testing.assert_array_equal(again.row_sums_, whole.row_sums_)
+    assert (again.n_iter_, again.stop_reason_) == (12, "max_iter")
     more = dnomad.resume(store, n_epochs=15) if as_path else \
         dnomad.Hottopixx(**{**kw, "n_epochs": 15}, store=store).fit(X_in, resume=True)
     same(more, longer)

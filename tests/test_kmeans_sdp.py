@@ -148,6 +148,14 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_the_uninterrupted_result(me
     again = dnomad.resume(store) if as_path else type(whole)(**kw, store=store).fit(X_in, resume=True)
     assert again.fit_seconds_ == resumed.fit_seconds_                 # read back, not run again
     np.testing.assert_array_equal(again.labels_, whole.labels_)
+    # Read back whole: what a fit sets, a finished run's store gives back.
+    if method == "riemannian-kmeans":
+        np.testing.assert_allclose(again.V_, whole.V_, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(again.Q_, whole.Q_, rtol=0, atol=1e-12)
+        assert again.costs_ == pytest.approx(whole.costs_, rel=1e-12)
+        assert again.curvature_steps_ == whole.curvature_steps_
+    else:
+        assert again.dual_steps_ == whole.dual_steps_
 
 
 @pytest.mark.parametrize("params,match", [

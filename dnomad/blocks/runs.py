@@ -48,10 +48,11 @@ def with_restarts(attempt, *, store, resume, checkpoint_key, rebuildable=True):
 # A finished run's arrays under result/ and summary keys, and the attributes they set.
 RESULT_ARRAYS = {"labels": "labels_", "embedding": "embedding_", "Y": "Y_", "W": "components_",
                  "F": "components_", "hott_rows": "hott_rows_", "diag": "diag_", "U": "U_",
-                 "posteriors": "posteriors_"}
+                 "posteriors": "posteriors_", "V": "V_", "rotation": "Q_", "X_hott": "W_",
+                 "row_sums": "row_sums_"}
 RESULT_SUMMARY = ("n_iter", "stop_reason", "objective", "gap", "passes", "penalty", "tau", "error",
                   "n_epochs", "cost", "mu", "grad_norm", "min_eigenvalue", "infeasibility",
-                  "relaxation_objective", "reoptimized_objectives")
+                  "relaxation_objective", "reoptimized_objectives", "costs", "curvature_steps", "dual_steps")
 
 
 def run_identity(method, params, source, dtype, block_size, **extra):

@@ -198,7 +198,7 @@ class Hottopixx(_Estimator):
         self.fit_seconds_ = time.perf_counter() - start
         if self.store is not None:
             runs.write_result(self.store, {"hott_rows": self.hott_rows_, "F": self.components_,
-                                           "diag": self.diag_},
+                                           "diag": self.diag_, "X_hott": self.W_, "row_sums": self.row_sums_},
                               {"error": res.error, "hott_rows": res.hott_rows.tolist(), "n_epochs": self.n_epochs_,
                                "n_iter": self.n_iter_, "stop_reason": res.stop_reason},
                               res.history, self.fit_seconds_)

@@ -62,7 +62,8 @@ class _RowChunkEstimator(_Clustering, _Estimator):
                 data.close()
         self.fit_seconds_ = time.perf_counter() - start
         if self.store is not None:
-            runs.write_result(self.store, {"labels": self.labels_, "U": self.U_}, self._summary(),
+            runs.write_result(self.store, {"labels": self.labels_, "U": self.U_, **self._result_arrays()},
+                              self._summary(),
                               self.history_, self.fit_seconds_)
         return self
 
@@ -221,10 +222,14 @@ class RiemannianKMeans(_RowChunkEstimator):
     def _progress_report(self):
         return "Riemannian K-means", {"grad_norm": self.tol}
 
+    def _result_arrays(self):
+        return {"V": self.V_, "rotation": self.Q_}
+
     def _summary(self):
         return {"cost": self.cost_, "mu": self.mu_, "grad_norm": self.grad_norm_,
                 "min_eigenvalue": self.min_eigenvalue_, "stop_reason": self.stop_reason_,
-                "n_iter": self.n_iter_, "passes": self.passes_}
+                "n_iter": self.n_iter_, "passes": self.passes_, "costs": [float(c) for c in self.costs_],
+                "curvature_steps": int(self.curvature_steps_)}
 
 
 class NLR(_RowChunkEstimator):
@@ -315,6 +320,10 @@ class NLR(_RowChunkEstimator):
     def _progress_report(self):
         return "NLR", {"change": self.tol, "infeasibility": self.tol}
 
+    def _result_arrays(self):
+        return {}
+
     def _summary(self):
         return {"objective": self.objective_, "infeasibility": self.infeasibility_,
-                "stop_reason": self.stop_reason_, "n_iter": self.n_iter_, "passes": self.passes_}
+                "stop_reason": self.stop_reason_, "n_iter": self.n_iter_, "passes": self.passes_,
+                "dual_steps": int(self.dual_steps_)}
