@@ -11,12 +11,12 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
 from . import blocks
+from ._checks import params_checked
 from .blocks import runs
 from .blocks import store as run_store
 from .blocks.operators import LowRankGram
 from .errors import InputTypeError, InputValueError, InvalidParameterError
 from .progress import Progress, with_progress
-from ._checks import params_checked
 from .validation import Interval, validate_params
 
 
@@ -101,6 +101,23 @@ class _Estimator(BaseEstimator):
                                       **report)
         self._fit_callback = with_progress(getattr(self, "callback", None), self._fit_progress)
         return self._fit_callback
+
+    def _start_matrix_run(self, method, id_params, X, resume, max_iter=None):
+        """The store's side of a checkpointed run on X as given (HOTTOPIXX, the K-means
+        estimators): the run's identity claimed, its marker written (a new run), and its
+        :class:`Checkpoints`; None without a store, or when resuming a run that finished
+        (its result is then loaded, as :meth:`_load_finished`)."""
+        if resume and self.store is None:
+            raise InputValueError("resume=True needs the run's store")
+        if self.store is None:
+            return None
+        run_id = runs.matrix_run_identity(method, id_params, X)
+        self._claim_store(run_id, resume)
+        if resume and self._load_finished(max_iter):
+            return None
+        if not resume:
+            runs.write_matrix_marker(self, method, run_id, X)
+        return run_store.Checkpoints(self.store, f"{method}_checkpoint")
 
     def _claim_store(self, run_id, resume=False):
         """Claim ``store`` for this run (lock, then the run-identity check: see

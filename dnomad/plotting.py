@@ -177,7 +177,8 @@ def _data_panel(fig, ax, view):
     groups, colours = _label_colours(labels)
     for g in groups:
         ax.scatter(X[labels == g, 0], X[labels == g, 1], s=8, color=colours[g], label=f"label {g}")
-    ax.set(title=f"data by predicted label ({len(groups)} groups)", xlabel=axes_names[0], ylabel=axes_names[1])
+    ax.set(title=f"data by predicted label ({len(groups)} group{'s' if len(groups) != 1 else ''})",
+           xlabel=axes_names[0], ylabel=axes_names[1])
     if len(groups) <= 12:
         ax.legend(fontsize=7, markerscale=1.5, loc="best")
 

@@ -109,9 +109,9 @@ class InputSource:
 
     def fingerprint(self):
         if self.data is not None:
-            return hashlib.sha1(np.ascontiguousarray(self.data).tobytes()).hexdigest()[:16]
+            return hashlib.sha1(np.ascontiguousarray(self.data)).hexdigest()[:16]
         if self.array is not None:
-            return hashlib.sha1(np.ascontiguousarray(self.array).tobytes()).hexdigest()[:16]
+            return hashlib.sha1(np.ascontiguousarray(self.array)).hexdigest()[:16]
         return json.dumps(self.describe(), sort_keys=True)
 
     def build(self, *, backend, client, store, dtype, block_size, device=None):

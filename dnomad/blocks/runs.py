@@ -108,12 +108,12 @@ def _content_token(X):
     import scipy.sparse as sp
 
     if isinstance(X, np.ndarray):
-        return hashlib.sha1(np.ascontiguousarray(X).tobytes()).hexdigest()[:16]
+        return hashlib.sha1(np.ascontiguousarray(X)).hexdigest()[:16]
     if sp.issparse(X):
         X = sp.csr_matrix(X)
         digest = hashlib.sha1()
         for part in (X.data, X.indices, X.indptr):
-            digest.update(np.ascontiguousarray(part).tobytes())
+            digest.update(np.ascontiguousarray(part))
         return digest.hexdigest()[:16]
     return getattr(X, "name", None)             # a dask array's token; a Zarr input: its URL
 

@@ -8,9 +8,7 @@ from dataclasses import asdict
 from .. import blocks
 from ..base import _OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONSTRAINTS, _Estimator, _gated
 from ..blocks import runs
-from ..blocks import store as run_store
 from ..blocks.cluster import get_client
-from ..errors import InputValueError
 from ..validation import Interval, Options, check_data
 from . import solver as hott_solver
 
@@ -164,19 +162,11 @@ class Hottopixx(_Estimator):
         # a dask or Zarr X by its metadata here and by content as it is read.
         X = check_data(X, owner="Hottopixx", sparse=True, nonnegative=True, no_zero_rows=True, min_rows=1)
         params.validate(int(blocks.input_metadata(X)["shape"][0]))     # rank against f, before reading X
-        if resume and self.store is None:
-            raise InputValueError("resume=True needs the run's store")
-        checkpoints = None
-        if self.store is not None:
-            # n_epochs may grow on resume; the start (random_state) is the checkpoint's.
-            run_id = runs.matrix_run_identity("hottopixx", {k: v for k, v in asdict(params).items()
-                                                            if k != "n_epochs"}, X)
-            self._claim_store(run_id, resume)
-            if resume and self._load_finished(params.n_epochs):
-                return self
-            if not resume:
-                runs.write_matrix_marker(self, "hottopixx", run_id, X)
-            checkpoints = run_store.Checkpoints(self.store, CHECKPOINT_KEY)
+        # n_epochs may grow on resume; the start (random_state) is the checkpoint's.
+        checkpoints = self._start_matrix_run("hottopixx", {k: v for k, v in asdict(params).items()
+                                                           if k != "n_epochs"}, X, resume, params.n_epochs)
+        if resume and checkpoints is None:
+            return self                                   # finished: its result is loaded
         state = checkpoints.load() if resume else None
         callback = self._report_progress("HOTTOPIXX", show=("trace", "error"), iteration_key="epoch",
                                          max_iter=params.n_epochs, passes=None)
@@ -206,6 +196,3 @@ class Hottopixx(_Estimator):
 
     def fit_transform(self, X, y=None):
         return self.fit(X).components_
-
-
-CHECKPOINT_KEY = "hottopixx_checkpoint"

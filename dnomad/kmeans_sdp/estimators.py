@@ -9,7 +9,6 @@ from .._checks import check_ints
 from ..base import (_OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONSTRAINTS, _Clustering, _Estimator,
                     _gated)
 from ..blocks import runs
-from ..blocks import store as run_store
 from ..blocks.cluster import choose_rows_backend, client_context
 from ..errors import InputValueError
 from ..validation import Interval, Options, check_data
@@ -40,19 +39,11 @@ class _RowChunkEstimator(_Clustering, _Estimator):
         self._check()
         start = time.perf_counter()
         X = check_data(X, owner=type(self).__name__, not_constant=True)
-        if resume and self.store is None:
-            raise InputValueError("resume=True needs the run's store")
-        checkpoints = None
-        if self.store is not None:
-            params = runs.jsonable_params(self.get_params())
-            run_id = runs.matrix_run_identity(self._method, {k: v for k, v in params.items()
-                                                             if k not in _NOT_IDENTITY}, X)
-            self._claim_store(run_id, resume)
-            if resume and self._load_finished():
-                return self
-            if not resume:
-                runs.write_matrix_marker(self, self._method, run_id, X)
-            checkpoints = run_store.Checkpoints(self.store, f"{self._method}_checkpoint")
+        params = runs.jsonable_params(self.get_params())
+        checkpoints = self._start_matrix_run(self._method, {k: v for k, v in params.items()
+                                                            if k not in _NOT_IDENTITY}, X, resume)
+        if resume and checkpoints is None:
+            return self                                   # finished: its result is loaded
         state = checkpoints.load() if resume else None
         with self._client_context(X) as client, blocks.single_threaded_blas():
             data = self._row_chunks(X, client)

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._checks import generator_from_state
 from ..errors import InputValueError, warn_convergence
+from . import starts
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,30 +202,19 @@ _BEST_FIELDS = ("stop_reason", "n_iter", "dual_steps", "passes", "seconds", "ste
 
 
 def _save_starts(checkpoint, run_state, *, init, rng, best, done):
-    state = dict(run_state)
-    state["history"] = [dict(row) for row in done] + [dict(row, init=init) for row in run_state["history"]]
-    state.update(init=init, rng=rng.bit_generator.state, best_init=None)
-    if best is not None:
-        state.update(best_init=int(best.history[0]["init"]), best={k: getattr(best, k) for k in _BEST_FIELDS},
-                     best_U=best.U)
-    checkpoint(state)
+    checkpoint(starts.wrap(run_state, tags={"init": init}, rng=rng, done=done, best=best, best_fields=_BEST_FIELDS,
+                           best_arrays=("U",)))
 
 
 def _resumed_starts(state):
-    rng = generator_from_state(state["rng"])
-    init = int(state["init"])
-    rows = [dict(row) for row in state["history"]]
-    done = [row for row in rows if row["init"] != init]
-    run_state = {k: v for k, v in state.items() if k not in ("init", "rng", "best_init", "best", "best_U")}
-    run_state["history"] = [{k: v for k, v in row.items() if k != "init"} for row in rows if row["init"] == init]
-    best = None
-    if state.get("best_init") is not None:
-        best = NLRResult(np.asarray(state["best_U"]), **state["best"],
-                         history=[row for row in done if row["init"] == state["best_init"]])
-    return rng, best, done, init, run_state
+    rng, run_state, done, best = starts.unwrap(state, match=("init",), tag_keys=("init",), run_keys=_RUN_KEYS)
+    return rng, None if best is None else NLRResult(**best), done, int(state["init"]), run_state
 
 
 _SUM_KEYS = ("w1", "xtw", "wtw", "wty", "ww", "wu", "ee")
+# What :func:`nlr` keeps in a checkpoint besides its history.
+_RUN_KEYS = ("W", "y", "scale", "dual_steps", "dual_next", "iteration", "passes", "seconds",
+             *(f"sum_{key}" for key in _SUM_KEYS))
 
 
 def _totals(parts):

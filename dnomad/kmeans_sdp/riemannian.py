@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._checks import generator_from_state
 from ..errors import InputValueError, warn_convergence
 from ..rounding import kmeans_rows
+from . import starts
 
 
 class KMeansManifold:
@@ -1017,30 +1017,18 @@ _BEST_FIELDS = ("stop_reason", "n_iter", "cost", "grad_norm", "min_eigenvalue", 
 
 def _save_kmeans(checkpoint, newton_state, *, init, stage, mu, rng, best, costs, passes, capped, done):
     """The state of :func:`riemannian_kmeans` around its running Newton run's."""
-    state = dict(newton_state)
-    state["history"] = [dict(row) for row in done] + [dict(row, init=init, stage=stage, mu=mu)
-                                                      for row in newton_state["history"]]
-    state.update(init=init, stage=stage, rng=rng.bit_generator.state, costs=list(costs), runs_passes=passes,
-                 capped=[[i, s, m, row] for i, s, m, row in capped], best_init=None)
-    if best is not None:
-        state.update(best_init=int(best.history[0]["init"]), best={k: getattr(best, k) for k in _BEST_FIELDS},
-                     best_V=best.V, best_Q=best.Q)
-    checkpoint(state)
+    checkpoint(starts.wrap(newton_state, tags={"init": init, "stage": stage, "mu": mu}, rng=rng, done=done,
+                           best=best, best_fields=_BEST_FIELDS, best_arrays=("V", "Q"), costs=list(costs),
+                           runs_passes=passes, capped=[[i, s, m, row] for i, s, m, row in capped]))
 
 
 def _resumed_kmeans(state, manifold):
     """What :func:`riemannian_kmeans` needs to go on from a state of :func:`_save_kmeans`."""
-    rng = generator_from_state(state["rng"])
-    init, stage = int(state["init"]), int(state["stage"])
-    rows = [dict(row) for row in state["history"]]
-    running = [row for row in rows if row["init"] == init and row["stage"] == stage]
-    done = [row for row in rows if not (row["init"] == init and row["stage"] == stage)]
-    newton_state = {k: state[k] for k in ("V", "Q", "lam", "cubic_L", "escapes", "inner", "passes", "seconds")}
-    newton_state["history"] = [{k: v for k, v in row.items() if k not in ("init", "stage", "mu")}
-                               for row in running]
-    best = None
-    if state.get("best_init") is not None:
-        best = NewtonResult(np.asarray(state["best_V"]), np.asarray(state["best_Q"]), manifold,
-                            history=[row for row in done if row["init"] == state["best_init"]], **state["best"])
+    rng, newton_state, done, best = starts.unwrap(
+        state, match=("init", "stage"), tag_keys=("init", "stage", "mu"),
+        run_keys=("V", "Q", "lam", "cubic_L", "escapes", "inner", "passes", "seconds"))
+    if best is not None:
+        best = NewtonResult(manifold=manifold, **best)
     capped = [(int(i), int(s), float(m), dict(row)) for i, s, m, row in state["capped"]]
-    return (rng, best, list(state["costs"]), int(state["runs_passes"]), capped, done, init, stage, newton_state)
+    return (rng, best, list(state["costs"]), int(state["runs_passes"]), capped, done, int(state["init"]),
+            int(state["stage"]), newton_state)
