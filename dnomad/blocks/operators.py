@@ -20,12 +20,11 @@ DEFAULT_CHUNK_ROWS = 65536
 TILE_ROWS = 2048
 
 
-class _FactoredGram:
+class _TiledGram:
     """What a Gram G = F F^T offers beyond its products, from its factor's rows alone
     (``_factor_rows(r0, r1)``: F[r0:r1] as float64): G is PSD, so its largest entry is
-    on its diagonal; sums and norms come from F^T 1 and F^T F; the smallest entry and
-    the components scan the upper triangle tile by tile, O(n^2 r) work in
-    O(TILE_ROWS^2) memory."""
+    on its diagonal; its norm comes from F^T F; the summary and the components scan the
+    upper triangle tile by tile, O(n^2 r) work in O(TILE_ROWS^2) memory."""
 
     tile_rows = TILE_ROWS
 
@@ -39,10 +38,15 @@ class _FactoredGram:
                 yield r0, c0, Fr @ Fc.T
 
     def summary(self):
-        """sum, Frobenius norm, min and max of G's entries (as ``BlockMatrix.summary``)."""
-        total = self._factor_column_sums()
-        low = min(float(tile.min()) for _, _, tile in self._tiles())
-        return {"sum": float(total @ total), "fro": self.fro_norm, "min": low, "max": float(self.diag().max())}
+        """sum, Frobenius norm, min and max of G's entries (as ``BlockMatrix.summary``), in
+        one scan of the upper triangle (off-diagonal tiles count twice)."""
+        total, low, high = 0.0, np.inf, -np.inf
+        for r0, c0, tile in self._tiles():
+            total += float(tile.sum()) * (1 if r0 == c0 else 2)
+            low = min(low, float(tile.min()))
+            if r0 == c0:
+                high = max(high, float(np.diagonal(tile).max()))     # G is PSD: its largest entry
+        return {"sum": total, "fro": self.fro_norm, "min": low, "max": high}
 
     def threshold_components(self, threshold):
         """Labels of the connected components of the graph G_ij > ``threshold``
@@ -64,7 +68,7 @@ class _FactoredGram:
         return join_component_edges(n, edges)
 
 
-class DataGram(_FactoredGram):
+class DataGram(_TiledGram):
     """D = F F^T / scale with F = X - mean(X) (``center``), as a linear operator.
 
     ``scale`` is ``"frobenius"`` (D divided by its Frobenius norm ||F^T F||_F, the
@@ -192,12 +196,6 @@ class DataGram(_FactoredGram):
         self.rows_read += r1 - r0
         return (np.asarray(self.X[r0:r1], dtype=np.float64) - self.mean) / np.sqrt(self.scale)
 
-    def _factor_column_sums(self):
-        total = np.zeros(self.d)
-        for _, Xc in self._chunks():
-            total += Xc.sum(axis=0)
-        return (total - self.n * self.mean) / np.sqrt(self.scale)
-
     def dense(self):
         """D as a dense array (tests and small n only)."""
         F = np.asarray(self.X[...], dtype=np.float64) - self.mean
@@ -238,7 +236,7 @@ class ScaledMatrix:
         return self.D.threshold_components(np.asarray(threshold, dtype=np.float64) * self.scale)
 
 
-class LowRankGram(_FactoredGram):
+class LowRankGram(_TiledGram):
     """Q = Y Y^T for a thin Y >= 0 (n x r), as a linear operator: the Burer-Monteiro
     solution of NOMAD without its n x n matrix.
 
@@ -279,9 +277,6 @@ class LowRankGram(_FactoredGram):
 
     def _factor_rows(self, r0, r1):
         return self.Y[r0:r1]
-
-    def _factor_column_sums(self):
-        return self.Y.sum(axis=0)
 
     def to_numpy(self):
         from .matrix import _available_memory
