@@ -3,7 +3,9 @@
 step: all 70,000 MNIST digits (K = 16, r = 8K = 128), one multiplier step capped at
     --inner iterations, by each inner optimizer from the same start: SciPy's L-BFGS-B
     (Y gathered in this process, the solver this replaces), the row-space projected
-    L-BFGS (the default) and spectral projected gradient.  Seconds per evaluation of
+    L-BFGS (the default) with every evaluation in float64 and with X's products by
+    float32 increments, and spectral projected gradient (--step-rows reruns some rows
+    and keeps the others).  Seconds per evaluation of
     L and its gradient, and their split: the passes over X (D Y = F (F^T Y)), the
     optimizer's own work (row-space vector passes, or L-BFGS-B's setulb and the copies
     in and out of the row space), the Lagrangian at the cap.
@@ -13,9 +15,10 @@ million: 10^6 rows (a noisy trefoil knot, dnomad.data) read from a Zarr store by
     seconds per outer step and per evaluation, share of the X passes, and the peak
     resident memory of every process against Y (n r 8 bytes) and against D (n^2 8).
 mnist: all 70,000 digits to the stopping rule with the defaults, capped at
-    --max-seconds: outer steps, evaluations, violations, wall time.  The JSON also keeps,
-    as mnist_earlier, the run of commit 8a01381 (before the curvature carry-over), which
-    the plot shows faintly beside this one.
+    --max-seconds: outer steps, evaluations, violations, wall time.  The JSON also keeps
+    runs of earlier code, which the plot shows faintly beside this one: mnist_earlier
+    (commit 8a01381, before the curvature carry-over) and mnist_float64 (commit 7f01719,
+    every evaluation's products in float64, before the float32 increments).
 quality: a 7,000-digit subset (K = 16): conditional gradient to the authors' rule,
     then Burer-Monteiro with the defaults and with the solver they replaced (sigma = 1,
     SciPy's L-BFGS-B, exact steps), each capped at --max-seconds: the distance of
@@ -99,45 +102,60 @@ def _mnist(n=None):
     return X, y
 
 
-def part_step(inner=100):
+# One multiplier step's variants: (name, optimizer, float32 increments).
+STEP_VARIANTS = (("scipy", "scipy", False), ("lbfgs", "lbfgs", False),
+                 ("lbfgs + float32 increments", "lbfgs", True), ("spg", "spg", False))
+
+
+def part_step(inner=100, names=None, previous=()):
+    """The variants named (all by default), each for ``inner`` iterations of one
+    multiplier step from the same start; rows of ``previous`` not rerun are kept."""
     X, _ = _mnist()
     n, K = len(X), 16
     r = 8 * K
     # One start for all: symmetric NMF would take minutes; a scaled random Y does here.
     rng = np.random.default_rng(0)
     Y0 = rng.random((n, r)) * np.sqrt(1.0 / (n * r) * 4)
-    rows = []
-    for optimizer in ("scipy", "lbfgs", "spg"):
+    variants = [v for v in STEP_VARIANTS if names is None or v[0] in names]
+    unknown = set(names or ()) - {v[0] for v in STEP_VARIANTS}
+    if unknown:
+        raise SystemExit(f"--step-rows: unknown {sorted(unknown)}; choose from {[v[0] for v in STEP_VARIANTS]}")
+    rows = {row["optimizer"]: row for row in previous}
+    for name, optimizer, increments in variants:
         with RowChunks(X) as chunks, _Timed() as timed, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             x_seconds0 = chunks.seconds - chunks.state_seconds
             t = time.perf_counter()
             res = bm.burer_monteiro(chunks, bm.BurerMonteiroParams(
-                n_clusters=K, max_iter=1, inner_max_iter=inner, optimizer=optimizer, sigma=1.0, inner_rtol=0.0),
-                Y0=Y0)
+                n_clusters=K, max_iter=1, inner_max_iter=inner, optimizer=optimizer, sigma=1.0, inner_rtol=0.0,
+                increments=increments), Y0=Y0)
             seconds = time.perf_counter() - t
             x_seconds = chunks.seconds - chunks.state_seconds - x_seconds0
         h = res.history[-1]
-        row = {"optimizer": optimizer, "n": n, "rank": r, "seconds": seconds, "inner": h["inner_iterations"],
-               "evaluations": h["evaluations"], "x_pass_seconds": x_seconds,
-               "evaluate_seconds": timed.seconds, "lagrangian": h["lagrangian"],
-               "state_seconds": chunks.state_seconds, "trace": timed.trace}
+        row = {"optimizer": name, "n": n, "rank": r, "seconds": seconds, "inner": h["inner_iterations"],
+               "evaluations": h["evaluations"], "incremental_evaluations": h["incremental_evaluations"],
+               "x_pass_seconds": x_seconds, "evaluate_seconds": timed.seconds, "lagrangian": h["lagrangian"],
+               "state_seconds": chunks.state_seconds, "trace": timed.trace, "measured_with": names or "all"}
         row["optimizer_seconds"] = seconds - x_seconds
-        rows.append(row)
-        print(f"{optimizer:>6}: {seconds:7.1f} s for {row['inner']} iterations, {row['evaluations']} evaluations "
+        rows[name] = row
+        print(f"{name:>26}: {seconds:7.1f} s for {row['inner']} iterations, {row['evaluations']} evaluations "
               f"({seconds / row['evaluations'] * 1e3:.0f} ms each); X passes {x_seconds / seconds:.0%}, "
               f"optimizer and vector work {row['optimizer_seconds'] / seconds:.0%}; L = {h['lagrangian']:.6g}",
               flush=True)
+    rows = [rows[v[0]] for v in STEP_VARIANTS if v[0] in rows]
     # Progress at equal wall time: the best L each reached within the default's run time.
-    horizon = next(r["seconds"] for r in rows if r["optimizer"] == "lbfgs")
-    for r in rows:
-        r["best_L_at_horizon"] = min((f for t, f in r["trace"] if t <= horizon), default=float("nan"))
-    print(f"best L within {horizon:.0f} s: " + ", ".join(f"{r['optimizer']} {r['best_L_at_horizon']:.6g}"
-                                                         for r in rows))
-    base = rows[0]
-    print(f"\nper evaluation, L-BFGS-B / row-space L-BFGS: "
-          f"{(base['seconds'] / base['evaluations']) / (rows[1]['seconds'] / rows[1]['evaluations']):.2f}x; "
-          f"/ SPG: {(base['seconds'] / base['evaluations']) / (rows[2]['seconds'] / rows[2]['evaluations']):.2f}x")
+    horizon = next((r["seconds"] for r in rows if r["optimizer"] == "lbfgs"), None)
+    if horizon is not None:
+        for r in rows:
+            r["best_L_at_horizon"] = min((f for t, f in r["trace"] if t <= horizon), default=float("nan"))
+        print(f"best L within {horizon:.0f} s: " + ", ".join(f"{r['optimizer']} {r['best_L_at_horizon']:.6g}"
+                                                             for r in rows))
+    per = {r["optimizer"]: r["seconds"] / r["evaluations"] for r in rows}
+    ran = {v[0] for v in variants}
+    for a, b in (("scipy", "lbfgs"), ("scipy", "spg"), ("lbfgs", "lbfgs + float32 increments")):
+        if a in per and b in per:
+            same = "in this run" if {a, b} <= ran else "from different runs"
+            print(f"per evaluation, {a} / {b}: {per[a] / per[b]:.2f}x ({same})")
     return rows
 
 
@@ -235,15 +253,27 @@ def part_mnist(max_seconds=1800):
     return out
 
 
-def part_quality(n=7000, K=16, max_seconds=1500):
+# The quality part's Burer-Monteiro variants: key -> (row name, parameters).
+QUALITY_VARIANTS = {"defaults": ("bm, defaults", {}),
+                    "float64": ("bm, every evaluation in float64", {"increments": False}),
+                    "before": ("bm, before (sigma 1, L-BFGS-B)", {"sigma": 1.0, "optimizer": "scipy"})}
+
+
+def part_quality(n=7000, K=16, max_seconds=1500, keys=None, previous=None):
     """On an n-digit subset: NOMAD by conditional gradient to the authors' stopping rule
     (the reference), then Burer-Monteiro (r = 8K, from the same symmetric NMF start) with
-    today's defaults and with the solver it replaced (the paper's sigma = 1, SciPy's
-    L-BFGS-B, every multiplier step solved to inner_tol), each to its stopping rule or
+    today's defaults, with every evaluation's products in float64 (no float32
+    increments), and with the solver it replaced (the paper's sigma = 1, SciPy's
+    L-BFGS-B, every multiplier step solved to inner_tol); ``keys`` picks which of these
+    run (all by default; rows of ``previous`` not rerun are kept, marked as from an
+    earlier run).  Each to its stopping rule or
     ``max_seconds`` (checked at every evaluation): relative Frobenius distance of the
     last complete outer step's Y Y^T to the reference Q, objectives."""
     import dnomad
 
+    unknown = set(keys or ()) - set(QUALITY_VARIANTS)
+    if unknown:
+        raise SystemExit(f"--quality-rows: unknown {sorted(unknown)}; choose from {list(QUALITY_VARIANTS)}")
     X, y = _mnist(n)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
@@ -269,8 +299,12 @@ def part_quality(n=7000, K=16, max_seconds=1500):
         ref["objective_bm_scale"] = float(np.vdot(F, Q @ F)) / fro
         del F
         print(f"  cgm's Q in Burer-Monteiro's objective: {ref['objective_bm_scale']:.6g}", flush=True)
-        for name, kw in (("bm, defaults", {}),
-                         ("bm, before (sigma 1, L-BFGS-B)", {"sigma": 1.0, "optimizer": "scipy"})):
+        for key, (name, kw) in QUALITY_VARIANTS.items():
+            if keys is not None and key not in keys:
+                old = next((r for r in (previous or {}).get("rows", ()) if r["solver"] == name), None)
+                if old is not None:
+                    rows.append(dict(old, kept_from_an_earlier_run=True))
+                continue
             last = {}       # the last complete outer step's Y (a checkpoint every step)
             with _Timed(deadline=max_seconds) as timed:
                 try:
@@ -298,6 +332,11 @@ def part_quality(n=7000, K=16, max_seconds=1500):
                 print(f"  {name}: {stop} before its first outer step finished, {timed.count} evaluations, "
                       f"{seconds:.0f} s", flush=True)
     return {"n": n, "K": K, "rank": 8 * K, "cap_seconds": max_seconds, "rows": rows}
+
+
+# Earlier code's all-MNIST runs kept in the JSON: before the curvature carry-over, and
+# before the float32 increments (every evaluation's products in float64).
+EARLIER_MNIST_RUNS = ("mnist_earlier", "mnist_float64")
 
 
 def plot(result, path):
@@ -343,11 +382,13 @@ def plot(result, path):
         axes[2].semilogy(t, [row["change"] for row in m["history"]], "s-", ms=3, label="relative change of Y")
         axes[2].axhline(1e-4, color="C0", ls="--", lw=0.8, label="feasibility_tol")
         axes[2].axhline(1e-5, color="C1", ls="--", lw=0.8, label="tol")
-        if "mnist_earlier" in result:         # the run before the curvature carry-over
-            e = result["mnist_earlier"]
+        for k, key in enumerate(EARLIER_MNIST_RUNS):      # runs of earlier code, faint
+            if key not in result:
+                continue
+            e = result[key]
             te = [(e.get("start_seconds") or 0.0) + row["seconds"] for row in e["history"]]
             axes[2].semilogy(te, [max(row["row_sum_violation"], row["trace_violation"]) for row in e["history"]],
-                             "o-", ms=2, lw=0.6, color="C0", alpha=0.35,
+                             "o-", ms=2, lw=0.6, color=f"C{2 + k}", alpha=0.45,
                              label=f"violation, earlier run ({e['code'].split(' ')[0]}, {e['outer']} steps)")
         axes[2].axvline(start, color="k", ls=":", lw=0.8, label="end of the symmetric NMF start")
         axes[2].axvline(1800, color="r", ls=":", lw=0.8, label="30 minutes")
@@ -364,6 +405,8 @@ def plot(result, path):
         for i, r in enumerate(rows):
             label = (f"{r['stop']}, {r['seconds']:.0f} s" if r["distance_to_cgm"] is not None else
                      f"no complete outer step\nin {q['cap_seconds']:.0f} s ({r['evaluations']} evaluations)")
+            if r.get("kept_from_an_earlier_run"):
+                label += "\n(earlier run)"
             axes[3].text(i, r["distance_to_cgm"] or 0.0, label, ha="center", va="bottom", fontsize=7)
         axes[3].set_ylabel("||Y Y^T - Q_cgm||_F / ||Q_cgm||_F")
         axes[3].set_title(f"MNIST subset n = {q['n']:,}, K = {q['K']}, r = {q['rank']}:\n"
@@ -378,9 +421,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="step,million,mnist,quality")
     ap.add_argument("--inner", type=int, default=100)
+    ap.add_argument("--step-rows", default=None,
+                    help="comma-separated names of the step part's rows to (re)run; the others are kept")
     ap.add_argument("--million-outer", type=int, default=2)
     ap.add_argument("--million-inner", type=int, default=20)
     ap.add_argument("--max-seconds", type=float, default=1800)
+    ap.add_argument("--quality-rows", default=None,
+                    help="comma-separated Burer-Monteiro variants of the quality part to (re)run: "
+                         + ", ".join(QUALITY_VARIANTS) + "; the others are kept")
     ap.add_argument("--plot-only", action="store_true")
     args = ap.parse_args()
     if args.plot_only:
@@ -388,10 +436,13 @@ def main():
         return
     path = os.path.join(HERE, f"{NAME}.json")
     result = json.load(open(path)) if os.path.exists(path) else {}
-    parts = {"step": lambda: part_step(args.inner),
+    parts = {"step": lambda: part_step(args.inner, args.step_rows and args.step_rows.split(","),
+                                       result.get("step", ())),
              "million": lambda: part_million(outer=args.million_outer, inner=args.million_inner),
              "mnist": lambda: part_mnist(args.max_seconds),
-             "quality": lambda: part_quality(max_seconds=args.max_seconds)}
+             "quality": lambda: part_quality(max_seconds=args.max_seconds,
+                                             keys=args.quality_rows and args.quality_rows.split(","),
+                                             previous=result.get("quality"))}
     for name in args.only.split(","):
         result[name] = parts[name]()
         write_result(HERE, NAME, result, plot)

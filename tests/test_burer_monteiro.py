@@ -362,3 +362,73 @@ def test_row_space_lagrangian_equals_the_dense_formula(where, rng):
     assert f == pytest.approx(f_ref, rel=1e-12)
     np.testing.assert_allclose(space.get("g"), g_ref, rtol=1e-10, atol=1e-12)
     assert problem.objective["Y"] == pytest.approx(np.sum(Y * (D @ Y)), rel=1e-12)
+
+
+@pytest.mark.parametrize("where", ["here", "workers"])
+def test_float32_increments_give_the_float64_evaluations(where, rng, request):
+    """Evaluations by increments (D Y_x = D Y_b + F (F^T (Y_x - Y_b)) / scale, the
+    step's two products in float32, D Y_b kept in float64) equal float64 evaluations to
+    float32's round-off relative to the step, not to D Y: the value difference
+    f(x) - f(b) and the gradient change to 1e-5 of themselves (float32's 6e-8 times
+    the lengths of the sums, d = 6 and chunks of 40 rows, with room), for steps from
+    1e-1 to 1e-6 of Y, alternating the base as the line searches do; in row chunks here
+    and on a 2-worker cluster.  A base changed after its evaluation is not stepped from:
+    that evaluation is made afresh in float64."""
+    from dnomad.blocks import RowChunks
+    from dnomad.nomad.bm import _AugmentedLagrangian
+
+    client = request.getfixturevalue("cluster_client") if where == "workers" else None
+    n, r, K = 150, 5, 3
+    X = rng.standard_normal((n, 6)) * 3.0 + 100.0          # far from the origin: centring matters
+    with RowChunks(X, chunk_rows=40, client=client) as space:
+        inc, ref = (_AugmentedLagrangian(space, None, K, sigma=10 / n, phi=1.0) for _ in range(2))
+        inc.lam = ref.lam = 0.3
+        space.put("mu", rng.standard_normal(n) * 1e-2)
+        Y = rng.random((n, r)) * 0.1
+        space.put("a", Y)
+        inc.begin_solve(True)
+        fa, fa64 = inc.evaluate("a", "ga"), ref.evaluate("a", "ra")
+        assert fa == pytest.approx(fa64, rel=1e-15)          # the first of a solve: in float64
+        for size in (1e-1, 1e-3, 1e-6):
+            space.put("b", np.clip(Y + size * 0.1 * rng.standard_normal((n, r)), 0.0, 1.0))
+            fb, fb64 = inc.evaluate("b", "gb"), ref.evaluate("b", "rb")
+            df64 = fb64 - fa64
+            assert abs((fb - fa) - df64) <= 1e-5 * abs(df64)
+            dg64 = np.abs(space.get("rb") - space.get("ra")).max()
+            assert np.abs(space.get("gb") - space.get("rb")).max() <= 1e-5 * dg64
+            # back to a, now from b
+            assert inc.evaluate("a", "ga") == pytest.approx(fa64, abs=1e-5 * abs(df64))
+            np.testing.assert_allclose(space.get("ga"), space.get("ra"), rtol=0, atol=1e-5 * dg64)
+        assert inc.incremental_evaluations == 6
+        space.put("a", 0.9 * Y)                              # the base of the next increment, changed
+        assert inc.evaluate("b", "gb") == ref.evaluate("b", "rb")
+        np.testing.assert_array_equal(space.get("gb"), space.get("rb"))
+        assert inc.incremental_evaluations == 6
+        inc.begin_solve(False)
+
+
+def test_runs_by_float32_increments_end_where_float64_runs_end():
+    """Burer-Monteiro over row chunks with X's products by float32 increments (opt-in)
+    ends at the float64 run's Q (to the stopping rule's accuracy, tightened
+    here) and at the planted clustering; the history counts the evaluations made by
+    increments: all but the first of each solve and one in ANCHOR_EVERY."""
+    from dnomad.blocks import RowChunks
+    from dnomad.nomad.bm import ANCHOR_EVERY
+
+    X, y = gaussian_blobs(300, n_centers=4, separation=6.0, random_state=2)
+    kw = dict(n_clusters=4, random_state=0, tol=1e-7, feasibility_tol=1e-6)
+    assert not BurerMonteiroParams(n_clusters=4).increments
+    runs = {}
+    for increments in (True, False):
+        with RowChunks(X, chunk_rows=128) as chunks:
+            runs[increments] = burer_monteiro(chunks, BurerMonteiroParams(**kw, increments=increments))
+    for increments, res in runs.items():
+        assert res.stop_reason == "tolerance"
+        assert adjusted_rand_score(y, res.Y.argmax(axis=1)) == 1.0
+        for row in res.history:
+            anchors = 1 + (row["evaluations"] - 1) // (ANCHOR_EVERY + 1)
+            assert row["incremental_evaluations"] == (row["evaluations"] - anchors if increments else 0), row
+    assert any(row["evaluations"] > ANCHOR_EVERY for row in runs[True].history)
+    Q, Q64 = (runs[m].Y @ runs[m].Y.T for m in (True, False))
+    np.testing.assert_allclose(Q, Q64, rtol=0, atol=1e-3 * Q64.max())
+    assert runs[True].history[-1]["objective"] == pytest.approx(runs[False].history[-1]["objective"], rel=1e-6)

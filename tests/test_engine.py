@@ -95,8 +95,8 @@ def _write_rows(chunk):
 
 
 def test_kept_centred_rows_give_the_passes_of_rows_centred_every_time(cluster_client, rng):
-    """keep_centred (the default for X in memory) keeps each chunk's centred rows for the
-    next pass in the same precision: the same products bit for bit as converting on
+    """keep_centred (the default for X in memory) keeps each chunk's centred rows once in
+    each precision a pass asked for: the same products bit for bit as converting on
     every pass, through precision changes, in this process and on workers; a kernel
     cannot write the kept rows."""
     X = (rng.random((230, 5)) * 255).astype(np.float32)
@@ -112,12 +112,42 @@ def test_kept_centred_rows_give_the_passes_of_rows_centred_every_time(cluster_cl
                     assert all(name == np.dtype(dtype).name for _, name in parts)
                     passes.append(np.concatenate([p[0].ravel() for p in parts]))
                 if keep and client is None:
+                    assert all(set(state["_Xc"]) == {"<f4", "<f8"} for state in data._chunks.values())
                     with pytest.raises(ValueError, match="read-only"):
                         data.map(_write_rows)
                 out[where, keep] = passes
     for key, passes in out.items():
         for got, want in zip(passes, out["here", False]):
             np.testing.assert_array_equal(got, want, err_msg=str(key))
+
+
+def _state_names(chunk):
+    return sorted(chunk)
+
+
+def _overwrite_in_place(chunk, name):
+    chunk[name][...] = -1.0
+
+
+def test_states_a_kernel_drops_or_renames_are_gone_from_the_chunks(cluster_client, rng):
+    """A kernel that pops a state (drop_states, rename_state) removes it from the chunk's
+    kept state, here and on workers: it was kept before, so dropped states held their
+    memory and a renamed state stayed under both names, one array, which a later kernel
+    writing the old name in place changed under the new one."""
+    from dnomad.nomad.box_optim import drop_states, rename_state
+
+    X = rng.standard_normal((130, 3))
+    V = rng.standard_normal((130, 2))
+    for client in (None, cluster_client):
+        with blocks.RowChunks(X, chunk_rows=50, client=client) as data:
+            for name in ("a", "b", "c"):
+                data.put(name, V)
+            data.map(drop_states, ["a"], read_x=False)
+            data.map(rename_state, "b", "d", read_x=False)
+            assert all(names == ["c", "d"] for names in data.map(_state_names, read_x=False))
+            data.put("b", V + 1.0)
+            data.map(_overwrite_in_place, "b", read_x=False)
+            np.testing.assert_array_equal(data.get("d"), V)
 
 
 @pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")

@@ -46,10 +46,11 @@ class RowChunks:
     center : bool
         Subtract the column mean from every chunk as it is handed to a kernel.
     keep_centred : bool
-        Keep each in-memory chunk's centred rows, in the precision the last pass asked
+        Keep each in-memory chunk's centred rows, once in each precision a pass asked
         for, instead of converting them on every pass (the conversion was 35% of a
-        float64 pass over all 70,000 MNIST digits); costs that copy's memory (n d 8
-        bytes in float64).  Rows read from Zarr are never kept: they stream.
+        float64 pass over all 70,000 MNIST digits); costs those copies' memory (n d 8
+        bytes in float64, n d 4 more where passes also ask for float32).  Rows read
+        from Zarr are never kept: they stream.
 
     Construction makes one pass over X: it checks that X is finite and computes
     ``mean`` and ``gram`` = F^T F for the centred F (d x d).  Attributes ``passes``
@@ -296,14 +297,14 @@ class RowState:
 def _chunk_task(state, index, kernel, rows, mean, args, dtype=np.float64, keep=False):
     """Run ``kernel`` on one chunk: its rows of X (given; read from Zarr when ``rows``
     says where they are; the state's own copy when None; none when False), centred and
-    in ``dtype``, and its state; keep the state the kernel leaves (and, with ``keep``,
-    the centred rows, as state "_Xc", for the next pass in the same dtype)."""
+    in ``dtype``, and its state; keep the state the kernel leaves, without the states it
+    removed (and, with ``keep``, the centred rows, in state "_Xc" by dtype, for the later
+    passes in that dtype)."""
     chunk = {k: v for k, v in state.items() if k not in ("_X", "_Xc")}
-    kept = state.get("_Xc")
-    if rows is not False and kept is not None and kept.dtype == dtype:
+    kept = state.get("_Xc", {}).get(np.dtype(dtype).str)
+    if rows is not False and kept is not None:
         chunk["X"] = kept
     elif rows is not False:
-        state.pop("_Xc", None)
         if rows is None:
             rows = state["_X"]
         elif isinstance(rows, tuple):
@@ -318,8 +319,10 @@ def _chunk_task(state, index, kernel, rows, mean, args, dtype=np.float64, keep=F
             chunk["X"] = (rows.astype(np.float64) - mean).astype(dtype, copy=False)
         if keep:
             chunk["X"].flags.writeable = False      # shared by every later pass: a kernel must not write it
-            state["_Xc"] = chunk["X"]
+            state.setdefault("_Xc", {})[np.dtype(dtype).str] = chunk["X"]
     out = kernel(chunk, *args)
+    for name in [name for name in state if name not in chunk and name not in ("_X", "_Xc")]:
+        del state[name]             # the kernel dropped or renamed it
     for name, value in chunk.items():
         if name not in ("X", "_X", "_Xc"):
             state[name] = value

@@ -78,7 +78,12 @@ class NOMAD(_Clustering, _Estimator):
         inner_tol (1e-10: ftol and gtol), inner_rtol (0.1: a multiplier step stops
         once its projected gradient has fallen to this fraction of where it started,
         except the first and one confirming the stopping rule, solved to inner_tol;
-        0: every step to inner_tol; not "scipy"), start ("symnmf" or "random").
+        0: every step to inner_tol; not "scipy"), start ("symnmf" or "random"),
+        increments (False; True: after the first evaluation of each inner solve, X's
+        products in float32 on the step only, D Y_new = D Y + F F^T (Y_new - Y) /
+        ||F^T F||_F with D Y kept in float64: 1.43x fewer seconds per evaluation on all
+        70,000 MNIST digits, but a noise floor that tolerances tighter than the
+        defaults may not get under; data X only).
     max_iter : int, optional
         Outer (multiplier) iterations; default 2000 (cgm), 1000 (bm).
     n_inner : int, default 2
@@ -595,7 +600,7 @@ CGM_CHECKPOINT_EVERY = 20
 BM_MAX_ITER = 1000
 # Burer-Monteiro settings passed through ``solver_options`` (see BurerMonteiroParams).
 BM_OPTIONS = ("sigma", "phi", "eta", "tol", "feasibility_tol", "optimizer", "memory", "inner_max_iter", "inner_tol",
-              "inner_rtol", "start")
+              "inner_rtol", "start", "increments")
 
 
 def layer_checkpoint_key(layer):
