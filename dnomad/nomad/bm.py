@@ -293,16 +293,10 @@ class _AugmentedLagrangian:
     def begin_solve(self, increments):
         """A new inner solve: forget the kept D Y's (the states may have changed since)
         and evaluate by increments from here on if ``increments`` (data mode only)."""
-        self.drop_kept()
-        self.increments = bool(increments) and self.D is None
-
-    def kept_states(self):
-        return ["_DY@" + name for name, _, _ in self._evaluated]
-
-    def drop_kept(self):
         if self._evaluated:
-            self.space.map(drop_states, self.kept_states(), read_x=False)
+            self.space.map(drop_states, ["_DY@" + e[0] for e in self._evaluated], read_x=False)
         self._evaluated = []
+        self.increments = bool(increments) and self.D is None
 
     def products(self, x):
         """(B, c, ||Y||^2): B = F^T Y / scale (data mode; None in operator mode, where
@@ -394,12 +388,13 @@ def _lagrangian_rows(chunk, x, g, B, c, sigma, trace_coef, step=None, keep=None,
     """The rows' share of L and of its gradient, less the gradient's rank-one term
     1 (w^T Y) (added when w^T Y is summed: :func:`_add_to_rows`).  D Y is F B, or,
     with ``step`` = (base, dB), D Y_base + F dB in X's precision (an increment); kept
-    as state ``keep`` when given; the states ``drop`` are forgotten."""
+    as state ``keep`` when given (always, with ``step``); the states ``drop`` are
+    forgotten."""
     Y, mu = chunk[x], chunk["mu"]
     for name in drop:
         chunk.pop(name, None)
     if step is not None:
-        DY = np.empty_like(Y) if keep is None else output_buffer(chunk, keep, Y)
+        DY = output_buffer(chunk, keep, Y)
         np.add(chunk["_DY@" + step[0]], chunk["X"] @ step[1], out=DY)
     else:
         DY = chunk["X"] @ B if B is not None else chunk["_DY"]
