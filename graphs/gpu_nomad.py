@@ -3,6 +3,7 @@
 
     python graphs/gpu_nomad.py --parts cpu                 # here (no GPU): the CPU figure at n = 20,000
     python graphs/gpu_nomad.py --parts copy,rings,mnist    # on the GPU (the device tool)
+    python graphs/gpu_nomad.py --parts mnist --device cpu --mnist-n 1750 --mnist-seconds 20   # a check
     python graphs/gpu_nomad.py --plot-only
 
 Measured in one run on the GPU:
@@ -13,11 +14,11 @@ Measured in one run on the GPU:
     fused pass and a matvec timed alone, as bytes moved per second over the copy
     bandwidth;
   * mnist: all 70,000 digits (dnomad.data.mnist, D = F F^T of the centered, scaled
-    784-pixel images, never formed: NOMAD keeps F; the json's row until rerun is from
-    commit 8ba0478, which formed D per block by a GEMM in every pass, with the paper's
-    10 inner steps), K = 256, float32, --mnist-n-inner Frank-Wolfe steps per outer
-    iteration (default: the paper's 10), for --mnist-seconds (then stopped by the
-    callback) or to the stopping rule:
+    784-pixel images, never formed: NOMAD keeps F), K = 256, float32, with
+    --mnist-solver's settings (graphs/mnist_outer_projection.py's: "block", dnomad's
+    defaults, saved as mnist_block; "paper", Alg. 2's loop with 10 inner steps, saved as
+    mnist_paper, whose row is from commit 8ba0478, which formed D per block by a GEMM in
+    every pass), for --mnist-seconds (then stopped by the callback) or to the stopping rule:
     seconds, outer iterations, passes, the stopping rule's quantities per outer
     iteration, peak device memory (CuPy's pool, sampled every 20 ms), the 2-D embedding
     (NOMAD.embedding_) drawn in gpu_nomad.png coloured by digit, and the adjusted Rand
@@ -145,7 +146,8 @@ def run_rings(device, max_outer=None, seconds=None):
         warnings.simplefilter("ignore")
         est = dnomad.NOMAD(n_clusters=RINGS_K, device=device, backend="local", max_iter=100000,
                            callback=stop).fit(X)
-    out = {"n": RINGS_N, "K": RINGS_K, "device": device, "seconds": time.perf_counter() - t0,
+    out = {"n": RINGS_N, "K": RINGS_K, "device": device, "code": _commit(), "direction": est.direction,
+           "n_inner": est.n_inner, "seconds": time.perf_counter() - t0,
            "solve_seconds": sum(r["seconds"] for r in est.history_), "outer_iterations": est.n_iter_,
            "stop_reason": est.stop_reason_, **per_step(est.history_, est.n_inner),
            "rmse_neg": est.history_[-1]["rmse_neg"], "max_violation": est.history_[-1]["max_violation"],
@@ -154,40 +156,80 @@ def run_rings(device, max_outer=None, seconds=None):
     return out
 
 
-def run_mnist(seconds, max_outer, n_inner):
+def run_mnist(seconds, max_outer, solver, n=None, device="cuda"):
+    """NOMAD on MNIST (all digits, or a stratified subset of n at the same 273 images per
+    cluster) with mnist_outer_projection's settings for ``solver`` ("block": dnomad's
+    defaults; "paper": Alg. 2's loop), for ``seconds`` or to the stopping rule."""
     from dnomad.blocks import device as dev
+    from mnist_outer_projection import PER_CLUSTER, SOLVERS, stratified_subset
 
-    cp = dev.cupy()
+    cp = dev.cupy() if device == "cuda" else None
     X, y = dnomad.data.mnist()
+    if n is not None and n < len(X):
+        idx = stratified_subset(y, n)
+        X, y = X[idx], y[idx]
+    K = MNIST_K if len(X) == 70_000 else max(2, int(round(len(X) / PER_CLUSTER)))
     t0 = time.perf_counter()
 
     def stop(row):
         print(f"  it {row['iteration']:4d}  obj {row['objective']:.6g}  rmse_neg {row['rmse_neg']:.2e}  "
-              f"max_viol {row['max_violation']:.2e}  matvecs {row['eig_matvecs']}  {row['seconds']:.2f}s",
-              flush=True)
+              f"max_viol {row['max_violation']:.2e}  passes {row['passes']}  matvecs {row['eig_matvecs']}  "
+              f"{row['seconds']:.2f}s", flush=True)
         return time.perf_counter() - t0 > seconds or row["iteration"] >= max_outer
 
-    with DevicePeak(cp) as peak, warnings.catch_warnings():
+    with (DevicePeak(cp) if cp is not None else NoPeak()) as peak, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        est = dnomad.NOMAD(n_clusters=MNIST_K, device="cuda", backend="local", max_iter=100000, n_inner=n_inner,
-                           callback=stop, label_method="spectral", n_groups=10, random_state=0).fit(X)
+        est = dnomad.NOMAD(n_clusters=K, device=device, backend="local", max_iter=100000, callback=stop,
+                           **SOLVERS[solver],
+                           label_method="spectral", n_groups=10, random_state=0).fit(X)
     h = est.history_
     solve = sum(r["seconds"] for r in h)
-    out = {"n": len(X), "d": X.shape[1], "K": MNIST_K, "n_inner": n_inner, "block_size": est.Q_.block_size,
-           "d_formed": False,
+    out = {"n": len(X), "d": X.shape[1], "K": K, "solver": solver, "device": device, "n_inner": est.n_inner,
+           "direction": est.direction, "block_size": est.Q_.block_size, "d_formed": False,
+           "code": _commit(),
            "seconds_total": time.perf_counter() - t0, "solve_seconds": solve,
            "outer_iterations": est.n_iter_, "stop_reason": est.stop_reason_,
            "seconds_per_outer": solve / len(h), **per_step(h, est.n_inner),
            "passes": est.passes_["passes"], "bytes_read": est.passes_["bytes_read"],
            "bytes_written": est.passes_["bytes_written"],
+           "objective": est.objective_, "rmse_neg": h[-1]["rmse_neg"], "max_violation": h[-1]["max_violation"],
            "peak_pool_bytes": peak.pool_peak, "peak_device_used_bytes": peak.used_peak,
-           "device_total_bytes": cp.cuda.runtime.memGetInfo()[1],
+           "device_total_bytes": cp.cuda.runtime.memGetInfo()[1] if cp is not None else None,
            "history": [{k: r[k] for k in ("iteration", "objective", "rmse_neg", "max_violation", "seconds",
                                           "eig_matvecs", "passes")} for r in h],
            "ari_spectral10": dnomad.metrics.adjusted_rand_score(y, est.labels_),
            "embedding": np.round(est.embedding_, 6).tolist(), "labels": y.tolist()}
     print(json.dumps({k: v for k, v in out.items() if k not in ("history", "embedding", "labels")}), flush=True)
     return out
+
+
+class NoPeak:
+    pool_peak = used_peak = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+def _commit():
+    """The commit the run's code is at (with '+' when the tree has changes), or None."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head + ("+" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def mnist_row(result):
+    """The MNIST row the figure draws: dnomad's default steps where measured, else the paper's loop."""
+    return result.get("mnist_block") or result.get("mnist_paper")
 
 
 def plot(result, path):
@@ -198,14 +240,15 @@ def plot(result, path):
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.2))
     ax = axes[0]
-    m = result.get("mnist")
+    m = mnist_row(result)
     if m:
         E, lab = np.asarray(m["embedding"]), np.asarray(m["labels"])
         for digit in range(10):
             sel = lab == digit
             ax.scatter(E[sel, 0], E[sel, 1], s=0.3, color=plt.cm.tab10(digit), label=str(digit), rasterized=True)
         ax.legend(markerscale=15, fontsize=7, ncol=2, title="digit")
-        ax.set_title(f"NOMAD on all {m['n']:,} MNIST digits, K = {m['K']} ({result.get('device', 'GPU')})\n"
+        ax.set_title(f"NOMAD on all {m['n']:,} MNIST digits, K = {m['K']} ({result.get('device', 'GPU')}), "
+                     f"{m.get('solver', 'paper')} steps\n"
                      f"{m['outer_iterations']} outer iterations ({m['stop_reason']}), "
                      f"{m['solve_seconds']:.0f} s, peak {m['peak_pool_bytes'] / 2**30:.1f} GiB on the device"
                      + ("\n(D formed per block by GEMM in every pass: commit 8ba0478)" if m.get("d_formed") else ""),
@@ -236,11 +279,13 @@ def main():
     ap.add_argument("--parts", default="copy,rings,mnist")
     ap.add_argument("--mnist-seconds", type=float, default=480.0)
     ap.add_argument("--mnist-max-outer", type=int, default=100000)
-    # The paper's 10.  On MNIST n = 1,752 one step per outer iteration met the stopping rule
-    # in as many outer iterations at 9x fewer passes (objective 0.16% lower: 93.210 against
-    # 93.360), but on two rings (n = 1,000, K = 16) it never converged
-    # (20,000 outer iterations, 12% below the objective, ARI 0): not a safe default.
-    ap.add_argument("--mnist-n-inner", type=int, default=10)
+    ap.add_argument("--mnist-solver", choices=("block", "paper"), default="block",
+                    help="block: dnomad's defaults; paper: Alg. 2's loop (10 Frank-Wolfe steps per outer "
+                         "iteration), as graphs/mnist_outer_projection.py runs them")
+    ap.add_argument("--mnist-n", type=int, default=None,
+                    help="a stratified subset of this many digits (a check on a small machine; the "
+                         "json keeps only runs on all 70,000)")
+    ap.add_argument("--device", default="cuda", help="cuda, or cpu to check the script without a GPU")
     ap.add_argument("--rings-seconds", type=float, default=300.0)
     ap.add_argument("--out", default=HERE)
     ap.add_argument("--plot-only", action="store_true")
@@ -251,6 +296,8 @@ def main():
         if os.path.exists(src):
             with open(src) as f:
                 result.update(json.load(f))
+    if "mnist" in result:        # rows before the solver choice ran the paper's loop
+        result.setdefault("mnist_paper", result.pop("mnist"))
     if args.plot_only:
         plot(result, os.path.join(args.out, f"{NAME}.png"))
         return
@@ -259,7 +306,7 @@ def main():
         out = run_rings("cpu", max_outer=3)
         out["cpu_count"] = len(os.sched_getaffinity(0))
         result["cpu_rings"] = out
-    if {"copy", "rings", "mnist"} & set(parts):
+    if {"copy", "rings", "mnist"} & set(parts) and args.device == "cuda":
         from dnomad.blocks import device as dev
 
         cp = dev.cupy()
@@ -269,9 +316,15 @@ def main():
         print(f"copy bandwidth {result['copy_Bps'] / 1e12:.2f} TB/s", flush=True)
     if "rings" in parts:
         result["rings_passes"] = pass_rates("cuda", RINGS_N, result.get("copy_Bps"))
+        if "rings" in result and "code" not in result["rings"]:   # the first GPU run's row, kept
+            result["rings_8ba0478"] = dict(result.pop("rings"), code="8ba0478")
         result["rings"] = run_rings("cuda", seconds=args.rings_seconds)
     if "mnist" in parts:
-        result["mnist"] = run_mnist(args.mnist_seconds, args.mnist_max_outer, args.mnist_n_inner)
+        row = run_mnist(args.mnist_seconds, args.mnist_max_outer, args.mnist_solver, args.mnist_n, args.device)
+        if row["n"] != 70_000 or args.device != "cuda":
+            print("a check run: not saved", flush=True)
+            return
+        result[f"mnist_{args.mnist_solver}"] = row
     write_result(args.out, NAME, result, plot)
 
 

@@ -103,19 +103,22 @@ def project(runs):
     """For each level of the max violation that at least three runs reached: the outer
     iterations to first reach it, a least-squares power law a n^b over the runs, and its
     value at n = 70,000 (times the GPU's seconds per outer iteration, where measured)."""
-    seconds_per_outer, seconds_per_pass, code = None, None, None
+    seconds_per_outer, seconds_per_pass, code, device = None, None, None, None
     gpu = os.path.join(HERE, "gpu_nomad.json")
+    solver = runs[0].get("solver", "paper")
     if os.path.exists(gpu):
         with open(gpu) as f:
-            mnist = json.load(f).get("mnist") or {}
-        seconds_per_outer, code = mnist.get("seconds_per_outer"), mnist.get("code")
+            saved = json.load(f)
+        # The GPU row of the same solver (rows saved before the solver choice ran the paper's loop).
+        mnist = saved.get(f"mnist_{solver}") or (saved.get("mnist") if solver == "paper" else None) or {}
+        seconds_per_outer, code, device = mnist.get("seconds_per_outer"), mnist.get("code"), saved.get("device")
         if mnist.get("passes"):     # fused and eigensolver passes alike, over n = 70,000
             seconds_per_pass = mnist["solve_seconds"] / mnist["passes"]
         # An outer iteration's cost depends on its inner steps (rows before the option: 10).
-        if mnist.get("n_inner", 10) != runs[0].get("n_inner", 10):
+        if mnist and mnist.get("n_inner", 10) != runs[0].get("n_inner", 10):
             seconds_per_outer, code = None, f"GPU row ran {mnist.get('n_inner', 10)} inner steps: not comparable"
     out = {"gpu_seconds_per_outer": seconds_per_outer, "gpu_seconds_per_pass": seconds_per_pass,
-           "gpu_code": code, "levels": {}}
+           "gpu_code": code, "gpu_device": device, "levels": {}}
     for level in LEVELS:
         pts = [(r["n"], first_below(r["max_violation_history"], level), r.get("passes_history")) for r in runs]
         pts = [(n, it, ph) for n, it, ph in pts if it is not None]

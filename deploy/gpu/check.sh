@@ -11,6 +11,10 @@
 #
 #   PARTS=tests,bench,staging deploy/gpu/check.sh
 #
+# For a short lease: TESTS_K picks the tests (pytest -k, default "cuda"), TESTS_SECONDS caps
+# them, RINGS_SECONDS (default 300) and MNIST_SECONDS cap the benchmark's runs, MNIST_SOLVER
+# (block: dnomad's defaults, the default; paper: Alg. 2's loop) picks the MNIST run's steps.
+#
 # A machine without network: download the wheels it lacks elsewhere (deploy/gpu/README.md,
 # "Checking a GPU machine") and name their folders in DNOMAD_WHEELS (space-separated); they
 # are installed into a private folder put first on PYTHONPATH, nothing else is touched.
@@ -65,13 +69,15 @@ part() {  # part NAME LOGFILE COMMAND...: run one part, record its exit status a
 }
 
 if [[ $PARTS == *tests* ]]; then
-    part tests "$OUT/tests.log" python3 -m pytest -v -p no:cacheprovider -k cuda \
-        tests/test_device.py tests/test_linalg.py tests/test_engine.py tests/test_nomad.py
+    part tests "$OUT/tests.log" timeout "${TESTS_SECONDS:-3600}" \
+        python3 -m pytest -v -p no:cacheprovider --durations=10 -k "${TESTS_K:-cuda}" \
+        tests/test_device.py tests/test_linalg.py tests/test_engine.py tests/test_nomad_passes.py tests/test_nomad.py
     grep -E "passed|failed" "$OUT/tests.log" | tail -1 | tee -a "$log"
 fi
 if [[ $PARTS == *bench* ]]; then
     part bench "$OUT/gpu_nomad.log" python3 graphs/gpu_nomad.py --parts copy,rings,mnist \
-        --mnist-seconds "${MNIST_SECONDS:-480}" --out "$OUT"
+        --rings-seconds "${RINGS_SECONDS:-300}" --mnist-seconds "${MNIST_SECONDS:-480}" \
+        --mnist-solver "${MNIST_SOLVER:-block}" --out "$OUT"
 fi
 if [[ $PARTS == *staging* ]]; then
     part staging "$OUT/gpu_zarr_staging.log" python3 graphs/gpu_zarr_staging.py --device cuda --out "$OUT"
