@@ -214,9 +214,12 @@ class NoPeak:
 
 
 def _commit():
-    """The commit the run's code is at (with '+' when the tree has changes), or None."""
+    """The commit the run's code is at (with '+' when the tree has changes), or None; a copy
+    of the tree without git (a device machine) says it in DNOMAD_COMMIT."""
     import subprocess
 
+    if os.environ.get("DNOMAD_COMMIT"):
+        return os.environ["DNOMAD_COMMIT"]
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
                               text=True, check=True).stdout.strip()
