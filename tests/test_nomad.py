@@ -466,3 +466,38 @@ def test_block_direction_matches_dense_reference(rng):
     assert min(r["rank"] for r in res.history) >= 3       # a rank-k step, not a vertex
     np.testing.assert_allclose(np.asarray(res.P), P, rtol=0, atol=1e-9)
     assert np.abs(P).max() > 1e-3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_block_steps_eigensolver_finds_the_top_eigenpairs_off_the_ones_vector(device):
+    """The block step's LOBPCG (on the blocks' device) against a planted spectrum, at a size
+    where LOBPCG runs (5 k < n - 1; the exact-SDP instances are small enough to go dense):
+    the ones direction, though M's largest, is left out; the top k on its complement are
+    found from random starts and again, in the few iterations of a later call, from a
+    warm start after M changes a little."""
+    from dnomad.nomad.cgm import _BlockDirection, NomadParams
+
+    n, K = 400, 4
+    params = NomadParams(n_clusters=K)
+    rng = np.random.default_rng(7)
+    basis = np.linalg.qr(np.column_stack([np.ones(n), rng.standard_normal((n, n - 1))]))[0]
+    k = 2 * K + 8
+    values = np.concatenate([[50.0], np.linspace(10.0, 5.0, k), rng.uniform(-1.0, 1.0, n - 1 - k)])
+    M = (basis * values) @ basis.T
+    for first, A in ((True, M), (False, M + 0.01 * (basis[:, 1:2] @ basis[:, 1:2].T))):
+        group = blocks.from_array(0.5 * (A + A.T), name="M", dtype=np.float64, block_size=100,
+                                  backend="local", device=device).group
+        if first:
+            direction = _BlockDirection(group, None, params, None)
+            direction.state = direction._start(direction.k)
+        direction.group = group
+        w, U, products = direction._eigs(1.0, first)
+        direction.state = np.ascontiguousarray(U)
+        assert isinstance(w, np.ndarray) and isinstance(U, np.ndarray)      # back on the host
+        exact = np.linalg.eigvalsh(basis[:, 1:].T @ A @ basis[:, 1:])[::-1][:k]
+        np.testing.assert_allclose(w, exact, rtol=1e-6)
+        np.testing.assert_allclose(U.T @ U, np.eye(k), atol=1e-8)
+        assert np.abs(U.sum(axis=0)).max() < 1e-8 * np.sqrt(n)
+        np.testing.assert_allclose(np.einsum("ij,ij->j", U, A @ U), w, rtol=1e-6)
+        assert products > 1
+        group.close()

@@ -466,40 +466,41 @@ class _BlockDirection:
         return np.ascontiguousarray(np.linalg.qr(cols)[0])
 
     def _eigs(self, L, first):
-        """Top-k eigenpairs of J M J on 1^perp, M = P - G / L (stored as "M")."""
+        """Top-k eigenpairs of J M J on 1^perp, M = P - G / L (stored as "M"), by LOBPCG on
+        the blocks' device: on a GPU its vectors and its Rayleigh-Ritz work stay there (the
+        eigenpairs come back to the host once per call)."""
         import warnings
-
-        from scipy.sparse.linalg import LinearOperator, lobpcg
 
         n, group, gram = self.n, self.group, self.gram
         count = [0]
 
         def mm(X):
             count[0] += 1
-            X = np.asarray(X, dtype=np.float64).reshape(n, -1)
+            X = X.reshape(n, -1).astype(np.float64, copy=False)
             X = X - X.mean(axis=0)
-            Y = np.asarray(to_host(blocks.matmat(group, "M", X)), dtype=np.float64).reshape(n, -1)
+            Y = blocks.matmat(group, "M", X).astype(np.float64, copy=False).reshape(n, -1)
             if gram is not None:            # M = M' + D / L: D's part from its factor
-                Y += np.asarray(to_host(gram.data.gram_product(to_device(X, group.device))),
-                                dtype=np.float64) / L
+                Y += gram.data.gram_product(X).astype(np.float64, copy=False) / L
             return Y - Y.mean(axis=0)
 
         if 5 * self.k >= n - 1:
             # Too small for LOBPCG (it would go dense and drop the constraint): M on 1^perp
             # in full, from one product with the identity, with 1 pushed to the bottom.
-            Md = mm(np.eye(n))
+            Md = to_host(mm(to_device(np.eye(n), group.device)))
             Md = 0.5 * (Md + Md.T)
             Md -= (2.0 * np.abs(Md).sum(axis=1).max() + 1.0) / n
             w, U = np.linalg.eigh(Md)
             return w[::-1][:self.k], U[:, ::-1][:, :self.k], count[0]
-        op = LinearOperator((n, n), matvec=lambda x: mm(x)[:, 0], matmat=mm, dtype=np.float64)
-        ones = np.ones((n, 1)) / math.sqrt(n)
+        sla = blocks.device.sparse_linalg(group.device)
+        op = sla.LinearOperator((n, n), matvec=lambda x: mm(x)[:, 0], matmat=mm, dtype=np.float64)
+        ones = to_device(np.ones((n, 1)) / math.sqrt(n), group.device)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")          # LOBPCG warns whenever it stops at maxiter
-            w, U = lobpcg(op, self.state, Y=ones, largest=True, tol=BLOCK_EIG_TOL,
-                          maxiter=BLOCK_EIG_FIRST_ITERS if first else BLOCK_EIG_ITERS)
+            w, U = sla.lobpcg(op, to_device(self.state, group.device), Y=ones, largest=True, tol=BLOCK_EIG_TOL,
+                              maxiter=BLOCK_EIG_FIRST_ITERS if first else BLOCK_EIG_ITERS)
+        w, U = to_host(w), to_host(U)
         order = np.argsort(w)[::-1]
-        return np.asarray(w)[order], np.asarray(U)[:, order], count[0]
+        return w[order], U[:, order], count[0]
 
     def outer_iteration(self, t, gamma, k_total):
         params, group, gram, K = self.params, self.group, self.gram, self.K
