@@ -4,9 +4,14 @@
     python graphs/gpu_nomad.py --parts cpu                 # here (no GPU): the CPU figure at n = 20,000
     python graphs/gpu_nomad.py --parts copy,rings,mnist    # on the GPU (the device tool)
     python graphs/gpu_nomad.py --parts mnist --device cpu --mnist-n 1750 --mnist-seconds 20   # a check
+    python graphs/gpu_nomad.py --parts blocksteps --device cpu --blocksteps-n 4000            # a check
     python graphs/gpu_nomad.py --plot-only
 
 Measured in one run on the GPU:
+  * blocksteps: each piece of one block Frank-Wolfe step (the default direction) timed
+    alone at n = 20,000 for LOBPCG blocks of k = 40 (rings, K = 16) and 520 (MNIST,
+    K = 256): the fused pass that applies the rank-k step, the low-rank line search, one
+    product M U, LOBPCG's own work;
   * the device's copy bandwidth (cupy.copyto of 4 GiB, bytes read + written per second);
   * rings: two rings, n = 20,000, K = 16 (graphs/nomad_scaling.py's instance), float32,
     run to the stopping rule: seconds, outer iterations, seconds / passes / eigensolver
@@ -128,6 +133,63 @@ def pass_rates(device, n, copy_Bps, repeat=5):
         out[label] = {"seconds": sec, "bytes_per_s": rate, "over_copy": rate / copy_Bps if copy_Bps else None}
         print(f"  {label}: {sec * 1e3:.2f} ms, {rate / 1e9:.0f} GB/s"
               + (f" = {rate / copy_Bps:.0%} of copy" if copy_Bps else ""), flush=True)
+    group.close()
+    return out
+
+
+def block_step_rates(device, n, ks=(2 * RINGS_K + 8, 2 * MNIST_K + 8), repeat=3):
+    """Wall seconds of each piece of one block Frank-Wolfe step (dnomad's default
+    direction) on float32 state of size n, for LOBPCG blocks of k columns: the fused pass
+    that applies a rank-k step and writes M = P - G / L, the low-rank line search, one
+    product M U, and the eigensolver's own work (lobpcg_top, 4 iterations, minus its
+    products).  Where the step's time goes on this device."""
+    from dnomad import blocks
+    from dnomad.blocks import device as dev
+    from dnomad.data import two_rings
+    from dnomad.linalg.lobpcg import lobpcg_top
+    from dnomad.nomad import passes as nomad_passes
+
+    sync = (lambda: dev.cupy().cuda.get_current_stream().synchronize()) if device == "cuda" else (lambda: None)
+
+    def wall(run):
+        run()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            run()
+        sync()
+        return (time.perf_counter() - t0) / repeat
+
+    F = blocks.prepare_gram_data(two_rings(n)[0])
+    group = blocks.new_group(n, dtype=np.float32, backend="local", device=device)
+    data = blocks.DataPanels(group, F.astype(np.float32))
+    blocks.zeros_like_layout(group, ["P", "Gamma", "M"])
+    rng = np.random.default_rng(0)
+    ones = np.ones((n, 1)) / np.sqrt(n)
+    out = {"n": n, "block_size": group.layout.block_size}
+    for k in ks:
+        U = np.linalg.qr(rng.standard_normal((n, k)) - 1.0 / n)[0]
+        A = 0.01 * U
+        U_dev = dev.to_device(U, device)
+        row = {
+            "fused pass, rank-k step, M written": wall(lambda: nomad_passes.nomad_pass(
+                group, v=None, step=0.01, vv_scale=0.0, lowrank=(A, U), gamma=1.0, tau=0.0, update_gamma=False,
+                full_stats=False, shifted=True, out_p=1.0, out_g=-1.0, out_name="M", data=data, exclude_d=True)),
+            "low-rank line search": wall(lambda: nomad_passes.lowrank_line_search_pass(group, A=A, U=U, shift=1.0)),
+            "product M U": wall(lambda: blocks.matmat(group, "M", U_dev)),
+        }
+        counted = [0]
+
+        def product(V):
+            counted[0] += 1
+            return blocks.matmat(group, "M", V)
+
+        eig = wall(lambda: lobpcg_top(product, U_dev, constraint=dev.to_device(ones, device), tol=0.0,
+                                      maxiter=4))
+        row["LOBPCG's own work, 4 iterations"] = eig - counted[0] / (repeat + 1) * row["product M U"]
+        out[str(k)] = row
+        print(f"  n = {n}, k = {k}: " + ", ".join(f"{key} {sec * 1e3:.1f} ms" for key, sec in row.items()),
+              flush=True)
     group.close()
     return out
 
@@ -288,6 +350,8 @@ def main():
     ap.add_argument("--mnist-n", type=int, default=None,
                     help="a stratified subset of this many digits (a check on a small machine; the "
                          "json keeps only runs on all 70,000)")
+    ap.add_argument("--blocksteps-n", type=int, default=RINGS_N,
+                    help="n of the blocksteps part (the block step's pieces timed alone)")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu to check the script without a GPU")
     ap.add_argument("--rings-seconds", type=float, default=300.0)
     ap.add_argument("--out", default=HERE)
@@ -309,14 +373,24 @@ def main():
         out = run_rings("cpu", max_outer=3)
         out["cpu_count"] = len(os.sched_getaffinity(0))
         result["cpu_rings"] = out
-    if {"copy", "rings", "mnist"} & set(parts) and args.device == "cuda":
+    if {"copy", "blocksteps", "rings", "mnist"} & set(parts) and args.device == "cuda":
         from dnomad.blocks import device as dev
 
         cp = dev.cupy()
         result["device"] = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+        # Which GPU measured each row (rows of several runs sit in one file).
+        devices = result.setdefault("row_devices", {})
+        for key in ("copy", "blocksteps", "rings", "mnist"):
+            if key in parts:
+                devices.update({{"copy": "copy_Bps", "blocksteps": "block_step_cuda", "rings": "rings",
+                                 "mnist": f"mnist_{args.mnist_solver}"}[key]: result["device"]})
+                if key == "rings":
+                    devices["rings_passes"] = result["device"]
     if "copy" in parts:
         result["copy_Bps"] = copy_bandwidth(cp)
         print(f"copy bandwidth {result['copy_Bps'] / 1e12:.2f} TB/s", flush=True)
+    if "blocksteps" in parts:
+        result[f"block_step_{args.device}"] = block_step_rates(args.device, args.blocksteps_n)
     if "rings" in parts:
         result["rings_passes"] = pass_rates("cuda", RINGS_N, result.get("copy_Bps"))
         if "rings" in result and "code" not in result["rings"]:   # the first GPU run's row, kept

@@ -170,3 +170,71 @@ def test_eigensolvers_take_an_operator_or_a_callable(rng):
         assert smallest.value == pytest.approx(w[0], rel=1e-7, abs=1e-9), name
     with pytest.raises(TypeError, match="n must be given"):
         top_eigenvectors(lambda V: V, k=1)
+
+
+def planted_operator(n, k, rng, top=(10.0, 5.0), rest=(-1.0, 4.9), along_ones=50.0):
+    """A symmetric n x n matrix whose largest eigenvalue is along the ones vector and whose
+    top k on its complement are spread over ``top``, the others drawn from ``rest``; the
+    complement's basis and its exact top k."""
+    basis = np.linalg.qr(np.column_stack([np.ones(n), rng.standard_normal((n, n - 1))]))[0]
+    values = np.concatenate([[along_ones], np.linspace(*top, k), rng.uniform(*rest, n - 1 - k)])
+    A = (basis * values) @ basis.T
+    return 0.5 * (A + A.T), basis, np.sort(values[1:])[::-1][:k]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_lobpcg_top_finds_the_top_eigenpairs_on_the_complement_of_a_constraint(device, rng):
+    from dnomad.linalg.lobpcg import lobpcg_top
+
+    n, k = 600, 12
+    A, basis, exact = planted_operator(n, k, rng)
+    A_dev, ones = on(device, A), on(device, np.ones((n, 1)) / np.sqrt(n))
+    start = on(device, rng.standard_normal((n, k)))
+    w, U, products = lobpcg_top(lambda V: A_dev @ V, start, constraint=ones, tol=1e-8, maxiter=200)
+    assert dev.device_of(U) == device
+    w, U = dev.to_host(w), dev.to_host(U)
+    np.testing.assert_allclose(w, exact, rtol=1e-9)
+    assert np.all(np.diff(w) <= 0)
+    np.testing.assert_allclose(U.T @ U, np.eye(k), atol=1e-10)
+    assert np.abs(U.sum(axis=0)).max() < 1e-10              # the ones vector left out, though largest
+    np.testing.assert_allclose(np.einsum("ij,ij->j", U, A @ U), w, rtol=1e-9)
+    assert np.linalg.norm(A @ U - U * w, axis=0).max() <= 1e-8
+    assert 1 < products < 200
+    # Warm-started from the answer after a small change of A: a few products, not a restart.
+    A2 = A + 1e-3 * np.outer(basis[:, 1], basis[:, 1])
+    A2_dev = on(device, A2)
+    w2, U2, warm = lobpcg_top(lambda V: A2_dev @ V, on(device, U), constraint=ones, tol=1e-6, maxiter=200)
+    exact2 = np.sort(np.linalg.eigvalsh(basis[:, 1:].T @ A2 @ basis[:, 1:]))[::-1][:k]
+    np.testing.assert_allclose(dev.to_host(w2), exact2, rtol=1e-7)
+    assert warm < products / 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_lobpcg_top_survives_dependent_blocks(device, rng):
+    """A start with repeated columns, and one that already holds k - 1 exact eigenvectors
+    (their residuals vanish, so the residual block is nearly rank one): the Rayleigh-Ritz
+    basis drops the dependent directions (CuPy's lobpcg stopped with an error here) and
+    the answer is still the top k."""
+    from dnomad.linalg.lobpcg import lobpcg_top
+
+    n, k = 400, 10
+    A, basis, exact = planted_operator(n, k, rng)
+    A_dev, ones = on(device, A), on(device, np.ones((n, 1)) / np.sqrt(n))
+    repeated = rng.standard_normal((n, k))
+    repeated[:, 1] = repeated[:, 0]
+    nearly_there = basis[:, 1:k + 1].copy()
+    nearly_there[:, -1] = rng.standard_normal(n)
+    for start in (repeated, nearly_there):
+        w, U, _ = lobpcg_top(lambda V: A_dev @ V, on(device, start), constraint=ones, tol=1e-8, maxiter=300)
+        np.testing.assert_allclose(dev.to_host(w), exact, rtol=1e-8)
+        np.testing.assert_allclose(dev.to_host(U.T @ U), np.eye(k), atol=1e-9)
+
+
+def test_lobpcg_top_refuses_more_vectors_than_the_complement_holds(rng):
+    from dnomad.linalg.lobpcg import lobpcg_top
+
+    ones = np.ones((5, 1)) / np.sqrt(5)
+    with pytest.raises(InputValueError, match="k <= n - m"):
+        lobpcg_top(lambda V: V, rng.standard_normal((5, 5)), constraint=ones)
+    with pytest.raises(InputValueError, match="n x k"):
+        lobpcg_top(lambda V: V, rng.standard_normal(5))

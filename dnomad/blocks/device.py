@@ -72,22 +72,6 @@ def device_of(a):
     return "cuda" if is_device_array(a) else "cpu"
 
 
-def sparse_linalg(device):
-    """scipy.sparse.linalg for "cpu", cupyx.scipy.sparse.linalg for "cuda": the
-    LinearOperator and lobpcg that work on that device's arrays.  A block eigensolver's
-    own dense work (Rayleigh-Ritz on n x 3k panels, O(n k^2) per iteration) then runs where
-    its vectors live: on the host it took 4.3 s per product at n = 20,000 and k = 520 on
-    2 cores, 20 times the GPU's product itself."""
-    if device == "cuda":
-        cupy()                      # the clear error where CuPy or a GPU is missing
-        import cupyx.scipy.sparse.linalg as sla
-
-        return sla
-    import scipy.sparse.linalg as sla
-
-    return sla
-
-
 def resolve_device(device=None, *inputs):
     """"cpu" or "cuda" for a run: ``device`` ("cpu", "cuda", "auto" or None), else
     "cuda" when one of ``inputs`` is a CuPy array, else dask config ``dnomad.device``,
