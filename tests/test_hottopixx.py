@@ -512,3 +512,42 @@ def test_checkpoint_states_are_snapshots_and_resume_any_generator():
     np.testing.assert_array_equal(resumed.hott_rows, whole.hott_rows)
     np.testing.assert_array_equal(resumed.F, whole.F)
     assert [r["trace"] for r in resumed.history] == [r["trace"] for r in whole.history]
+
+
+@pytest.mark.parametrize("rank,duplicates,noise,seed", [(3, 0, 0.0, 0), (4, 2, 0.0, 1), (5, 1, 0.25, 2),
+                                                          (6, 1, 0.95, 3)])
+def test_agkm_recovers_the_planted_hott_topics(rank, duplicates, noise, seed):
+    """Alg. 1 told the instance's epsilon and alpha (inside Theorem 2.3's range, eta < 1)
+    names one row of every hott topic and nothing else: exact data with duplicates, and
+    noisy data, where the duplicates are no longer equal but within the merge radius."""
+    from dnomad.hottopixx.agkm import agkm
+
+    inst = separable_nmf(30, 300, rank, duplicates=duplicates, noise=noise, random_state=seed)
+    res = agkm(inst["X"], inst["epsilon"], inst["alpha"])
+    topics = inst["copies"][res.hott_rows]
+    assert sorted(topics.tolist()) == list(range(rank))
+    # R holds every copy of every hott topic and no mixed row; each cluster one topic's copies.
+    assert sorted(np.concatenate(res.clusters).tolist()) == np.flatnonzero(inst["copies"] >= 0).tolist()
+    assert all(len(set(inst["copies"][c])) == 1 for c in res.clusters)
+    mixed = inst["copies"] < 0
+    assert np.all(res.delta[mixed] <= 2 * inst["epsilon"] + 1e-9)
+    # F by the same fit as HOTTOPIXX's: the noiseless factorization's error or less.
+    F = H.exact_components(inst["X"], res.hott_rows)
+    assert inf1_norm(inst["X"] - F @ inst["X"][res.hott_rows]) <= 2 * inst["epsilon"] + 1e-8
+
+
+def test_agkm_needs_epsilon_and_alpha_and_fails_past_its_noise_range():
+    """Bad parameters are refused; far past Theorem 2.3's range (eta = 10) every row is
+    within the merge radius of every other and AGKM names a single row: why the paper
+    reports its error degrading once eta passes 1."""
+    from dnomad.hottopixx.agkm import agkm
+
+    inst = separable_nmf(30, 300, 4, noise=10.0, random_state=4)
+    with pytest.raises(InputValueError, match="alpha must be a finite number > 0"):
+        agkm(inst["X"], inst["epsilon"], 0.0)
+    with pytest.raises(InputValueError, match="epsilon must be a finite number >= 0"):
+        agkm(inst["X"], -1.0, inst["alpha"])
+    with pytest.raises(InputValueError, match="nonnegative"):
+        agkm(-inst["X"], inst["epsilon"], inst["alpha"])
+    res = agkm(inst["X"], inst["epsilon"], inst["alpha"])
+    assert len(res.hott_rows) == 1 and res.merge > 2.0
