@@ -2,7 +2,7 @@
 70,000 MNIST digits.
 
     python graphs/gpu_nomad.py --parts cpu                 # here (no GPU): the CPU figure at n = 20,000
-    python graphs/gpu_nomad.py --parts copy,rings,mnist    # on the GPU (the device tool)
+    python graphs/gpu_nomad.py --parts copy,blocksteps,rings,mnist    # on the GPU (the device tool)
     python graphs/gpu_nomad.py --parts mnist --device cpu --mnist-n 1750 --mnist-seconds 20   # a check
     python graphs/gpu_nomad.py --parts blocksteps --device cpu --blocksteps-n 4000            # a check
     python graphs/gpu_nomad.py --plot-only
@@ -266,6 +266,8 @@ def run_mnist(seconds, max_outer, solver, n=None, device="cuda"):
 
 
 class NoPeak:
+    """DevicePeak's stand-in on the host (a check run): no device memory to sample."""
+
     pool_peak = used_peak = None
 
     def __enter__(self):
@@ -293,8 +295,15 @@ def _commit():
 
 
 def mnist_row(result):
-    """The MNIST row the figure draws: dnomad's default steps where measured, else the paper's loop."""
-    return result.get("mnist_block") or result.get("mnist_paper")
+    """(key, row) of the MNIST run the figure draws: dnomad's default steps where measured,
+    else the paper's loop."""
+    key = "mnist_block" if "mnist_block" in result else "mnist_paper"
+    return key, result.get(key)
+
+
+def row_device(result, key):
+    """The GPU that measured ``result[key]`` (files before row_devices: the file's device)."""
+    return result.get("row_devices", {}).get(key, result.get("device", "GPU"))
 
 
 def plot(result, path):
@@ -305,14 +314,14 @@ def plot(result, path):
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.2))
     ax = axes[0]
-    m = mnist_row(result)
+    key, m = mnist_row(result)
     if m:
         E, lab = np.asarray(m["embedding"]), np.asarray(m["labels"])
         for digit in range(10):
             sel = lab == digit
             ax.scatter(E[sel, 0], E[sel, 1], s=0.3, color=plt.cm.tab10(digit), label=str(digit), rasterized=True)
         ax.legend(markerscale=15, fontsize=7, ncol=2, title="digit")
-        ax.set_title(f"NOMAD on all {m['n']:,} MNIST digits, K = {m['K']} ({result.get('device', 'GPU')}), "
+        ax.set_title(f"NOMAD on all {m['n']:,} MNIST digits, K = {m['K']} ({row_device(result, key)}), "
                      f"{m.get('solver', 'paper')} steps\n"
                      f"{m['outer_iterations']} outer iterations ({m['stop_reason']}), "
                      f"{m['solve_seconds']:.0f} s, peak {m['peak_pool_bytes'] / 2**30:.1f} GiB on the device"
@@ -321,20 +330,28 @@ def plot(result, path):
         ax.set_xticks([])
         ax.set_yticks([])
     ax = axes[1]
-    labels, values = [], []
+    bars = []          # (label, seconds per inner step, note)
     if result.get("cpu_rings"):
-        labels.append(f"CPU ({result['cpu_rings'].get('cpu_count', '?')} cores)")
-        values.append(result["cpu_rings"]["seconds_per_inner_step"])
-    if result.get("rings"):
-        labels.append(result.get("device", "GPU"))
-        values.append(result["rings"]["seconds_per_inner_step"])
-    if values:
-        ax.bar(labels, values, color=["tab:gray", "tab:green"][:len(values)])
-        for i, val in enumerate(values):
-            ax.text(i, val, f"{val * 1e3:.1f} ms", ha="center", va="bottom")
+        r = result["cpu_rings"]
+        bars.append((f"CPU ({r.get('cpu_count', '?')} cores)", r["seconds_per_inner_step"],
+                     f"{r['outer_iterations']} outer (timed only)"))
+    for key in ("rings_8ba0478", "rings"):
+        r = result.get(key)
+        if r:
+            steps = "paper's vertex" if key == "rings_8ba0478" else f"{r.get('direction', 'block')}"
+            bars.append((f"{row_device(result, key).replace('NVIDIA ', '')}\n{steps} steps, {r.get('code', '')}",
+                         r["seconds_per_inner_step"],
+                         f"{r['outer_iterations']} outer, {r['seconds']:.0f} s\n({r['stop_reason']})"))
+    if bars:
+        ax.bar([b[0] for b in bars], [b[1] for b in bars], color=["tab:gray", "tab:blue", "tab:green"][:len(bars)])
+        for i, (_, val, note) in enumerate(bars):
+            ax.text(i, val, f"{val * 1e3:.1f} ms\n{note}", ha="center", va="bottom", fontsize=8)
         ax.set_yscale("log")
+        ax.set_ylim(top=max(b[1] for b in bars) * 8)
         ax.set_ylabel("seconds per inner Frank-Wolfe step")
-        ax.set_title(f"two rings, n = {RINGS_N:,}, K = {RINGS_K}, float32", fontsize=9)
+        ax.set_title(f"two rings, n = {RINGS_N:,}, K = {RINGS_K}, float32 (the GPU rows run to the rule "
+                     f"or a time cap)", fontsize=9)
+        ax.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
 

@@ -2,7 +2,7 @@
 # dnomad's GPU checks in one command, on a machine with an NVIDIA GPU and CuPy:
 #   tests    the CuPy cases of the engine, eigensolver, device and NOMAD tests (the same
 #            bodies and tolerances as on the CPU)
-#   bench    graphs/gpu_nomad.py: copy bandwidth, pass rates, two rings at n = 20,000 and
+#   bench    graphs/gpu_nomad.py: copy bandwidth, the block step's pieces alone, pass rates, two rings at n = 20,000 and
 #            all 70,000 MNIST digits for MNIST_SECONDS (default 480)
 #   staging  graphs/gpu_zarr_staging.py: Zarr writes and reads staged through host memory
 #            against zarr's GPU buffers
@@ -75,7 +75,7 @@ if [[ $PARTS == *tests* ]]; then
     grep -E "passed|failed" "$OUT/tests.log" | tail -1 | tee -a "$log"
 fi
 if [[ $PARTS == *bench* ]]; then
-    part bench "$OUT/gpu_nomad.log" python3 graphs/gpu_nomad.py --parts copy,rings,mnist \
+    part bench "$OUT/gpu_nomad.log" python3 graphs/gpu_nomad.py --parts copy,blocksteps,rings,mnist \
         --rings-seconds "${RINGS_SECONDS:-300}" --mnist-seconds "${MNIST_SECONDS:-480}" \
         --mnist-solver "${MNIST_SOLVER:-block}" --out "$OUT"
 fi

@@ -26,9 +26,12 @@ from ..blocks.device import array_module
 from ..errors import InputValueError
 
 # Gram eigenvalues below DROP * the largest are dropped from the Rayleigh-Ritz basis
-# (its columns have unit norm, so the largest is at most 3): the kept basis is then
-# orthonormal to about eps / DROP = 1e-8 in float64.
+# (Cholesky is used only where its pivots stay above sqrt(DROP) of the largest column
+# norm): one pass leaves the basis orthonormal to about eps / DROP = 1e-8 in float64,
+# the second to round-off.
 DROP = 1e-8
+# A Cholesky factor L of the Gram matrix G is used where |L L^T - G| <= this * max G_ii.
+CHOLESKY_CHECK = 1e-10
 
 
 def lobpcg_top(matmat, X, *, constraint=None, tol=1e-3, maxiter=20):
@@ -113,9 +116,10 @@ def _basis_transform(xp, gram):
         return gram[:, :0]
     try:
         L = xp.linalg.cholesky(gram)
-        pivots = xp.diagonal(L)
-        # CuPy does not raise where the factorization fails: its factor holds NaNs.
-        if bool(xp.isfinite(L).all()) and float(pivots.min()) ** 2 > DROP * largest:
+        # CuPy does not raise where the factorization fails (its factor is then partly
+        # unfactored, not always NaN): the factor is checked against the Gram matrix.
+        if (bool(xp.isfinite(L).all()) and float(xp.diagonal(L).min()) ** 2 > DROP * largest
+                and float(xp.abs(L @ L.T - gram).max()) <= CHOLESKY_CHECK * largest):
             return xp.linalg.inv(L).T
     except np.linalg.LinAlgError:
         pass
