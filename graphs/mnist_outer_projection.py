@@ -107,11 +107,13 @@ def project(runs):
     gpu = os.path.join(HERE, "gpu_nomad.json")
     solver = runs[0].get("solver", "paper")
     if os.path.exists(gpu):
+        from gpu_nomad import row_device
+
         with open(gpu) as f:
             saved = json.load(f)
-        # The GPU row of the same solver (rows saved before the solver choice ran the paper's loop).
-        mnist = saved.get(f"mnist_{solver}") or (saved.get("mnist") if solver == "paper" else None) or {}
-        seconds_per_outer, code, device = mnist.get("seconds_per_outer"), mnist.get("code"), saved.get("device")
+        mnist = saved.get(f"mnist_{solver}") or {}          # the GPU row of the same solver
+        seconds_per_outer, code = mnist.get("seconds_per_outer"), mnist.get("code")
+        device = row_device(saved, f"mnist_{solver}") if mnist else None
         if mnist.get("passes"):     # fused and eigensolver passes alike, over n = 70,000
             seconds_per_pass = mnist["solve_seconds"] / mnist["passes"]
         # An outer iteration's cost depends on its inner steps (rows before the option: 10).
