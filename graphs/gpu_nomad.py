@@ -137,12 +137,15 @@ def pass_rates(device, n, copy_Bps, repeat=5):
     return out
 
 
-def block_step_rates(device, n, ks=(2 * RINGS_K + 8, 2 * MNIST_K + 8), repeat=3):
+def block_step_rates(device, n, copy_Bps=None, ks=(2 * RINGS_K + 8, 2 * MNIST_K + 8), repeat=3):
     """Wall seconds of each piece of one block Frank-Wolfe step (dnomad's default
     direction) on float32 state of size n, for LOBPCG blocks of k columns: the fused pass
     that applies a rank-k step and writes M = P - G / L, the low-rank line search, one
     product M U, and the eigensolver's own work (lobpcg_top, 4 iterations, minus its
-    products).  Where the step's time goes on this device."""
+    products).  Where the step's time goes on this device; with the copy bandwidth, each
+    streaming piece's bytes over it (float32: the fused pass reads P and Gamma and writes
+    P and M, 16 bytes an entry, plus 8 for the rank-k GEMM's read and write of P; the
+    line search reads P, Gamma and the direction's rows, which it writes first: 16)."""
     from dnomad import blocks
     from dnomad.blocks import device as dev
     from dnomad.data import two_rings
@@ -190,6 +193,13 @@ def block_step_rates(device, n, ks=(2 * RINGS_K + 8, 2 * MNIST_K + 8), repeat=3)
         out[str(k)] = row
         print(f"  n = {n}, k = {k}: " + ", ".join(f"{key} {sec * 1e3:.1f} ms" for key, sec in row.items()),
               flush=True)
+        if copy_Bps:
+            at_copy = {"fused pass, rank-k step, M written": 24.0 * n * n / copy_Bps,
+                       "low-rank line search": 16.0 * n * n / copy_Bps}
+            out[f"{k}_copy_fraction"] = {key: sec / row[key] for key, sec in at_copy.items()}
+            print("    at the copy bandwidth: " + ", ".join(
+                f"{key} {sec * 1e3:.1f} ms ({sec / row[key]:.2f} of it)" for key, sec in at_copy.items()),
+                flush=True)
     group.close()
     return out
 
@@ -407,7 +417,8 @@ def main():
         result["copy_Bps"] = copy_bandwidth(cp)
         print(f"copy bandwidth {result['copy_Bps'] / 1e12:.2f} TB/s", flush=True)
     if "blocksteps" in parts:
-        result[f"block_step_{args.device}"] = block_step_rates(args.device, args.blocksteps_n)
+        result[f"block_step_{args.device}"] = block_step_rates(args.device, args.blocksteps_n,
+                                                               result.get("copy_Bps") if "copy" in parts else None)
     if "rings" in parts:
         result["rings_passes"] = pass_rates("cuda", RINGS_N, result.get("copy_Bps"))
         if "rings" in result and "code" not in result["rings"]:   # the first GPU run's row, kept

@@ -355,14 +355,17 @@ def test_line_search_pass_and_step_match_dense(block_size, rng):
     assert phi(step) - phi(best) <= 1e-3 * (phi(0) - phi(best))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("block_size", [25, 60])
 @pytest.mark.parametrize("shifted", [True, False])
-def test_lowrank_line_search_pass_matches_dense(block_size, shifted, rng):
+def test_lowrank_line_search_pass_matches_dense(block_size, shifted, device, rng, monkeypatch):
     """The block direction's line-search pass (Delta = A U^T - P, entries of
-    R = P + E_n + Gamma / gamma) equals the dense h(alpha) at its grid and <P, A U^T>; the
-    array-expression version (the device path, run here on NumPy blocks) gives the same bins."""
+    R = P + E_n + Gamma / gamma) equals the dense h(alpha) at its grid and <P, A U^T>, on
+    each device (on a GPU the direction's rows come in slabs: made small here, so a
+    block takes several)."""
     from dnomad.nomad import kernels
 
+    monkeypatch.setattr(kernels, "DEVICE_LOWRANK_SLAB", 7 * block_size)
     n, k, gamma = 60, 3, 2.5
     B = rng.standard_normal((n, 4))
     P = B @ B.T / n - 0.05
@@ -371,11 +374,13 @@ def test_lowrank_line_search_pass_matches_dense(block_size, shifted, rng):
     Gam = np.minimum(Gam, Gam.T)
     U = np.linalg.qr(rng.standard_normal((n, k)) - 0.0)[0]
     A = U * np.array([2.0, 1.5, 0.5])
-    bm = blocks.from_array(P, block_size=block_size, dtype=np.float64)
-    group = bm.group
-    group.build(["Gamma"], lambda key, blk: {"Gamma": blk}, lambda key: (
-        np.ascontiguousarray(Gam[slice(*group.layout.bounds(key[0])), slice(*group.layout.bounds(key[1]))]),))
-    blocks.shifted_copy(group, bm.name, "P", 0.0)       # the pass reads "P" and "Gamma"
+    group = blocks.new_group(n, block_size=block_size, dtype=np.float64, backend="local", device=device)
+
+    def block_of(M):
+        return lambda key: (np.ascontiguousarray(M[slice(*group.layout.bounds(key[0])),
+                                                   slice(*group.layout.bounds(key[1]))]),)
+    group.build(["P", "Gamma"], lambda key, p, g: {"P": p, "Gamma": g},
+                lambda key: block_of(P)(key) + block_of(Gam)(key))
     shift = 1.0 / gamma if shifted else 0.0
     alphas, h, h0, pv = nomad_passes.lowrank_line_search_pass(group, A=A, U=U, shift=shift)
     R, Delta = P + 1.0 / n + shift * Gam, A @ U.T - P
@@ -383,25 +388,27 @@ def test_lowrank_line_search_pass_matches_dense(block_size, shifted, rng):
     np.testing.assert_allclose(h, dense_h, rtol=1e-10, atol=1e-12)
     assert h0 == pytest.approx(np.sum(np.minimum(R, 0) * Delta), rel=1e-10)
     assert pv == pytest.approx(np.sum(P * (A @ U.T)), rel=1e-12)
-    by_kernel = kernels.lowrank_line_search_block(P, Gam, Ai=A, Uj=U, shift=shift, inv_n=1.0 / n, weight=1.0)
-    by_arrays = kernels.array_lowrank_line_search_block(P, Gam, Ai=A, Uj=U, shift=shift, inv_n=1.0 / n,
-                                                        weight=1.0)
-    np.testing.assert_allclose(by_arrays, by_kernel, rtol=1e-9, atol=1e-12)
+    group.close()
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shifted,update_gamma,write_g", [(True, False, True), (False, False, True),
-                                                          (True, True, False), (True, True, True)])
-def test_fused_block_with_rank_k_step_matches_dense(dtype, shifted, update_gamma, write_g, rng):
+                                                          (True, True, False), (True, True, True),
+                                                          (False, True, True)])
+def test_fused_block_with_rank_k_step_matches_dense(dtype, shifted, update_gamma, write_g, device, rng):
     """nomad_block with a rank-k step and the projected-step output M = P - G / L equals
-    its dense formula, in the numba kernel and in the array expressions (device path)."""
+    its dense formula, on each device (numba on the host, CUDA and cuBLAS on a GPU), with
+    D given and with D formed from data panels."""
+    from dnomad.blocks import device as dev
     from dnomad.nomad import kernels
 
-    bi, bj, k, n = 30, 40, 4, 200
+    bi, bj, k, n, d = 30, 40, 4, 200, 3
     gamma, tau, L, step = 1.7, 0.9, 2.3, 0.35
     P0 = rng.standard_normal((bi, bj)) * 0.01
     Gam0 = np.minimum(rng.standard_normal((bi, bj)) * 0.01, 0)
-    D = rng.standard_normal((bi, bj))
+    Xi, Xj = rng.standard_normal((bi, d)), rng.standard_normal((bj, d))
+    D = Xi @ Xj.T
     Ai, Uj = rng.standard_normal((bi, k)) * 0.1, rng.standard_normal((bj, k)) * 0.1
     Pn = (1 - step) * P0 + step * Ai @ Uj.T
     Q = Pn + 1.0 / n
@@ -409,21 +416,23 @@ def test_fused_block_with_rank_k_step_matches_dense(dtype, shifted, update_gamma
     g = (np.minimum(Gn + gamma * Q, 0) if shifted else Gn + gamma * np.minimum(Q, 0)) - D
     M = Pn - g / L
     tol = dict(rtol=1e-4, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-13)
-    for fn in (kernels.nomad_block, kernels.array_nomad_block):
-        P, Gam, G = (np.array(a, dtype=dtype) for a in (P0, Gam0, np.zeros((bi, bj))))
-        kw = dict(lowrank=(step * Ai, Uj), step=step) if fn is kernels.nomad_block else {}
-        if fn is kernels.array_nomad_block:                 # the device path gets the step applied first
-            kernels.lowrank_update_block(P, step * Ai, Uj, 1.0 - step)
-            kw = dict(step=0.0)
-        stats = fn(P, Gam, G, D=np.asarray(D, dtype), vi=np.zeros(bi, dtype), vj=np.zeros(bj, dtype),
-                   vv_scale=0.0, gamma=gamma, tau=tau, inv_n=1.0 / n, update_gamma=update_gamma,
-                   write_g=write_g, weight=1.0, shifted=shifted, out_p=1.0, out_g=-1.0 / L, **kw)
-        np.testing.assert_allclose(P, Pn, **tol)
-        np.testing.assert_allclose(Gam, Gn, **tol)
+    on = lambda a: dev.to_device(np.array(a, dtype=dtype), device)       # noqa: E731
+    for given_d in (True, False):
+        P, Gam, G = on(P0), on(Gam0), on(np.zeros((bi, bj)))
+        panels = dict(D=on(D)) if given_d else dict(Xi=on(Xi), Xj=on(Xj))
+        stats = kernels.nomad_block(P, Gam, G, **panels, vi=on(np.zeros(bi)), vj=on(np.zeros(bj)),
+                                    vv_scale=0.0, gamma=gamma, tau=tau, inv_n=1.0 / n,
+                                    update_gamma=update_gamma, write_g=write_g, weight=1.0, shifted=shifted,
+                                    out_p=1.0, out_g=-1.0 / L, lowrank=(on(step * Ai), on(Uj)), step=step)
+        stats = dev.to_host(stats)
+        np.testing.assert_allclose(dev.to_host(P), Pn, **tol)
+        np.testing.assert_allclose(dev.to_host(Gam), Gn, **tol)
         if write_g:
-            np.testing.assert_allclose(G, M, **tol)
+            np.testing.assert_allclose(dev.to_host(G), M, **tol)
             assert stats[kernels.SUM_GP] == pytest.approx(np.sum(g * Pn), rel=1e-3 if dtype == np.float32 else 1e-9)
         assert stats[kernels.MIN_Q] == pytest.approx(Q.min(), rel=1e-4)
+        assert stats[kernels.NOMAD_STATS.index("sum_DQ")] == pytest.approx(np.sum(D * Q), rel=1e-4)
+        assert stats[kernels.NOMAD_STATS.index("neg_count")] == np.sum(Q < 0)
 
 
 def test_block_direction_matches_dense_reference(rng):

@@ -13,7 +13,8 @@
 #
 # For a short lease: TESTS_K picks the tests (pytest -k, default "cuda"), TESTS_SECONDS caps
 # them, RINGS_SECONDS (default 300) and MNIST_SECONDS cap the benchmark's runs, MNIST_SOLVER
-# (block: dnomad's defaults, the default; paper: Alg. 2's loop) picks the MNIST run's steps.
+# (block: dnomad's defaults, the default; paper: Alg. 2's loop) picks the MNIST run's steps,
+# BENCH_PARTS the benchmark's parts (default copy,blocksteps,rings,mnist).
 #
 # A machine without network: download the wheels it lacks elsewhere (deploy/gpu/README.md,
 # "Checking a GPU machine") and name their folders in DNOMAD_WHEELS (space-separated); they
@@ -75,7 +76,7 @@ if [[ $PARTS == *tests* ]]; then
     grep -E "passed|failed" "$OUT/tests.log" | tail -1 | tee -a "$log"
 fi
 if [[ $PARTS == *bench* ]]; then
-    part bench "$OUT/gpu_nomad.log" python3 graphs/gpu_nomad.py --parts copy,blocksteps,rings,mnist \
+    part bench "$OUT/gpu_nomad.log" python3 graphs/gpu_nomad.py --parts "${BENCH_PARTS:-copy,blocksteps,rings,mnist}" \
         --rings-seconds "${RINGS_SECONDS:-300}" --mnist-seconds "${MNIST_SECONDS:-480}" \
         --mnist-solver "${MNIST_SOLVER:-block}" --out "$OUT"
 fi

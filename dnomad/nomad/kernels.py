@@ -154,13 +154,10 @@ def nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, 
         lowrank_update_block(P, lowrank[0], lowrank[1], 1.0 - step)
         step = 0.0
     if is_device_array(P):
-        if shifted or out_p != 0.0 or out_g != 1.0:
-            return array_nomad_block(P, Gam, G, D=D, Xi=Xi, Xj=Xj, vi=vi, vj=vj, step=step, vv_scale=vv_scale,
-                                     gamma=gamma, tau=tau, inv_n=inv_n, update_gamma=update_gamma,
-                                     write_g=write_g, weight=weight, shifted=shifted, out_p=out_p, out_g=out_g)
         return device_nomad_block(P, Gam, G, D=D, Xi=Xi, Xj=Xj, vi=vi, vj=vj, step=step, vv_scale=vv_scale,
                                   gamma=gamma, tau=tau, inv_n=inv_n, update_gamma=update_gamma,
-                                  write_g=write_g, weight=weight, full_stats=full_stats)
+                                  write_g=write_g, weight=weight, full_stats=full_stats, shifted=shifted,
+                                  out_p=out_p, out_g=out_g)
     dtype = P.dtype
     empty = _EMPTY_2D[dtype]
     use_x = D is None
@@ -188,14 +185,20 @@ def nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, 
 
 
 def lowrank_update_block(P, Ai, Uj, keep):
-    """P <- keep P + Ai Uj^T in place (Ai: rows x k, Uj: cols x k), one GEMM: BLAS
-    writes into P's memory (P^T is Fortran-ordered), so no b x b temporary is made."""
+    """P <- keep P + Ai Uj^T in place (Ai: rows x k, Uj: cols x k), one GEMM that BLAS
+    (cuBLAS for a CuPy block) writes into P's memory: no b x b temporary, one read and
+    one write of P."""
     xp = array_module(P)
-    Ai = xp.asarray(Ai, dtype=P.dtype)
-    Uj = xp.asarray(Uj, dtype=P.dtype)
+    Ai = xp.ascontiguousarray(xp.asarray(Ai, dtype=P.dtype))
+    Uj = xp.ascontiguousarray(xp.asarray(Uj, dtype=P.dtype))
     if xp is not np:
-        P *= P.dtype.type(keep)
-        P += Ai @ Uj.T
+        if P.flags.c_contiguous or P.flags.f_contiguous:
+            from ..blocks.device import cupy
+
+            cupy().cublas.gemm("N", "T", Ai, Uj, out=P, alpha=1.0, beta=float(keep))
+        else:
+            P *= P.dtype.type(keep)
+            P += Ai @ Uj.T
         return
     from scipy.linalg import blas
 
@@ -203,34 +206,6 @@ def lowrank_update_block(P, Ai, Uj, keep):
     out = gemm(1.0, Uj, Ai, beta=keep, c=P.T, trans_b=1, overwrite_c=1)
     if not np.shares_memory(out, P):        # P was not contiguous: BLAS worked on a copy
         P[...] = out.T
-
-
-def array_nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, gamma, tau,
-                      inv_n, update_gamma, write_g, weight, shifted=False, out_p=0.0, out_g=1.0):
-    """:func:`nomad_block` in array expressions of P's own module (NumPy or CuPy): the
-    device path of the variants that have no hand-written CUDA kernel (the shifted
-    Lagrangian, the projected-step output).  Makes b x b temporaries; full statistics
-    (an array of P's module)."""
-    xp = array_module(P)
-    t = P.dtype.type
-    if step != 0.0:
-        P *= t(1.0 - step)
-        P += t(step * vv_scale) * xp.outer(vi, vj)
-    if D is None:
-        D = Xi @ Xj.T
-    Q = P + t(inv_n)
-    if update_gamma:
-        xp.minimum(Gam + t(tau) * Q, 0, out=Gam)
-    qneg = xp.minimum(Q, 0)
-    stats = [xp.vdot(D.astype(np.float64), Q.astype(np.float64)) * weight, xp.asarray(0.0),
-             xp.asarray(float(xp.count_nonzero(Q < 0))) * weight,
-             xp.vdot(qneg.astype(np.float64), qneg.astype(np.float64)) * weight,
-             Q.min().astype(np.float64), xp.vdot(Q.astype(np.float64), Q.astype(np.float64)) * weight]
-    if write_g:
-        g = (xp.minimum(Gam + t(gamma) * Q, 0) if shifted else Gam + t(gamma) * qneg) - D
-        stats[SUM_GP] = xp.vdot(g.astype(np.float64), P.astype(np.float64)) * weight
-        G[...] = t(out_p) * P + t(out_g) * g
-    return xp.stack([xp.asarray(x, dtype=np.float64) for x in stats])
 
 
 # Rows of a rank-k direction formed at a time (rows x b, in cache) by the line search.
@@ -260,7 +235,7 @@ def lowrank_line_search_block(P, Gam, *, Ai, Uj, shift, inv_n, weight):
     if Gam is None:
         Gam, shift = P, 0.0
     if is_device_array(P):
-        return array_lowrank_line_search_block(P, Gam, Ai=Ai, Uj=Uj, shift=shift, inv_n=inv_n, weight=weight)
+        return device_lowrank_line_search_block(P, Gam, Ai=Ai, Uj=Uj, shift=shift, inv_n=inv_n, weight=weight)
     dtype = P.dtype
     Ai = np.asarray(Ai, dtype=dtype)
     UjT = np.ascontiguousarray(np.asarray(Uj, dtype=dtype).T)
@@ -269,37 +244,6 @@ def lowrank_line_search_block(P, Gam, *, Ai, Uj, shift, inv_n, weight):
         V = Ai[r0:r0 + LOWRANK_ROWS] @ UjT
         _lowrank_line_search_rows(P, Gam, V, r0, float(shift), float(inv_n), float(LS_BINS_PER_OCTAVE),
                                   LS_BINS, float(weight), out)
-    return out
-
-
-def array_lowrank_line_search_block(P, Gam, *, Ai, Uj, shift, inv_n, weight):
-    """:func:`lowrank_line_search_block` in array expressions of P's module (NumPy or
-    CuPy; the device path).  Same bins; makes b x b temporaries."""
-    xp = array_module(P)
-    m1 = LS_BINS + 1
-    P64 = P.astype(np.float64)
-    V = xp.asarray(Ai, dtype=np.float64) @ xp.asarray(Uj, dtype=np.float64).T
-    q = P64 + inv_n + shift * Gam.astype(np.float64)
-    dl = V - P64
-    qe = q + dl
-    a, b = weight * q * dl, weight * dl * dl
-    both = (q < 0) & (qe < 0)
-    cross = (q < 0) != (qe < 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        beta = xp.where(cross, -q / xp.where(dl == 0, 1.0, dl), 1.0)
-    k = xp.where(beta > 0, xp.minimum((-LS_BINS_PER_OCTAVE * xp.log2(xp.where(beta > 0, beta, 1.0))).astype(np.int64),
-                                      LS_BINS), LS_BINS)
-    k = xp.maximum(k, 0)
-    dec = cross & (q < 0)
-    rise = cross & (q >= 0)
-    out = xp.zeros(2 + 4 * m1 + 1, np.float64)
-    out[0] = a[both].sum()
-    out[1] = b[both].sum()
-    out[2:2 + m1] = xp.bincount(k[dec], weights=a[dec], minlength=m1)
-    out[2 + m1:2 + 2 * m1] = xp.bincount(k[dec], weights=b[dec], minlength=m1)
-    out[2 + 2 * m1:2 + 3 * m1] = xp.bincount(k[rise], weights=a[rise], minlength=m1)
-    out[2 + 3 * m1:2 + 4 * m1] = xp.bincount(k[rise], weights=b[rise], minlength=m1)
-    out[-1] = weight * xp.vdot(P64, V)
     return out
 
 
@@ -379,7 +323,7 @@ extern "C" __global__ void nomad_fused(real_t* __restrict__ P, real_t* __restric
         const real_t* __restrict__ D, const real_t* __restrict__ Xi, const real_t* __restrict__ Xj, const int d,
         const real_t* __restrict__ vi, const real_t* __restrict__ vj, const int nr, const int nc,
         const real_t keep, const real_t step_scale, const real_t gamma, const real_t tau, const real_t inv_n,
-        double* __restrict__ partial) {
+        const real_t shift, const real_t out_p, const real_t out_g, double* __restrict__ partial) {
     double s_dq = 0, s_gp = 0, n_neg = 0, s_neg = 0, s_q2 = 0, q_min = 1e300;
     for (int r = blockIdx.x; r < nr; r += gridDim.x) {
         const real_t av = step_scale * vi[r];
@@ -388,7 +332,9 @@ extern "C" __global__ void nomad_fused(real_t* __restrict__ P, real_t* __restric
             const real_t p = keep * P[base + c] + av * vj[c];
             P[base + c] = p;
             const real_t q = p + inv_n;
+#if FULL_STATS
             const real_t qneg = q < (real_t)0 ? q : (real_t)0;
+#endif
 #if D_FROM_X
             real_t dval = 0;
             for (int k = 0; k < d; ++k) dval += Xi[(size_t)r * d + k] * Xj[(size_t)c * d + k];
@@ -403,8 +349,10 @@ extern "C" __global__ void nomad_fused(real_t* __restrict__ P, real_t* __restric
             const real_t gam = Gam[base + c];
 #endif
 #if WRITE_G
-            const real_t g = gam + gamma * qneg - dval;
-            G[base + c] = g;
+            // shift = 0: eq. 13's gam + gamma [q]_-; shift = 1: [gam + gamma q]_-
+            const real_t sg = shift * gam + gamma * q;
+            const real_t g = (sg < (real_t)0 ? sg : (real_t)0) + ((real_t)1 - shift) * gam - dval;
+            G[base + c] = out_p * p + out_g * g;
             s_gp += (double)g * (double)p;
 #endif
 #if FULL_STATS
@@ -448,7 +396,8 @@ def _nomad_kernel(dtype, d_from_x, update_gamma, write_g, full_stats):
 
 
 def device_nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, gamma, tau,
-                       inv_n, update_gamma, write_g, weight, full_stats=True):
+                       inv_n, update_gamma, write_g, weight, full_stats=True, shifted=False, out_p=0.0,
+                       out_g=1.0):
     """:func:`nomad_block` for CuPy blocks, in place, on the GPU.  Returns the statistics as
     a CuPy float64 vector (``NOMAD_STATS``; NaN where the gap-only pass skips them), so a
     pass gathers them once.  D's block is ``D``, else formed from the panels: inline for
@@ -472,7 +421,7 @@ def device_nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_
         (P, Gam, G if write_g else null, null if d_from_x else D,
          Xi if d_from_x else null, Xj if d_from_x else null, np.int32(Xi.shape[1] if d_from_x else 0),
          vi, vj, np.int32(nr), np.int32(nc), t(1.0 - step), t(step * vv_scale), t(gamma), t(tau),
-         t(inv_n), partial))
+         t(inv_n), t(1.0 if shifted else 0.0), t(out_p), t(out_g), partial))
     sums = partial.sum(axis=0) * weight
     if gap_only:
         out = cp.full(N_NOMAD_STATS, np.nan)
@@ -482,53 +431,83 @@ def device_nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_
     return sums
 
 
-# The line search's binned sums (``line_search_block``) on a CuPy block: each thread
-# block bins into a shared-memory histogram, then adds it to the output once.
+# The line searches' binned sums (``line_search_block``, ``lowrank_line_search_block``) on a
+# CuPy block: each thread block bins into a shared-memory histogram (in double), then adds
+# it to the output once.  The rank-k direction's rows come formed by cuBLAS, a slab at a time.
 _LINE_SEARCH_CUDA = r"""
+__device__ __forceinline__ void bin_entry(double* hist, const double q, const double dl, const double weight,
+                                          const double per_octave, const int nbins) {
+    const double qe = q + dl;
+    if (q >= 0.0 && qe >= 0.0) return;
+    const int m1 = nbins + 1;
+    const double a = weight * q * dl, b = weight * dl * dl;
+    if (q < 0.0 && qe < 0.0) {
+        atomicAdd(&hist[0], a);
+        atomicAdd(&hist[1], b);
+        return;
+    }
+    const double beta = -q / dl;
+    int k = nbins;
+    if (beta > 0.0) k = min((int)(-per_octave * log2(beta)), nbins);
+    const int off = q < 0.0 ? 2 : 2 + 2 * m1;
+    atomicAdd(&hist[off + k], a);
+    atomicAdd(&hist[off + m1 + k], b);
+}
+__device__ __forceinline__ void zero_hist(double* hist, const int nh) {
+    for (int i = threadIdx.x; i < nh; i += blockDim.x) hist[i] = 0.0;
+    __syncthreads();
+}
+__device__ __forceinline__ void flush_hist(const double* hist, const int nh, double* out) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh; i += blockDim.x)
+        if (hist[i] != 0.0) atomicAdd(&out[i], hist[i]);
+}
 extern "C" __global__ void nomad_line_search(const real_t* __restrict__ P, const real_t* __restrict__ vi,
         const real_t* __restrict__ vj, const int nr, const int nc, const double vv_scale,
         const double inv_n, const double per_octave, const int nbins, const double weight,
         double* __restrict__ out) {
     extern __shared__ double hist[];
-    const int m1 = nbins + 1, nh = 2 + 4 * m1;
-    for (int i = threadIdx.x; i < nh; i += blockDim.x) hist[i] = 0.0;
-    __syncthreads();
+    const int nh = 2 + 4 * (nbins + 1);
+    zero_hist(hist, nh);
     for (int r = blockIdx.x; r < nr; r += gridDim.x) {
         const double sv = vv_scale * (double)vi[r];
         const size_t base = (size_t)r * nc;
         for (int c = threadIdx.x; c < nc; c += blockDim.x) {
             const double p = (double)P[base + c];
-            const double q = p + inv_n;
-            const double dl = sv * (double)vj[c] - p;
-            const double qe = q + dl;
-            if (q >= 0.0 && qe >= 0.0) continue;
-            const double a = weight * q * dl, b = weight * dl * dl;
-            if (q < 0.0 && qe < 0.0) {
-                atomicAdd(&hist[0], a);
-                atomicAdd(&hist[1], b);
-                continue;
-            }
-            const double beta = -q / dl;
-            int k = nbins;
-            if (beta > 0.0) k = min((int)(-per_octave * log2(beta)), nbins);
-            const int off = q < 0.0 ? 2 : 2 + 2 * m1;
-            atomicAdd(&hist[off + k], a);
-            atomicAdd(&hist[off + m1 + k], b);
+            bin_entry(hist, p + inv_n, sv * (double)vj[c] - p, weight, per_octave, nbins);
         }
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < nh; i += blockDim.x)
-        if (hist[i] != 0.0) atomicAdd(&out[i], hist[i]);
+    flush_hist(hist, nh, out);
+}
+// Rows r0 .. r0 + nv of the block against V = the direction's rows there (nv x nc, C order):
+// entries R = P + inv_n + shift Gam, Delta = V - P; out[nh] accumulates <P, V>.
+extern "C" __global__ void nomad_lowrank_line_search(const real_t* __restrict__ P,
+        const real_t* __restrict__ Gam, const real_t* __restrict__ V, const int r0, const int nv, const int nc,
+        const double shift, const double inv_n, const double per_octave, const int nbins, const double weight,
+        double* __restrict__ out) {
+    extern __shared__ double hist[];
+    const int nh = 2 + 4 * (nbins + 1);
+    zero_hist(hist, nh + 1);
+    double pv = 0.0;
+    for (int rr = blockIdx.x; rr < nv; rr += gridDim.x) {
+        const size_t base = (size_t)(r0 + rr) * nc, vbase = (size_t)rr * nc;
+        for (int c = threadIdx.x; c < nc; c += blockDim.x) {
+            const double p = (double)P[base + c], v = (double)V[vbase + c];
+            pv += p * v;
+            bin_entry(hist, p + inv_n + shift * (double)Gam[base + c], v - p, weight, per_octave, nbins);
+        }
+    }
+    atomicAdd(&hist[nh], weight * pv);
+    flush_hist(hist, nh + 1, out);
 }
 """
 
 
-@functools.lru_cache(maxsize=4)
-def _line_search_kernel(dtype):
+@functools.lru_cache(maxsize=8)
+def _line_search_kernel(dtype, name="nomad_line_search"):
     from ..blocks.device import cupy
 
-    return cupy().RawKernel(_LINE_SEARCH_CUDA, "nomad_line_search",
-                            options=(f"-Dreal_t={CUDA_TYPES[np.dtype(dtype)]}",))
+    return cupy().RawKernel(_LINE_SEARCH_CUDA, name, options=(f"-Dreal_t={CUDA_TYPES[np.dtype(dtype)]}",))
 
 
 def device_line_search_block(P, *, vi, vj, vv_scale, inv_n, weight):
@@ -543,4 +522,32 @@ def device_line_search_block(P, *, vi, vj, vv_scale, inv_n, weight):
                                  (P, vi, vj, np.int32(P.shape[0]), np.int32(P.shape[1]), float(vv_scale),
                                   float(inv_n), float(LS_BINS_PER_OCTAVE), np.int32(LS_BINS),
                                   float(weight), out), shared_mem=8 * nh)
+    return out
+
+
+# Entries of the rank-k direction a GPU forms at a time for its line search (float32: 512 MiB).
+DEVICE_LOWRANK_SLAB = 1 << 27
+
+
+def device_lowrank_line_search_block(P, Gam, *, Ai, Uj, shift, inv_n, weight):
+    """:func:`lowrank_line_search_block` for a CuPy block (a CuPy float64 result): the
+    direction's rows formed by cuBLAS in slabs of about DEVICE_LOWRANK_SLAB entries in P's
+    dtype (as the host forms them), each binned by one kernel launch that reads P (and Gam)
+    once."""
+    from ..blocks.device import cupy
+
+    cp = cupy()
+    nr, nc = P.shape
+    nh = 2 + 4 * (LS_BINS + 1)
+    out = cp.zeros(nh + 1, np.float64)
+    Ai = cp.ascontiguousarray(cp.asarray(Ai, dtype=P.dtype))
+    UjT = cp.ascontiguousarray(cp.asarray(Uj, dtype=P.dtype).T)
+    rows = max(1, min(nr, DEVICE_LOWRANK_SLAB // max(nc, 1)))
+    kernel = _line_search_kernel(P.dtype, "nomad_lowrank_line_search")
+    for r0 in range(0, nr, rows):
+        V = Ai[r0:r0 + rows] @ UjT
+        nv = V.shape[0]
+        kernel((min(nv, 1024),), (DEVICE_PASS_THREADS,),
+               (P, Gam, V, np.int32(r0), np.int32(nv), np.int32(nc), float(shift), float(inv_n),
+                float(LS_BINS_PER_OCTAVE), np.int32(LS_BINS), float(weight), out), shared_mem=8 * (nh + 1))
     return out
