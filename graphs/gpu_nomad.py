@@ -345,15 +345,17 @@ def plot(result, path):
         r = result["cpu_rings"]
         bars.append((f"CPU ({r.get('cpu_count', '?')} cores)", r["seconds_per_inner_step"],
                      f"{r['outer_iterations']} outer (timed only)"))
-    for key in ("rings_8ba0478", "rings"):
+    steps_of = {"rings_8ba0478": "paper's vertex steps",
+                "rings_be3877b": "block steps,\narray expressions", "rings": "block steps,\nCUDA kernels"}
+    for key in steps_of:
         r = result.get(key)
         if r:
-            steps = "paper's vertex" if key == "rings_8ba0478" else f"{r.get('direction', 'block')}"
-            bars.append((f"{row_device(result, key).replace('NVIDIA ', '')}\n{steps} steps, {r.get('code', '')}",
+            steps = steps_of[key]
+            bars.append((f"{row_device(result, key).replace('NVIDIA ', '')}, {r.get('code', '')}\n{steps}",
                          r["seconds_per_inner_step"],
                          f"{r['outer_iterations']} outer, {r['seconds']:.0f} s\n({r['stop_reason']})"))
     if bars:
-        ax.bar([b[0] for b in bars], [b[1] for b in bars], color=["tab:gray", "tab:blue", "tab:green"][:len(bars)])
+        ax.bar([b[0] for b in bars], [b[1] for b in bars], color=["tab:gray", "tab:blue", "tab:orange", "tab:green"][:len(bars)])
         for i, (_, val, note) in enumerate(bars):
             ax.text(i, val, f"{val * 1e3:.1f} ms\n{note}", ha="center", va="bottom", fontsize=8)
         ax.set_yscale("log")
