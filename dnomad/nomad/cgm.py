@@ -474,10 +474,8 @@ class _BlockDirection:
         lobpcg on the convergence benchmark's rings and MNIST subsets (SciPy's spends a
         product on A X at every call and another after its last iteration)."""
         n, group, gram = self.n, self.group, self.gram
-        count = [0]
 
         def mm(X):
-            count[0] += 1
             X = X.reshape(n, -1).astype(np.float64, copy=False)
             X = X - X.mean(axis=0)
             Y = blocks.matmat(group, "M", X).astype(np.float64, copy=False).reshape(n, -1)
@@ -493,13 +491,11 @@ class _BlockDirection:
             Md = 0.5 * (Md + Md.T)
             Md -= (2.0 * np.abs(Md).sum(axis=1).max() + 1.0) / n
             w, U = np.linalg.eigh(Md)
-            return w[::-1][:self.k], U[:, ::-1][:, :self.k], count[0]
+            return w[::-1][:self.k], U[:, ::-1][:, :self.k], 1
         ones = to_device(np.ones((n, 1)) / math.sqrt(n), group.device)
-        w, U, _ = lobpcg_top(mm, to_device(self.state, group.device), constraint=ones, tol=BLOCK_EIG_TOL,
-                             maxiter=BLOCK_EIG_FIRST_ITERS if first else BLOCK_EIG_ITERS)
-        w, U = to_host(w), to_host(U)
-        order = np.argsort(w)[::-1]
-        return w[order], U[:, order], count[0]
+        w, U, products = lobpcg_top(mm, to_device(self.state, group.device), constraint=ones, tol=BLOCK_EIG_TOL,
+                                    maxiter=BLOCK_EIG_FIRST_ITERS if first else BLOCK_EIG_ITERS)
+        return to_host(w), to_host(U), products          # in decreasing order of w
 
     def outer_iteration(self, t, gamma, k_total):
         params, group, gram, K = self.params, self.group, self.gram, self.K
