@@ -177,6 +177,100 @@ def test_schur_complement_solve_equals_dense_saddle_point_solve(rng, chunk_rows)
         assert np.abs(S + S.T).max() < 1e-10
 
 
+def dense_row_system(X, V, Q, n, mu, shift):
+    """D_i and L_i of every row written out entry by entry (the coupling of row i's dV to
+    dQ, z = -B^T dV, the multipliers of 1^T dV = 0 and of <V, dV> = 0; see
+    KMeansProblem.solve): the dense reference of the Schur sums."""
+    c, m = V.shape
+    r, d = m + 1, X.shape[1]
+    Vhat = np.hstack([np.full((c, 1), 1 / np.sqrt(n)), V])
+    U = Vhat @ Q
+    width = r * r + d * m + m + 1
+    D = np.empty((c, m, m))
+    L = np.zeros((c, m, width))
+    for i in range(c):
+        D[i] = mu * Q[1:] @ np.diag(U[i] ** -2.0) @ Q[1:].T + shift * np.eye(m)
+        for a in range(m):
+            for l in range(r):
+                for j in range(r):
+                    L[i, a, l * r + j] = mu * Q[1 + a, j] * Vhat[i, l] / U[i, j] ** 2 - mu * (l == a + 1) / U[i, j]
+            for l in range(d):
+                L[i, a, r * r + l * m + a] = np.sqrt(2) * X[i, l]
+            L[i, a, r * r + d * m + a] = 1.0
+            L[i, a, -1] = V[i, a]
+    return D, L
+
+
+def inverse_longdouble(D):
+    """The inverses of a stack of matrices by Gauss-Jordan elimination with partial
+    pivoting in extended precision (np.linalg's float64 inverse loses digits on the D_i
+    near the boundary, where they span 1e7 in scale)."""
+    A = np.asarray(D, dtype=np.longdouble).copy()
+    c, m, _ = A.shape
+    inv = np.broadcast_to(np.eye(m, dtype=np.longdouble), A.shape).copy()
+    rows = np.arange(c)
+    for k in range(m):
+        p = k + np.argmax(np.abs(A[:, k:, k]), axis=1)
+        for M in (A, inv):
+            M[rows, k], M[rows, p] = M[rows, p].copy(), M[rows, k].copy()
+        pivot = A[:, k, k][:, None].copy()
+        A[:, k] /= pivot
+        inv[:, k] /= pivot
+        f = A[:, :, k].copy()
+        f[:, k] = 0
+        A -= f[:, :, None] * A[:, k][:, None]
+        inv -= f[:, :, None] * inv[:, k][:, None]
+    return inv
+
+
+def point_with_small_entries(rng, n, r, d, tiny=1e-4):
+    """Rows of X and V with an orthogonal Q in which some rows of U = [1/sqrt(n), V] Q have an
+    entry of size ``tiny`` (the D_i then span 1e7 in scale)."""
+    Q = np.linalg.qr(rng.standard_normal((r, r)))[0]
+    X = rng.standard_normal((n, d))
+    V = 0.3 * rng.standard_normal((n, r - 1)) / np.sqrt(n)
+    for i in range(0, n, 3):
+        k = rng.integers(r)
+        col = Q[1:, k]
+        V[i] += (tiny - Q[0, k] / np.sqrt(n) - V[i] @ col) * col / (col @ col)
+    return X, V, Q
+
+
+@pytest.mark.parametrize("n,r,d,shift,block_entries", [
+    (40, 5, 4, 0.3, 1 << 18), (40, 5, 4, 0.3, 300), (33, 7, 9, 1e-3, 1 << 18),   # d > r: the z-z block dominates
+    (30, 4, 2, -40.0, 200),                                                     # D_i indefinite in some rows
+])
+def test_schur_sums_by_kronecker_structure_equal_the_dense_ones(rng, monkeypatch, n, r, d, shift, block_entries):
+    """The Schur pass's sums over rows (formed from the Kronecker structure of the data
+    block and the closed-form D_i^-1, in blocks of rows) equal sum_i L_i^T D_i^-1 L_i and
+    sum_i L_i^T D_i^-1 b_i of the written-out L_i to 1e-10, its count of non-positive
+    eigenvalues of the D_i is theirs, and the back-substitution gives D_i^-1 (b_i - L_i s)."""
+    from dnomad.kmeans_sdp import riemannian as rk
+
+    monkeypatch.setattr(rk, "_BLOCK_ENTRIES", block_entries)    # several row blocks per chunk
+    X, V, Q = point_with_small_entries(rng, n, r, d)
+    mu = 0.05
+    D, L = dense_row_system(X, V, Q, n, mu, shift)
+    b = rng.standard_normal(V.shape)
+    layout = rk._SmallLayout(r, d)
+    small = {"Q": Q, "n": n, "mu": mu, "XtV": X.T @ V, "m": np.zeros(r - 1), "c": 0.0, "shift": shift}
+    chunk = {"X": X, "V": V, "rhsV": b}
+    S, rhs, _, _, negative = rk._schur_kernel(chunk, "V", small, layout, True)
+    Dinv = inverse_longdouble(D)
+    S_ref = -np.einsum("iab,ibc,icd->ad", L.transpose(0, 2, 1), Dinv, L).astype(float)
+    rhs_ref = -np.einsum("iab,ibc,ic->a", L.transpose(0, 2, 1), Dinv, b).astype(float)
+    w = layout.coupled
+    assert np.abs(S[:w, :w] - S_ref).max() <= 1e-10 * np.abs(S_ref).max()
+    assert np.all(S[w:] == 0) and np.all(S[:, w:] == 0)
+    assert np.abs(rhs[:w] - rhs_ref).max() <= 1e-10 * np.abs(rhs_ref).max()
+    assert negative == int(np.sum(np.linalg.eigvalsh(D) <= 0))
+    assert (negative > 0) == (shift < 0)
+    s = rng.standard_normal(layout.size)
+    rk._back_substitute_kernel(chunk, "V", small, layout, s, np.zeros((r, r)), True)
+    dV_ref = np.einsum("iab,ib->ia", Dinv, b - L @ s[:w]).astype(float)
+    assert np.abs(chunk["dV"] - dV_ref).max() <= 1e-10 * np.abs(dV_ref).max()
+
+
 def gmm_simplex(n, K, gamma, rng):
     from dnomad.data import gmm_simplex as generate
 

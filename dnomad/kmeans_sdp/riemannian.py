@@ -326,11 +326,16 @@ class KMeansProblem:
         and B = sqrt(2) X (x) I.  With z = -B^T dV as an extra unknown the rows of dV
         couple only to the small unknowns s = (dQ, z, the multipliers of 1^T dV = 0,
         <V, dV> = 0 and sym(dQ Q^T) = 0); S = L22 - sum_i L_i^T D_i^-1 L_i (size r^2 +
-        d(r-1) + r + r(r+1)/2) and its right-hand side are sums over rows.  O(n r^3 (r + d)^2)
-        work.  Also returns ||grad|| and the number of eigenvalues of the Riemannian
-        Hessian below -lam (Sylvester's law of inertia: the negative eigenvalues of D and
-        S, less the m constraint rows, since [[D, L], [L^T, L22]] is congruent to the
-        constraint system of the tangent space with the z rows added).
+        d(r-1) + r + r(r+1)/2) and its right-hand side are sums over rows, formed from the
+        Kronecker structure of B and a closed-form D_i^-1 by GEMMs over blocks of rows
+        (:class:`_Rows`): O(n (r^4 + d r^3 + d^2 r^2)) work (:func:`schur_pass_flops`), where
+        the dense L_i^T D_i^-1 L_i cost O(n r^3 (r + d)^2).  The d^2 r^2 term is the z-z block's:
+        (d (r-1))^2 entries, each a sum over the rows; App. E's count O(n r^3 (d + r))
+        leaves it out (it is within that count while d <= r).  Also returns ||grad|| and
+        the number of eigenvalues of the Riemannian Hessian below -lam (Sylvester's law of
+        inertia: the negative eigenvalues of D and S, less the m constraint rows, since
+        [[D, L], [L^T, L22]] is congruent to the constraint system of the tangent space
+        with the z rows added).
         """
         M = self.manifold
         r, d = M.r, self.d
@@ -462,8 +467,10 @@ def _ordered_sum(parts):
 
 
 # -- per-chunk kernels (module level: they run on workers) ---------------------
-# Rows per block inside a chunk: bounds the (rows, r-1, size) arrays of the Schur pass.
-_SUB_ROWS = 1024
+# Entries of the largest per-row temporary in a block of rows (the left factors of the
+# Schur sums' GEMMs, r^2 + (d + 1)(r + 1) + d^2 a row): blocks stay in cache while their
+# GEMMs run over enough rows.
+_BLOCK_ENTRIES = 1 << 18
 
 
 def _centred_rows(chunk):
@@ -489,65 +496,190 @@ def _point_kernel(chunk, name, Q, n, mu):
             float(np.vdot(BV, V)), X.sum(axis=0), V.sum(axis=0), float(np.vdot(V, V)))
 
 
-def _row_terms(X, V, small, layout, rhs):
-    """D_i, L_i (the coupling of row i's dV to the small unknowns, see
-    :meth:`KMeansProblem.solve`), the Vhat and u^-2 of the Q-Q block and the rows b_i
-    of the right-hand side (-grad_V, or ``rhs``) for a block of rows."""
-    Q, n, mu = small["Q"], small["n"], small["mu"]
-    r = Q.shape[0]
-    Q1 = Q[1:]
-    c = V.shape[0]
-    uinv = 1.0 / _u_rows(V, Q, n)
-    u2 = uinv * uinv
-    Di = mu * ((u2[:, None, :] * Q1[None]) @ Q1.T) + small["shift"] * np.eye(r - 1)[None]
-    Vhat = np.hstack([np.full((c, 1), 1.0 / math.sqrt(n)), V])
-    Li = np.zeros((c, r - 1, layout.coupled))
-    # dQ: mu [(u_i^-2 * (Vhat_i dQ)) Q1^T - u_i^-1 dQ[1:]^T]
-    cq = mu * (u2[:, None, None, :] * Vhat[:, None, :, None]) * Q1[None, :, None, :]
-    cq[:, np.arange(r - 1), np.arange(1, r), :] -= mu * uinv[:, None, :]
-    Li[:, :, layout.q] = cq.reshape(c, r - 1, r * r)
-    # z (d x (r-1)): row i of B z is sqrt(2) x_i^T z.
-    cz = np.zeros((c, r - 1, X.shape[1], r - 1))
-    diag = np.arange(r - 1)
-    cz[:, diag, :, diag] = math.sqrt(2.0) * X[None]
-    Li[:, :, layout.z] = cz.reshape(c, r - 1, -1)
-    Li[:, :, layout.ones] = np.eye(r - 1)[None]                  # 1^T dV = 0
-    Li[:, :, layout.sphere] = V[:, :, None]                       # <V, dV> = 0
-    # grad_V rows: G_V - 1 m^T - c V with G_V = -2 X (X^T V) - mu U^-1 Q1^T.
-    g = -2.0 * (X @ small["XtV"]) - mu * (uinv @ Q1.T) - small["m"][None] - small["c"] * V
-    b = -g if rhs is None else rhs
-    return Di, Li, Vhat, u2, b, g
+def schur_pass_flops(n, r, d):
+    """Floating-point operations of one Schur pass (:meth:`KMeansProblem.solve`) over n
+    rows of d features at rank r: its GEMMs over the rows (2 flops a multiply-add), the
+    elementwise work (O(r^2 + d r + d^2) a row) left out."""
+    m = r - 1
+    per_row = (2 * r * m * m + 2 * r * m * r                    # Q1^T D^-1, P^T D^-1 P
+               + 2 * r ** 4 + 2 * r * r * r * m                  # Vhat Vhat^T (x) T, the cross term
+               + 2 * (r * r + (d + 1) * (r + 1) + d * d) * m * m  # every product with D^-1
+               + 2 * (d + 1) * r * r * m                         # [x; 1] Vhat^T with D^-1 P
+               + 2 * m * m * r + 2 * r ** 3)                     # D^-1 itself, the Q-Q Hessian
+    return n * per_row
 
 
-def _sub_blocks(c):
-    return [slice(a, min(c, a + _SUB_ROWS)) for a in range(0, c, _SUB_ROWS)]
+def _row_blocks(c, d, r):
+    step = max(64, _BLOCK_ENTRIES // (r * r + (d + 1) * (r + 1) + d * d))
+    return [slice(a, min(c, a + step)) for a in range(0, c, step)]
+
+
+class _Rows:
+    """A block of rows' share of the Newton system (see :meth:`KMeansProblem.solve`).
+
+    Row i's dV_i (r - 1 unknowns) couples to the small unknowns through
+    L_i = [L_i^Q, sqrt(2) x_i^T (x) I, I, V_i] (columns dQ, z, the multipliers of
+    1^T dV = 0 and of <V, dV> = 0), with
+    L_i^Q[a, (l, j)] = mu Q1[a, j] u_ij^-2 Vhat_il - mu [l = a + 1] u_ij^-1,
+    and its diagonal block is D_i = Q1 diag(Lambda_i) Q1^T, Lambda_i = mu u_i^-2 + shift.
+    Nothing of size (r - 1) x (r^2 + d (r - 1)) is formed per row: each block of
+    sum_i L_i^T D_i^-1 L_i is a GEMM over the rows of the factors the Kronecker structure
+    leaves (x_i, Vhat_i, u_i^-1, u_i^-2, D_i^-1), O(r^3 (r + d) + d^2 r^2) a row against
+    the dense (r - 1) (r^2 + d (r - 1))^2.  Per-row quantities are kept rows-last
+    (``Et`` is D_i^-1 as an (r-1) x (r-1) x rows array): numpy's elementwise loops then
+    run along the rows, not along axes of length r."""
+
+    def __init__(self, X, V, small, rhs):
+        Q, n, mu = small["Q"], small["n"], small["mu"]
+        self.X, self.V, self.Q, self.Q1, self.mu = X, V, Q, Q[1:], mu
+        c = V.shape[0]
+        self.Vhat = np.hstack([np.full((c, 1), 1.0 / math.sqrt(n)), V])
+        self.uinv = 1.0 / (self.Vhat @ Q)
+        self.u2 = self.uinv * self.uinv
+        self.Et, self.negative = _inverse_blocks((mu * self.u2 + small["shift"]).T, Q)
+        # grad_V rows: G_V - 1 m^T - c V with G_V = -2 X (X^T V) - mu U^-1 Q1^T.
+        self.g = (-2.0 * (X @ small["XtV"]) - mu * (self.uinv @ self.Q1.T) - small["m"][None]
+                  - small["c"] * V)
+        self.b = -self.g if rhs is None else rhs
+
+    def e_times(self, W):
+        """D_i^-1 w_i for the rows w_i of W, rows-last ((r - 1) x rows)."""
+        return np.einsum("abi,ib->ai", self.Et, W)
+
+    def coupling_times(self, s, layout):
+        """The rows L_i s for the small unknowns s."""
+        r, d = self.Q.shape[0], self.X.shape[1]
+        Sq = s[layout.q].reshape(r, r)
+        Lq = self.mu * (((self.Vhat @ Sq) * self.u2) @ self.Q1.T - self.uinv @ Sq[1:].T)
+        Z = s[layout.z].reshape(d, r - 1)
+        return Lq + math.sqrt(2.0) * (self.X @ Z) + s[layout.ones][None] + s[layout.sphere][0] * self.V
+
+    def add_schur_terms(self, S, rhs, layout, HQQ):
+        """S[:coupled, :coupled] += sum_i L_i^T D_i^-1 L_i, rhs[:coupled] += sum_i L_i^T
+        D_i^-1 b_i (the caller subtracts both), and the rows' share of the Q-Q block of
+        the Hessian, HQQ[l, l', j] (diagonal in j).
+
+        Each block is sum_i f_i g_i^T for per-row vectors f_i, g_i built from
+        x_i, Vhat_i, u_i^-1, u_i^-2 and D_i^-1 (L^Q_i = mu (Vhat_i^T (x) P_i - Sh (x)
+        u_i^-T) with P_i = Q1 diag(u_i^-2) and Sh = [0 I]): one GEMM over the rows each,
+        with both sides of length O(r^2 + d r + d^2), so they run at GEMM speed."""
+        X, V, Q1, Et, mu = self.X, self.V, self.Q1, self.Et, self.mu
+        c, m = V.shape
+        r, d = m + 1, X.shape[1]
+        rt2 = math.sqrt(2.0)
+        q, z, ones, sphere = layout.q, layout.z, layout.ones, layout.sphere.start
+        ui, u2, Vh = self.uinv.T, self.u2.T, self.Vhat.T                # rows-last
+        XT = np.vstack([X.T, np.ones((1, c))])                          # [x_i; 1]
+        E2 = Et.reshape(m * m, c)
+        # EP[j, a, i] = (P_i^T D_i^-1)[j, a] = u_ij^-2 (Q1^T D_i^-1)[j, a] (D_i^-1 symmetric).
+        EP = (Q1.T @ Et.reshape(m, m * c)).reshape(r, m, c)
+        EP *= u2[:, None]
+        # T_i = P_i^T D_i^-1 P_i: T[j', j, i].
+        T = (Q1.T @ EP.transpose(1, 0, 2).reshape(m, r * c)).reshape(r, r, c)
+        T *= u2[:, None]
+        EP2 = EP.reshape(r * m, c)
+        VV = (Vh[:, None] * Vh[None]).reshape(r * r, c)                 # [(l, l'), i]
+        # Q-Q: mu^2 (sum Vhat Vhat^T (x) T - C - C^T + sum [u^-1 u^-T] (x) D^-1 on l, l' >= 1), C the cross term.
+        qq = (VV @ T.reshape(r * r, c).T).reshape(r, r, r, r).transpose(0, 3, 1, 2)    # [l, j, l', j']
+        cross = ((Vh[:, None] * ui[None]).reshape(r * r, c) @ EP2.T).reshape(r, r, r, m)   # [l, j', j, b]
+        qq[:, :, 1:, :] -= cross.transpose(0, 2, 3, 1)                  # [l, j, l' = b + 1, j']
+        qq[1:, :, :, :] -= cross.transpose(3, 1, 0, 2)                  # [l = b + 1, j, l', j']
+        # Every product with D^-1 itself: u^-1 u^-T (Q-Q), [x; 1] u^-T (z-Q, ones-Q), x x^T (z-z), x (z-ones), 1.
+        k, kx, kz = r * r, r * r + (d + 1) * r, r * r + (d + 1) * r + d * d
+        FE = np.empty((kz + d + 1, c))
+        np.multiply(ui[:, None], ui[None], out=FE[:k].reshape(r, r, c))
+        np.multiply(XT[:, None], ui[None], out=FE[k:kx].reshape(d + 1, r, c))
+        np.multiply(XT[:d, None], XT[None, :d], out=FE[kx:kz].reshape(d, d, c))
+        FE[kz:] = XT
+        GE = FE @ E2.T
+        qq[1:, :, 1:, :] += GE[:k].reshape(r, r, m, m).transpose(2, 0, 3, 1)
+        S[q, q] += (mu * mu) * qq.reshape(r * r, r * r)
+        xe = GE[k:kx].reshape(d + 1, r, m, m)                           # [l, j', b, b']
+        # z-Q and ones-Q: mu sum_i [x_i; 1]_l ((D^-1 P)[b, j'] Vhat_il' - D^-1[b, l' - 1] u_ij'^-1).
+        xq = ((XT[:, None] * Vh[None]).reshape((d + 1) * r, c) @ EP2.T).reshape(d + 1, r, r, m)  # [l, l', j', b]
+        xq = xq.transpose(0, 3, 1, 2).copy()                            # [l, b, l', j']
+        xq[:, :, 1:, :] -= xe.transpose(0, 2, 3, 1)
+        xq *= mu
+        zq = rt2 * xq[:d].reshape(d * m, r * r)
+        S[z, q] += zq
+        S[q, z] += zq.T
+        S[ones, q] += xq[d].reshape(m, r * r)
+        S[q, ones] += xq[d].reshape(m, r * r).T
+        zz = GE[kx:kz].reshape(d, d, m, m)
+        S[z, z] += 2.0 * zz.transpose(0, 2, 1, 3).reshape(d * m, d * m)
+        zo = rt2 * GE[kz:kz + d].reshape(d * m, m)
+        S[z, ones] += zo
+        S[ones, z] += zo.T
+        S[ones, ones] += GE[kz + d].reshape(m, m)
+        # The sphere column: L_i's column V_i.
+        EV = self.e_times(V)                                            # [a, i]
+        qs = mu * (Vh @ np.einsum("jai,ia->ji", EP, V).T)               # [l', j']
+        qs[1:] -= mu * (EV @ ui.T)
+        S[sphere, q] += qs.ravel()
+        S[q, sphere] += qs.ravel()
+        zs = rt2 * (EV @ X).T.ravel()
+        S[z, sphere] += zs
+        S[sphere, z] += zs
+        os_ = EV.sum(axis=1)
+        S[ones, sphere] += os_
+        S[sphere, ones] += os_
+        S[sphere, sphere] += float(np.vdot(V.T, EV))
+        HQQ += mu * (VV @ u2.T).reshape(r, r, r)
+        # The right-hand side's L_i^T D_i^-1 b_i.
+        Eb = self.e_times(self.b).T                                     # [i, a]
+        rq = mu * (self.Vhat.T @ ((Eb @ Q1) * self.u2))                 # [l, j]
+        rq[1:] -= mu * (Eb.T @ self.uinv)                               # [l - 1, j]
+        rhs[q] += rq.ravel()
+        rhs[z] += rt2 * (X.T @ Eb).ravel()
+        rhs[ones] += Eb.sum(axis=0)
+        rhs[sphere] += float(np.vdot(V, Eb))
+
+
+def _inverse_blocks(LamT, Q):
+    """The D_i^-1 = (Q1 diag(Lambda_i) Q1^T)^-1 of a block of rows, rows-last (LamT: the
+    Lambda_i as columns; returns (r - 1) x (r - 1) x rows), and the count of non-positive
+    eigenvalues among the D_i.
+
+    With every Lambda_i > 0 each D_i is positive definite and, Q being orthogonal, the
+    trailing block of Q diag(Lambda_i) Q^T, whose inverse is Q diag(Lambda_i)^-1 Q^T:
+    so D_i^-1 = Q1 A_i Q1^T - w_i w_i^T / (q0^T A_i q0) with A_i = diag(Lambda_i)^-1 and
+    w_i = Q1 A_i q0 (the inverse of a trailing block from the whole inverse), two GEMMs
+    over the rows.  Otherwise (a shift below -mu u_ij^-2) the D_i are formed and
+    inverted one by one and their inertia counted."""
+    Q1, q0 = Q[1:], Q[0]
+    m = Q1.shape[0]
+    c = LamT.shape[1]
+    outer = (Q1[:, None, :] * Q1[None, :, :]).reshape(m * m, -1)      # [(a, b), j]
+    if c and LamT.min() > 0:
+        A = 1.0 / LamT
+        w = (Q1 * q0[None]) @ A                                         # [a, i]
+        w /= np.sqrt((q0 * q0) @ A)[None]
+        Et = (outer @ A).reshape(m, m, c)
+        Et -= w[:, None] * w[None, :]
+        return Et, 0
+    D = (outer @ LamT).reshape(m, m, c).transpose(2, 0, 1)
+    negative = int(np.sum(np.linalg.eigvalsh(D) <= 0))
+    return np.linalg.inv(D).transpose(1, 2, 0).copy(), negative
 
 
 def _schur_kernel(chunk, name, small, layout, with_rhs):
     """The chunk's share of S, of its right-hand side and of the Q-Q block, of
-    ||grad_V||^2, and its count of non-positive eigenvalues of the D_i.  The L_i have no
-    entries in the sym(dQ Q^T) multipliers' columns, so only the leading block of S is
-    touched; its sum over rows is one GEMM per block of rows."""
+    ||grad_V||^2, and its count of non-positive eigenvalues of the D_i (:class:`_Rows`).
+    The L_i have no entries in the sym(dQ Q^T) multipliers' columns, so only the leading
+    block of S is touched."""
     X, V = chunk["X"], chunk[name]
     r = small["Q"].shape[0]
-    width = layout.coupled
     S = np.zeros((layout.size, layout.size))
     rhs = np.zeros(layout.size)
-    HQQ = np.zeros((r, r, r, r))            # [l, j, l', j']
+    HQQ3 = np.zeros((r, r, r))              # [l, l', j]: HQQ[l, j, l', j'] is diagonal in j
     gg, neg = 0.0, 0
-    for rows in _sub_blocks(V.shape[0]):
-        Di, Li, Vhat, u2, b, g = _row_terms(X[rows], V[rows], small, layout,
-                                            chunk["rhsV"][rows] if with_rhs else None)
-        Dinv = np.linalg.inv(Di)
-        Dinv_L = Dinv @ Li
-        S[:width, :width] -= Li.reshape(-1, width).T @ Dinv_L.reshape(-1, width)
-        rhs[:width] -= Dinv_L.reshape(-1, width).T @ b.ravel()
-        VU = (Vhat[:, :, None] * u2[:, None, :]).reshape(len(Vhat), r * r)
-        HQQ += small["mu"] * (VU.T @ Vhat).reshape(r, r, r)[:, :, :, None] * np.eye(r)[None, :, None, :]
-        gg += float(np.sum(g * g))
-        if small["shift"] <= 0:             # else D_i = mu (PSD) + shift I > 0
-            neg += int(np.sum(np.linalg.eigvalsh(Di) <= 0))
-    return S, rhs, HQQ, gg, neg
+    for rows in _row_blocks(V.shape[0], X.shape[1], r):
+        block = _Rows(X[rows], V[rows], small, chunk["rhsV"][rows] if with_rhs else None)
+        block.add_schur_terms(S, rhs, layout, HQQ3)
+        gg += float(np.sum(block.g * block.g))
+        neg += block.negative
+    HQQ = HQQ3.transpose(0, 2, 1)[:, :, :, None] * np.eye(r)[None, :, None, :]
+    return -S, -rhs, HQQ, gg, neg
 
 
 def _back_substitute_kernel(chunk, name, small, layout, s, dQ, with_rhs):
@@ -556,11 +688,10 @@ def _back_substitute_kernel(chunk, name, small, layout, s, dQ, with_rhs):
     Q, n = small["Q"], small["n"]
     dV = np.empty_like(V)
     bdv = 0.0
-    for rows in _sub_blocks(V.shape[0]):
-        Di, Li, _, _, b, _ = _row_terms(X[rows], V[rows], small, layout,
-                                        chunk["rhsV"][rows] if with_rhs else None)
-        dV[rows] = np.linalg.solve(Di, (b - Li @ s[:layout.coupled])[..., None])[..., 0]
-        bdv += float(np.vdot(b, dV[rows]))
+    for rows in _row_blocks(V.shape[0], X.shape[1], Q.shape[0]):
+        block = _Rows(X[rows], V[rows], small, chunk["rhsV"][rows] if with_rhs else None)
+        dV[rows] = block.e_times(block.b - block.coupling_times(s, layout)).T
+        bdv += float(np.vdot(block.b, dV[rows]))
     chunk["dV"] = dV
     U = _u_rows(V, Q, n)
     dU = dQ[0][None, :] / math.sqrt(n) + dV @ Q[1:] + V @ dQ[1:]
