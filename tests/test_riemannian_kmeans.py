@@ -239,6 +239,7 @@ def point_with_small_entries(rng, n, r, d, tiny=1e-4):
 @pytest.mark.parametrize("n,r,d,shift,block_entries", [
     (40, 5, 4, 0.3, 1 << 18), (40, 5, 4, 0.3, 300), (33, 7, 9, 1e-3, 1 << 18),   # d > r: the z-z block dominates
     (30, 4, 2, -40.0, 200),                                                     # D_i indefinite in some rows
+    (30, 4, 2, "zero", 200),                                                    # a Lambda_ij = 0: one by one
 ])
 def test_schur_sums_by_kronecker_structure_equal_the_dense_ones(rng, monkeypatch, n, r, d, shift, block_entries):
     """The Schur pass's sums over rows (formed from the Kronecker structure of the data
@@ -250,6 +251,8 @@ def test_schur_sums_by_kronecker_structure_equal_the_dense_ones(rng, monkeypatch
     monkeypatch.setattr(rk, "_BLOCK_ENTRIES", block_entries)    # several row blocks per chunk
     X, V, Q = point_with_small_entries(rng, n, r, d)
     mu = 0.05
+    if shift == "zero":                 # Lambda_10 = mu u_10^-2 + shift = 0 (row 1: no tiny entry)
+        shift = -mu / (np.hstack([1 / np.sqrt(n), V[1]]) @ Q[:, 0]) ** 2
     D, L = dense_row_system(X, V, Q, n, mu, shift)
     b = rng.standard_normal(V.shape)
     layout = rk._SmallLayout(r, d)
@@ -264,7 +267,7 @@ def test_schur_sums_by_kronecker_structure_equal_the_dense_ones(rng, monkeypatch
     assert np.all(S[w:] == 0) and np.all(S[:, w:] == 0)
     assert np.abs(rhs[:w] - rhs_ref).max() <= 1e-10 * np.abs(rhs_ref).max()
     assert negative == int(np.sum(np.linalg.eigvalsh(D) <= 0))
-    assert (negative > 0) == (shift < 0)
+    assert (negative > 0) == (shift < -1)
     s = rng.standard_normal(layout.size)
     rk._back_substitute_kernel(chunk, "V", small, layout, s, np.zeros((r, r)), True)
     dV_ref = np.einsum("iab,ib->ia", Dinv, b - L @ s[:w]).astype(float)
