@@ -2,11 +2,16 @@
 baseline NLR (Zhuang et al. 2024), the paper's Figs. 3 and 6, and against scikit-learn
 on real data.
 
-    python graphs/riemannian_vs_nlr.py                     # all parts (about 30 minutes)
+    python graphs/riemannian_vs_nlr.py                     # all parts (about 40 minutes)
     python graphs/riemannian_vs_nlr.py --parts race scaling --sizes 10000 100000
 
 Parts, all measured in one run on one machine (single-threaded BLAS, chunks on a thread
 per core, as dnomad runs them):
+  fig3     the paper's Fig. 3 instance and protocol (GMM n = 100, K = 4, gamma = 0.8,
+           Newton at mu = 0.1, 50 random starts) against NLR with its Lipschitz step (50
+           starts) and with the authors' fixed step (the first 10: 75,000 to 200,000
+           iterations each); each method to its own stopping rule; seconds, iterations,
+           seconds to the run's final mis-clustering; ratios NLR / Newton.
   race     the paper's GMM (5) (K = 4, gamma = 1.2, d = K), n = 1000, 3 random starts:
            Newton (mu = 0.01, the paper's; and mu = 0.1 then 0.01, warm-started) against
            NLR with its step from the Lipschitz
@@ -39,7 +44,7 @@ import numpy as np
 from _bench import ResidentPeak, replot, write_result
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PARTS = ("race", "scaling", "mu", "rank", "real")
+PARTS = ("fig3", "race", "scaling", "mu", "rank", "real")
 
 
 def membership_distance(U, y):
@@ -128,6 +133,72 @@ def race(n=1000, K=4, gamma=1.2, seeds=(0, 1, 2), nlr_cap=200_000):
 METHODS = ("newton", "newton_mu_0.1_0.01", "nlr", "nlr_authors_step")
 
 
+def fig3(n=100, K=4, gamma=0.8, mu=0.1, starts=50, authors_starts=10, nlr_cap=200_000):
+    """The paper's Fig. 3 protocol: GMM n = 100, gamma = 0.8, Newton at mu = 0.1 against
+    NLR (its step from the Lipschitz bound, and the authors' fixed step 1e-6), each from
+    random starts (``starts``; NLR with the authors' step, 75,000 to 200,000 iterations a
+    run, from the first ``authors_starts`` of them) and each to its own stopping rule;
+    seconds and iterations to stop and to the run's final mis-clustering (Fig. 3's
+    accuracy curves; NLR's recorded every 10 iterations, with the authors' step every
+    1,000), ratios NLR / Newton per start."""
+    from dnomad.blocks import RowChunks, single_threaded_blas
+    from dnomad.data import gmm_simplex
+    from dnomad.kmeans_sdp.nlr import nlr
+    from dnomad.kmeans_sdp.riemannian import KMeansManifold, KMeansProblem, random_start, riemannian_newton
+
+    X, y = gmm_simplex(n, n_clusters=K, gamma=gamma, random_state=0)
+    out = {"n": n, "K": K, "gamma": gamma, "mu": mu, "starts": starts, "runs": []}
+    names = ("newton", "nlr", "nlr_authors_step")
+    with single_threaded_blas():
+        data = RowChunks(X)
+        M = KMeansManifold(n, K + 1, K)
+        for seed in range(starts):
+            P = KMeansProblem(M, data, mu)
+            runs = {"newton": trace_run(lambda cb: riemannian_newton(
+                P, random_start(M, np.random.default_rng(seed)), callback=cb, warn=False), y, K)}
+            for name, step, every in (("nlr", None, 10), ("nlr_authors_step", 1e-6, 1000)):
+                if step is None or seed < authors_starts:
+                    runs[name] = trace_run(lambda cb: nlr(data, K, step=step, random_state=seed, max_iter=nlr_cap,
+                                                          record_every=every, callback=cb), y, K)
+            entry = {"seed": seed}
+            for name in runs:
+                res, rows = runs[name]
+                final = rows[-1]["misclustering"]
+                entry[name] = {"stop": res.stop_reason, "iterations": res.n_iter, "seconds": res.seconds,
+                               "misclustering": final, "distance": rows[-1]["distance"],
+                               "to_final_misclustering": first_reaching(rows, "misclustering", final)}
+            out["runs"].append(entry)
+    print(f"\n== Fig. 3: GMM n = {n}, K = {K}, gamma = {gamma}; Newton mu = {mu}; {starts} random starts, each "
+          f"method to its own stopping rule ==")
+    print(f"{'method':>17} {'iterations (median, range)':>28} {'seconds (median, range)':>26} "
+          f"{'s to final error':>17} {'mis-clust. (median, max)':>25} {'stops':>22}")
+    summary = {}
+    for name in names:
+        runs = [e[name] for e in out["runs"] if name in e]
+        its = np.array([r["iterations"] for r in runs])
+        secs = np.array([r["seconds"] for r in runs])
+        to_final = np.array([r["to_final_misclustering"][1] for r in runs])
+        errs = np.array([r["misclustering"] for r in runs])
+        stops = {k: sum(r["stop"] == k for r in runs) for k in sorted({r["stop"] for r in runs})}
+        print(f"{name:>17} {int(np.median(its)):>10} ({its.min()}-{its.max()}) {np.median(secs):>12.3f} "
+              f"({secs.min():.3f}-{secs.max():.3f}) {np.median(to_final):>17.3f} "
+              f"{np.median(errs):>14.3f} {errs.max():>10.3f} {str(stops):>22}")
+    for name in names[1:]:
+        paired = [e for e in out["runs"] if name in e]
+        ratio = np.array([e[name]["seconds"] / e["newton"]["seconds"] for e in paired])
+        ratio_acc = np.array([e[name]["to_final_misclustering"][1] / max(e["newton"]["to_final_misclustering"][1],
+                                                                          1e-9) for e in paired])
+        summary[name] = {"seconds_ratio_to_newton": [float(np.min(ratio)), float(np.median(ratio)),
+                                                     float(np.max(ratio))],
+                         "to_final_misclustering_ratio_to_newton": [float(np.min(ratio_acc)),
+                                                                    float(np.median(ratio_acc)),
+                                                                    float(np.max(ratio_acc))]}
+        print(f"{name} / Newton seconds to stop ({len(paired)} starts): median {np.median(ratio):.2f} (range "
+              f"{ratio.min():.2f}-{ratio.max():.2f}); to its final mis-clustering: median {np.median(ratio_acc):.2f}")
+    out["summary"] = summary
+    return out
+
+
 def _continuation(data, M, mus, seed, callback):
     """Newton through the mu stages (warm starts), iterations and seconds counted across
     stages in the callback's rows."""
@@ -174,8 +245,8 @@ def scaling(sizes, K=4, iterations=3):
     from dnomad.blocks.engine import _n_threads
     from dnomad.data import gmm_simplex
     from dnomad.kmeans_sdp.nlr import nlr
-    from dnomad.kmeans_sdp.riemannian import (KMeansManifold, KMeansProblem, random_start,
-                                                  riemannian_newton)
+    from dnomad.kmeans_sdp.riemannian import (KMeansManifold, KMeansProblem, random_start, riemannian_newton,
+                                              schur_pass_flops)
 
     peak_rate = dgemm_rate() * _n_threads()
     out = {"K": K, "dgemm_flops_all_threads": peak_rate, "rows": []}
@@ -208,17 +279,53 @@ def scaling(sizes, K=4, iterations=3):
             nl = nlr(data, K, max_iter=20, random_state=0)
             data.close()
         lay = P.layout
-        flops = n * (2 * K * lay.coupled ** 2 + 2 * K * K * lay.coupled)   # GEMM + D^-1 L per row
+        flops = schur_pass_flops(n, K + 1, P.d)                 # the pass's GEMMs
+        dense_flops = n * (2 * K * lay.coupled ** 2 + 2 * K * K * lay.coupled)   # sum L_i^T (D_i^-1 L_i) dense
         rate = flops / schur
         nlr_it = nl.seconds / nl.n_iter
         row = {"n": n, "seconds_per_newton_step": per_step, "schur_pass_seconds": schur,
-               "schur_flops_per_second": rate, "nlr_seconds_per_iteration": nlr_it,
-               "memory_rise_bytes": mem.peak_above_start}
+               "schur_flops": flops, "dense_schur_flops": dense_flops, "schur_flops_per_second": rate,
+               "nlr_seconds_per_iteration": nlr_it, "memory_rise_bytes": mem.peak_above_start}
         out["rows"].append(row)
         print(f"{n:>9} {per_step:>14.3f} {schur:>13.3f} {rate / 1e9:>14.2f} {rate / peak_rate:>8.2f} "
               f"{nlr_it:>9.4f} {per_step / nlr_it:>12.0f} {per_step / n * 1e6:>12.2f} "
               f"{mem.peak_above_start / n:>15.0f}")
+    out["shapes"] = schur_shapes(peak_rate)
     return out
+
+
+def schur_shapes(peak_rate, n=100_000, shapes=((4, 4), (10, 10), (10, 20), (16, 32))):
+    """The Schur pass's flop rate as K (r = K + 1) and d grow (X in memory, n rows of a
+    GMM padded with noise features to d): the GEMMs' share of the pass grows as
+    r^2 (r + d)^2 against the O(r^2 + d r + d^2) elementwise work a row."""
+    from dnomad.blocks import RowChunks, single_threaded_blas
+    from dnomad.data import gmm_simplex
+    from dnomad.kmeans_sdp.riemannian import KMeansManifold, KMeansProblem, random_start, schur_pass_flops
+
+    rows = []
+    print(f"\n== Schur pass by shape: n = {n:,} in memory ==")
+    print(f"{'K':>3} {'d':>3} {'s/Schur pass':>13} {'GFLOP':>7} {'GFLOP/s':>8} {'x DGEMM':>8} {'dense GFLOP':>12}")
+    for K, d in shapes:
+        X, _ = gmm_simplex(n, n_clusters=K, gamma=1.2, random_state=0)
+        X = np.hstack([X, 0.1 * np.random.default_rng(0).standard_normal((n, d - X.shape[1]))])
+        with single_threaded_blas():
+            data = RowChunks(X)
+            M = KMeansManifold(n, K + 1, K)
+            P = KMeansProblem(M, data, 0.01)
+            it = P.load(random_start(M, np.random.default_rng(0)))
+            lam = 1.0 + it.GVV / M.radius2                      # D_i's shift 1: every D_i positive definite
+            P.solve(it, lam)                                    # warm-up
+            t = time.perf_counter()
+            P.solve(it, lam)
+            seconds = time.perf_counter() - t
+        flops = schur_pass_flops(n, K + 1, d)
+        width = P.layout.coupled
+        dense = n * (2 * K * width ** 2 + 2 * K * K * width)
+        rows.append({"K": K, "d": d, "n": n, "seconds": seconds, "flops": flops, "dense_flops": dense,
+                     "flops_per_second": flops / seconds, "fraction_of_dgemm": flops / seconds / peak_rate})
+        print(f"{K:>3} {d:>3} {seconds:>13.3f} {flops / 1e9:>7.1f} {flops / seconds / 1e9:>8.1f} "
+              f"{flops / seconds / peak_rate:>8.2f} {dense / 1e9:>12.1f}")
+    return rows
 
 
 def sweep(param, values, n=500, K=4, gamma=1.2, mu=0.01):
@@ -313,7 +420,17 @@ def plot(result, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 3, figsize=(16, 9))
+    fig, axes = plt.subplots(2, 4, figsize=(21, 9))
+    if "fig3" in result:
+        ax = axes[0, 3]
+        f3 = result["fig3"]
+        names = [name for name in ("newton", "nlr", "nlr_authors_step") if name in f3["runs"][0]]
+        ax.boxplot([[e[name]["seconds"] for e in f3["runs"] if name in e] for name in names])
+        ax.set_xticks(range(1, len(names) + 1))
+        ax.set_xticklabels([f"{name}\n({sum(name in e for e in f3['runs'])} starts)" for name in names])
+        ax.set_yscale("log")
+        ax.set_ylabel("seconds to the stopping rule")
+        ax.set_title(f"Fig. 3 instance: GMM n={f3['n']}, gamma={f3['gamma']}, mu={f3['mu']}")
     if "race" in result:
         entry = result["race"]["runs"][0]
         for ax, key, label in ((axes[0, 0], "misclustering", "mis-clustering"),
@@ -336,6 +453,10 @@ def plot(result, path):
         ax.loglog(ns, [r["seconds_per_newton_step"] for r in rows], "o-", label="Newton step (3 passes)")
         ax.loglog(ns, [r["nlr_seconds_per_iteration"] for r in rows], "s-", label="NLR iteration")
         ax.loglog(ns, [rows[-1]["seconds_per_newton_step"] * n / ns[-1] for n in ns], "k:", label="linear")
+        before = result.get("scaling_before")
+        if before:
+            ax.loglog([r["n"] for r in before["rows"]], [r["seconds_per_newton_step"] for r in before["rows"]],
+                      "o--", color="C0", alpha=0.4, label=f"Newton step, dense Schur sums ({before['commit']})")
         ax.set_xlabel("n (X read from Zarr)")
         ax.set_ylabel("seconds")
         ax.set_title("time per iteration")
@@ -362,6 +483,7 @@ def plot(result, path):
         ax.set_ylabel("mis-clustering")
         ax.set_title("real data")
         ax.legend()
+    axes[1, 3].axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -371,6 +493,7 @@ def main():
     ap.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     ap.add_argument("--sizes", nargs="+", type=int, default=[10_000, 30_000, 100_000, 300_000, 1_000_000])
     ap.add_argument("--race-n", type=int, default=1000)
+    ap.add_argument("--fig3-starts", type=int, default=50)
     ap.add_argument("--plot-only", action="store_true")
     args = ap.parse_args()
     if args.plot_only:
@@ -384,6 +507,8 @@ def main():
 
         with open(saved) as f:
             result = json.load(f)
+    if "fig3" in args.parts:
+        result["fig3"] = fig3(starts=args.fig3_starts)
     if "race" in args.parts:
         result["race"] = race(args.race_n)
     if "scaling" in args.parts:
