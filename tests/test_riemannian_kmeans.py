@@ -186,10 +186,11 @@ def dense_row_system(X, V, Q, n, mu, shift):
     Vhat = np.hstack([np.full((c, 1), 1 / np.sqrt(n)), V])
     U = Vhat @ Q
     width = r * r + d * m + m + 1
-    D = np.empty((c, m, m))
+    D = np.empty((c, m, m), dtype=np.longdouble)      # formed in extended precision too
     L = np.zeros((c, m, width))
+    Q1 = Q[1:].astype(np.longdouble)
     for i in range(c):
-        D[i] = mu * Q[1:] @ np.diag(U[i] ** -2.0) @ Q[1:].T + shift * np.eye(m)
+        D[i] = mu * Q1 @ np.diag(U[i].astype(np.longdouble) ** -2) @ Q1.T + shift * np.eye(m)
         for a in range(m):
             for l in range(r):
                 for j in range(r):
@@ -223,6 +224,17 @@ def inverse_longdouble(D):
     return inv
 
 
+def point_near_a_solution(rng, n, r, d, small=1e-4):
+    """Rows of X and V with an orthogonal Q (first row 1 / sqrt(r)) where each row of U =
+    [1/sqrt(n), V] Q is one large entry and r - 1 entries ``small``, as near a clustering:
+    Lambda_i then has one entry 1e7 below the others."""
+    Q = np.linalg.qr(np.hstack([np.ones((r, 1)), rng.standard_normal((r, r - 1))]))[0].T
+    Q *= np.sign(Q[0, 0])
+    U = np.full((n, r), small)
+    U[np.arange(n), rng.integers(r, size=n)] += np.sqrt(r / n) - small * r
+    return rng.standard_normal((n, d)), (U @ Q.T)[:, 1:], Q
+
+
 def point_with_small_entries(rng, n, r, d, tiny=1e-4):
     """Rows of X and V with an orthogonal Q in which some rows of U = [1/sqrt(n), V] Q have an
     entry of size ``tiny`` (the D_i then span 1e7 in scale)."""
@@ -236,20 +248,24 @@ def point_with_small_entries(rng, n, r, d, tiny=1e-4):
     return X, V, Q
 
 
-@pytest.mark.parametrize("n,r,d,shift,block_entries", [
-    (40, 5, 4, 0.3, 1 << 18), (40, 5, 4, 0.3, 300), (33, 7, 9, 1e-3, 1 << 18),   # d > r: the z-z block dominates
-    (30, 4, 2, -40.0, 200),                                                     # D_i indefinite in some rows
-    (30, 4, 2, "zero", 200),                                                    # a Lambda_ij = 0: one by one
+@pytest.mark.parametrize("point,n,r,d,shift,block_entries", [
+    ("boundary", 40, 5, 4, 0.3, 1 << 18), ("boundary", 150, 5, 4, 0.3, 300),   # 150 rows: 3 row blocks of 64
+    ("boundary", 33, 7, 9, 1e-3, 1 << 18),                                     # d > r: the z-z block dominates
+    ("solution", 150, 5, 4, 0.3, 300),          # one Lambda_ij 1e7 below the others in every row
+    ("boundary", 150, 4, 2, -40.0, 200),        # D_i indefinite in some rows
+    ("boundary", 150, 4, 2, "zero", 200),       # a Lambda_ij at round-off from 0
 ])
-def test_schur_sums_by_kronecker_structure_equal_the_dense_ones(rng, monkeypatch, n, r, d, shift, block_entries):
+def test_schur_sums_by_kronecker_structure_equal_the_dense_ones(rng, monkeypatch, point, n, r, d, shift,
+                                                                 block_entries):
     """The Schur pass's sums over rows (formed from the Kronecker structure of the data
     block and the closed-form D_i^-1, in blocks of rows) equal sum_i L_i^T D_i^-1 L_i and
-    sum_i L_i^T D_i^-1 b_i of the written-out L_i to 1e-10, its count of non-positive
-    eigenvalues of the D_i is theirs, and the back-substitution gives D_i^-1 (b_i - L_i s)."""
+    sum_i L_i^T D_i^-1 b_i of the written-out L_i to 1e-10 block by block (D_i formed and
+    inverted in extended precision), its count of non-positive eigenvalues of the D_i is
+    theirs, and the back-substitution gives D_i^-1 (b_i - L_i s)."""
     from dnomad.kmeans_sdp import riemannian as rk
 
-    monkeypatch.setattr(rk, "_BLOCK_ENTRIES", block_entries)    # several row blocks per chunk
-    X, V, Q = point_with_small_entries(rng, n, r, d)
+    monkeypatch.setattr(rk, "_BLOCK_ENTRIES", block_entries)
+    X, V, Q = (point_with_small_entries if point == "boundary" else point_near_a_solution)(rng, n, r, d)
     mu = 0.05
     if shift == "zero":                 # Lambda_10 = mu u_10^-2 + shift = 0 (row 1: no tiny entry)
         shift = -mu / (np.hstack([1 / np.sqrt(n), V[1]]) @ Q[:, 0]) ** 2
@@ -263,15 +279,36 @@ def test_schur_sums_by_kronecker_structure_equal_the_dense_ones(rng, monkeypatch
     S_ref = -np.einsum("iab,ibc,icd->ad", L.transpose(0, 2, 1), Dinv, L).astype(float)
     rhs_ref = -np.einsum("iab,ibc,ic->a", L.transpose(0, 2, 1), Dinv, b).astype(float)
     w = layout.coupled
-    assert np.abs(S[:w, :w] - S_ref).max() <= 1e-10 * np.abs(S_ref).max()
+    if block_entries < 1 << 18:
+        assert len(rk._row_blocks(n, d, r)) > 1
+    blocks = (layout.q, layout.z, layout.ones, layout.sphere)
+    for a in blocks:
+        for b_ in blocks:
+            assert np.abs(S[a, b_] - S_ref[a, b_]).max() <= 1e-10 * np.abs(S_ref[a, b_]).max(), (a, b_)
+        assert np.abs(rhs[a] - rhs_ref[a]).max() <= 1e-10 * np.abs(rhs_ref[a]).max(), a
     assert np.all(S[w:] == 0) and np.all(S[:, w:] == 0)
-    assert np.abs(rhs[:w] - rhs_ref).max() <= 1e-10 * np.abs(rhs_ref).max()
-    assert negative == int(np.sum(np.linalg.eigvalsh(D) <= 0))
+    assert negative == int(np.sum(np.linalg.eigvalsh(D.astype(float)) <= 0))
     assert (negative > 0) == (shift < -1)
     s = rng.standard_normal(layout.size)
     rk._back_substitute_kernel(chunk, "V", small, layout, s, np.zeros((r, r)), True)
     dV_ref = np.einsum("iab,ib->ia", Dinv, b - L @ s[:w]).astype(float)
     assert np.abs(chunk["dV"] - dV_ref).max() <= 1e-10 * np.abs(dV_ref).max()
+
+
+def test_row_blocks_with_a_zero_lambda_are_counted_by_their_eigenvalues(rng):
+    """Haynsworth's count needs diag(Lambda_i) invertible: a row with a Lambda_ij exactly 0
+    is counted from its D_i's eigenvalues, and a singular D_i is refused, not filled with
+    inf."""
+    from dnomad.kmeans_sdp import riemannian as rk
+
+    Q = np.linalg.qr(rng.standard_normal((3, 3)))[0]
+    Lam = np.array([[0.0, -1.0], [1.0, -2.0], [1.0, 3.0]])        # rows: D_1 > 0, D_2 has -2 < mu_1 < -1
+    E, negative = rk._inverse_blocks(Lam, Q)
+    D = np.einsum("aj,ji,bj->iab", Q[1:], Lam, Q[1:])
+    assert negative == int(np.sum(np.linalg.eigvalsh(D) <= 0)) >= 1
+    np.testing.assert_allclose(E.transpose(2, 0, 1), np.linalg.inv(D), rtol=1e-12, atol=1e-12)
+    with pytest.raises(np.linalg.LinAlgError, match="singular"):
+        rk._inverse_blocks(np.array([[0.0], [0.0], [1.0]]), Q)
 
 
 def gmm_simplex(n, K, gamma, rng):

@@ -506,7 +506,7 @@ def schur_pass_flops(n, r, d):
                + 2 * r ** 4 + 2 * r * r * r * m                  # Vhat Vhat^T (x) T, the cross term
                + 2 * (r * r + (d + 1) * (r + 1) + d * d) * m * m  # every product with D^-1
                + 2 * (d + 1) * r * r * m                         # [x; 1] Vhat^T with D^-1 P
-               + 2 * m * m * r + 2 * r ** 3)                     # D^-1 itself, the Q-Q Hessian
+               + 2 * m * m * r * r + 2 * r ** 3)                 # D^-1 = Q1 C Q1^T, the Q-Q Hessian
     return n * per_row
 
 
@@ -643,33 +643,48 @@ def _inverse_blocks(LamT, Q):
 
     Where every Lambda_ij > 0, D_i is positive definite and, Q being orthogonal, the
     trailing block of Q diag(Lambda_i) Q^T, whose inverse is Q A_i Q^T with A_i =
-    diag(Lambda_i)^-1; so (the inverse of a trailing block from the whole inverse)
-    D_i^-1 = Q1 A_i Q1^T - w_i w_i^T / (q0^T A_i q0) with w_i = Q1 A_i q0: two GEMMs over
-    the rows, accurate where Lambda_i spans many orders (U near the boundary; measured:
-    1e-15 where np.linalg.inv kept 8 digits).  The other rows (a shift below
-    -mu u_ij^-2, as in the first iterations and near a solution) are inverted by
-    elimination with partial pivoting: there the formula cancels digits the Schur
-    complement's inertia needs (measured: the smallest Hessian eigenvalue of a converged
-    GMM run came out -1.5e-4 against the dense -8.3e-9)."""
+    diag(Lambda_i)^-1; the inverse of a trailing block from the whole inverse gives
+    D_i^-1 = Q1 C_i Q1^T, C_i = A_i - (A_i q0)(A_i q0)^T / s_i, s_i = sum_j A_ij q0_j^2.
+    C_i's diagonal is formed as A_ij (sum over k != j of A_ik q0_k^2) / s_i, sums of
+    positive terms: where one Lambda_ij is far below the others (a row near a solution:
+    one large u_ij, the rest small) A_ij - A_ij^2 q0_j^2 / s_i would cancel all but
+    eps Lambda_max / Lambda_min of it (measured: 2e-8 relative at a ratio of 1e8); C_i q0 = 0,
+    so Q1 C_i Q1^T keeps C_i's scale.  One GEMM over the rows; accurate to round-off where
+    Lambda_i spans many orders (np.linalg.inv on the formed D_i kept 8 digits of a row
+    near the boundary).  The other rows (a shift below -mu u_ij^-2, as in the first
+    iterations and near a solution) are inverted by elimination with partial pivoting
+    (the same formula with mixed signs cancelled digits the Schur complement's inertia
+    needs: a converged GMM run's smallest Hessian eigenvalue came out -1.5e-4 against
+    the dense -8.3e-9) and their inertia counted by Haynsworth: 1 / s_i is the Schur
+    complement of D_i in Q diag(Lambda_i) Q^T, so D_i has the negative eigenvalues of
+    Lambda_i less one if s_i < 0; rows with a Lambda_ij exactly 0 by their eigenvalues."""
     Q1, q0 = Q[1:], Q[0]
-    m = Q1.shape[0]
+    m, r = Q1.shape
     c = LamT.shape[1]
-    outer = (Q1[:, None, :] * Q1[None, :, :]).reshape(m * m, -1)      # [(a, b), j]
+    outer = (Q1[:, None, :, None] * Q1[None, :, None, :]).reshape(m * m, r * r)   # [(a, b), (j, k)]
     definite = LamT.min(axis=0) > 0 if c else np.zeros(0, dtype=bool)
     A = 1.0 / np.where(definite[None], LamT, 1.0)
-    w = (Q1 * q0[None]) @ A                                             # [a, i]
-    w /= np.sqrt((q0 * q0) @ A)[None]
-    Et = (outer @ A).reshape(m, m, c)
-    Et -= w[:, None] * w[None, :]
+    Aq = A * q0[:, None]
+    t = Aq * q0[:, None]                                                # A_ij q0_j^2 >= 0
+    before = np.zeros_like(t)                                           # sums over k < j, k > j
+    np.cumsum(t[:-1], axis=0, out=before[1:])
+    after = np.zeros_like(t)
+    np.cumsum(t[:0:-1], axis=0, out=after[-2::-1])
+    s = before[-1] + t[-1]
+    C = Aq[:, None] * (-Aq[None] / s)
+    C[np.arange(r), np.arange(r)] = A * ((before + after) / s)
+    Et = (outer @ C.reshape(r * r, c)).reshape(m, m, c)
     negative = 0
     if not definite.all():
         Lam = LamT[:, ~definite]
-        Et[:, :, ~definite] = _inverse_rows_last((outer @ Lam).reshape(m, m, -1))
-        # 1 / (q0^T A_i q0) is the Schur complement of D_i in Q diag(Lambda_i) Q^T, so D_i
-        # has the negative eigenvalues of Lambda_i less one if it is negative (Haynsworth).
+        Et[:, :, ~definite] = _inverse_rows_last((outer[:, ::r + 1] @ Lam).reshape(m, m, -1))
+        zero = (Lam == 0).any(axis=0)
         with np.errstate(divide="ignore"):
-            s = (q0 * q0) @ (1.0 / Lam)
-        negative = int(np.sum(Lam <= 0)) - int(np.sum(s < 0))
+            sign = (q0 * q0) @ (1.0 / Lam[:, ~zero])
+        negative = int(np.sum(Lam[:, ~zero] < 0)) - int(np.sum(sign < 0))
+        if zero.any():
+            D = (outer[:, ::r + 1] @ Lam[:, zero]).reshape(m, m, -1).transpose(2, 0, 1)
+            negative += int(np.sum(np.linalg.eigvalsh(D) <= 0))
     return Et, negative
 
 
@@ -689,6 +704,8 @@ def _inverse_rows_last(D):
             M[k] = M[p, :, cols].T
             M[p, :, cols] = row.T
         pivot = A[k, k].copy()
+        if not np.all(pivot != 0):
+            raise np.linalg.LinAlgError("a row's (r-1) x (r-1) block of the Hessian is singular")
         A[k] /= pivot
         inv[k] /= pivot
         f = A[:, k].copy()
