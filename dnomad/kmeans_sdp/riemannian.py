@@ -648,7 +648,7 @@ def _inverse_blocks(LamT, Q):
     C_i's diagonal is formed as A_ij (sum over k != j of A_ik q0_k^2) / s_i, sums of
     positive terms: where one Lambda_ij is far below the others (a row near a solution:
     one large u_ij, the rest small) A_ij - A_ij^2 q0_j^2 / s_i would cancel all but
-    eps Lambda_max / Lambda_min of it (measured: 2e-8 relative at a ratio of 1e8); C_i q0 = 0,
+    eps Lambda_max / Lambda_min of it (measured: 2e-9 relative at a ratio of 1e8); C_i q0 = 0,
     so Q1 C_i Q1^T keeps C_i's scale.  One GEMM over the rows; accurate to round-off where
     Lambda_i spans many orders (np.linalg.inv on the formed D_i kept 8 digits of a row
     near the boundary).  The other rows (a shift below -mu u_ij^-2, as in the first
@@ -690,8 +690,8 @@ def _inverse_blocks(LamT, Q):
 
 def _inverse_rows_last(D):
     """The inverses of the m x m matrices D[:, :, i] by Gauss-Jordan elimination with
-    partial pivoting, vectorized along the last axis (LAPACK's batched inverse is a
-    call per matrix: 5x slower at m = 4)."""
+    partial pivoting, vectorized along the last axis: m steps of whole-array operations
+    where np.linalg.inv on a stack calls LAPACK once per matrix."""
     m, _, c = D.shape
     A = D.copy()
     inv = np.zeros_like(A)
