@@ -238,6 +238,12 @@ def dgemm_rate(size=512, repeat=5):
     return 2 * size ** 3 / best
 
 
+def dense_schur_flops(n, K, width):
+    """Flops of the Schur sums formed densely a row (r - 1 = K): sum L_i^T (D_i^-1 L_i)
+    over rows of width coupled columns, the dnomad code before the Kronecker sums."""
+    return n * (2 * K * width ** 2 + 2 * K * K * width)
+
+
 def scaling(sizes, K=4, iterations=3):
     import zarr
 
@@ -280,7 +286,7 @@ def scaling(sizes, K=4, iterations=3):
             data.close()
         lay = P.layout
         flops = schur_pass_flops(n, K + 1, P.d)                 # the pass's GEMMs
-        dense_flops = n * (2 * K * lay.coupled ** 2 + 2 * K * K * lay.coupled)   # sum L_i^T (D_i^-1 L_i) dense
+        dense_flops = dense_schur_flops(n, K, lay.coupled)
         rate = flops / schur
         nlr_it = nl.seconds / nl.n_iter
         row = {"n": n, "seconds_per_newton_step": per_step, "schur_pass_seconds": schur,
@@ -319,8 +325,7 @@ def schur_shapes(peak_rate, n=100_000, shapes=((4, 4), (10, 10), (10, 20), (16, 
             P.solve(it, lam)
             seconds = time.perf_counter() - t
         flops = schur_pass_flops(n, K + 1, d)
-        width = P.layout.coupled
-        dense = n * (2 * K * width ** 2 + 2 * K * K * width)
+        dense = dense_schur_flops(n, K, P.layout.coupled)
         rows.append({"K": K, "d": d, "n": n, "seconds": seconds, "flops": flops, "dense_flops": dense,
                      "flops_per_second": flops / seconds, "fraction_of_dgemm": flops / seconds / peak_rate})
         print(f"{K:>3} {d:>3} {seconds:>13.3f} {flops / 1e9:>7.1f} {flops / seconds / 1e9:>8.1f} "

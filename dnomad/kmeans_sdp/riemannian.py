@@ -535,7 +535,7 @@ class _Rows:
         self.X, self.V, self.Q, self.Q1, self.mu = X, V, Q, Q[1:], mu
         c = V.shape[0]
         self.Vhat = np.hstack([np.full((c, 1), 1.0 / math.sqrt(n)), V])
-        self.uinv = 1.0 / (self.Vhat @ Q)
+        self.uinv = 1.0 / _u_rows(V, Q, n)
         self.u2 = self.uinv * self.uinv
         self.Et, self.negative = _inverse_blocks((mu * self.u2 + small["shift"]).T, Q)
         # grad_V rows: G_V - 1 m^T - c V with G_V = -2 X (X^T V) - mu U^-1 Q1^T.
@@ -662,6 +662,7 @@ def _inverse_blocks(LamT, Q):
     m, r = Q1.shape
     c = LamT.shape[1]
     outer = (Q1[:, None, :, None] * Q1[None, :, None, :]).reshape(m * m, r * r)   # [(a, b), (j, k)]
+    outer_diag = outer[:, ::r + 1]                                      # [(a, b), j]: D_i = outer_diag Lambda_i
     definite = LamT.min(axis=0) > 0 if c else np.zeros(0, dtype=bool)
     A = 1.0 / np.where(definite[None], LamT, 1.0)
     Aq = A * q0[:, None]
@@ -677,13 +678,13 @@ def _inverse_blocks(LamT, Q):
     negative = 0
     if not definite.all():
         Lam = LamT[:, ~definite]
-        Et[:, :, ~definite] = _inverse_rows_last((outer[:, ::r + 1] @ Lam).reshape(m, m, -1))
+        Et[:, :, ~definite] = _inverse_rows_last((outer_diag @ Lam).reshape(m, m, -1))
         zero = (Lam == 0).any(axis=0)
         with np.errstate(divide="ignore"):
             sign = (q0 * q0) @ (1.0 / Lam[:, ~zero])
         negative = int(np.sum(Lam[:, ~zero] < 0)) - int(np.sum(sign < 0))
         if zero.any():
-            D = (outer[:, ::r + 1] @ Lam[:, zero]).reshape(m, m, -1).transpose(2, 0, 1)
+            D = (outer_diag @ Lam[:, zero]).reshape(m, m, -1).transpose(2, 0, 1)
             negative += int(np.sum(np.linalg.eigvalsh(D) <= 0))
     return Et, negative
 
@@ -740,16 +741,17 @@ def _back_substitute_kernel(chunk, name, small, layout, s, dQ, with_rhs):
     X, V = chunk["X"], chunk[name]
     Q, n = small["Q"], small["n"]
     dV = np.empty_like(V)
-    bdv = 0.0
+    bdv, t_max = 0.0, math.inf
     for rows in _row_blocks(V.shape[0], X.shape[1], Q.shape[0]):
         block = _Rows(X[rows], V[rows], small, chunk["rhsV"][rows] if with_rhs else None)
         dV[rows] = block.e_times(block.b - block.coupling_times(s, layout)).T
         bdv += float(np.vdot(block.b, dV[rows]))
+        # The largest t with U + t dU > 0 (first order), from the block's own U^-1.
+        dU = dQ[0][None, :] / math.sqrt(n) + dV[rows] @ Q[1:] + V[rows] @ dQ[1:]
+        falling = dU < 0
+        if falling.any():
+            t_max = min(t_max, float(np.min(-1.0 / (block.uinv[falling] * dU[falling]))))
     chunk["dV"] = dV
-    U = _u_rows(V, Q, n)
-    dU = dQ[0][None, :] / math.sqrt(n) + dV @ Q[1:] + V @ dQ[1:]
-    falling = dU < 0
-    t_max = float(np.min(-U[falling] / dU[falling])) if falling.any() else math.inf
     return dV.sum(axis=0), float(np.vdot(V, dV)), float(np.vdot(dV, dV)), bdv, t_max
 
 
