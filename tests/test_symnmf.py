@@ -151,6 +151,41 @@ def test_paper_step_rule_uses_the_curvature_bound(small):
         assert row["step"] == pytest.approx(min(row["gap"] / C, 1.0), rel=1e-5)
 
 
+def test_paper_pgd_backtracks_from_one_every_iteration(small):
+    """step_rule="paper" for PGD: plain backtracking, each accepted eta the first of
+    1, 1/2, 1/4, ... that passes the sufficient-decrease test, checked against dense
+    numpy; one pass per trial."""
+    P, W0 = small
+    fro2 = np.sum(P * P)
+    bm = blocks.from_array(P, dtype=np.float64, block_size=16)
+    res = S.projected_gradient(bm, W0, S.SymNMFParams(n_components=4, max_iter=6, tol=0, step_rule="paper"),
+                               fro2=fro2)
+    assert res.step_rule == "plain backtracking"
+
+    def passes_test(W, eta):
+        G = dense_grad(P, W)
+        Wn = S.project_rows_to_simplex(W - eta * G)
+        D = Wn - W
+        return dense_f(P, Wn) <= dense_f(P, W) + np.sum(G * D) + np.sum(D * D) / (2 * eta), Wn
+
+    W, trials = W0, 0
+    for row in res.history[:-1]:
+        eta = row["step"]
+        m = -np.log2(eta)
+        assert m == round(m) and m >= 0, eta
+        assert all(not passes_test(W, 2.0 ** -j)[0] for j in range(int(m)))
+        ok, W = passes_test(W, eta)
+        assert ok
+        trials += int(m) + 1
+    assert res.passes == 1 + trials and trials > len(res.history) - 1    # it did backtrack
+    np.testing.assert_allclose(res.W, W, rtol=1e-10, atol=1e-12)
+    objectives = [r["objective"] for r in res.history]
+    assert np.all(np.diff(objectives) <= 1e-9 * objectives[0])
+    # The default starts from twice the last accepted step: fewer trials for the same iterations.
+    warm = S.projected_gradient(bm, W0, S.SymNMFParams(n_components=4, max_iter=6, tol=0), fro2=fro2)
+    assert warm.step_rule == "backtracking" and warm.passes < res.passes
+
+
 @pytest.fixture(scope="module")
 def yeast_data():
     from dnomad.data import yeast

@@ -38,7 +38,9 @@ class SymNMF(_Clustering, _Estimator):
     step_rule : {"line_search", "paper"}, default "line_search"
         Frank-Wolfe step: the exact minimizer of f along the FW direction (a quartic,
         no extra pass), or the paper's min(gap / C, 1) with C = 2n(3n + ||P||_2) (a
-        Lanczos estimate of ||P||_2 first; tiny steps: C grows as n^2).
+        Lanczos estimate of ||P||_2 first; tiny steps: C grows as n^2).  Projected
+        gradient: backtracking that starts from twice the last accepted step, or
+        ("paper") plain backtracking from step 1 every iteration.
     stop_rule : {"gap", "objective"}, default "gap"
         "gap": stop when the FW gap <= tol ||P||_F^2 (the gap is 0 exactly at KKT points,
         Thm. 1); "objective": the paper's experiments, |f_t - f_{t-1}| < objective_tol.
@@ -88,7 +90,8 @@ class SymNMF(_Clustering, _Estimator):
         A row per iteration: objective, gap, step, passes, seconds.
     n_iter_, stop_reason_, passes_, backend_used_
     step_rule_ : str
-        The step rule used ("backtracking" for pgd, "L-BFGS" for penalty).
+        The step rule used ("backtracking" or "plain backtracking" for pgd, "L-BFGS" for
+        penalty).
     spectral_norm_ : float or None
         ||P||_2 when the paper's step needed it.
 

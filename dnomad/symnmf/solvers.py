@@ -46,6 +46,7 @@ STEP_RULES = ("line_search", "paper")
 STOP_RULES = ("gap", "objective")
 PENALTY_INNER_ITER = 50        # the paper's "maximum number of inner loops"
 PENALTY_GROWTH = 2.0           # the paper's "step factor for the coefficients"
+PLAIN_BACKTRACKING_FIRST_STEP = 1.0   # PGD's first trial step every iteration with step_rule="paper"
 
 
 @dataclass
@@ -386,18 +387,23 @@ def projected_gradient(P, W0, params: SymNMFParams, *, fro2, callback=None, stat
                        checkpoint=None, checkpoint_every=50, shrink=0.5, grow=2.0):
     """Projected gradient descent with backtracking (the paper's PGD baseline).
 
-    W+ = Proj(W - eta grad f(W)) onto the product of simplices; eta starts each iteration
-    at ``grow`` times the last accepted step and shrinks by ``shrink`` until
-    f(W+) <= f(W) + <grad, W+ - W> + ||W+ - W||^2 / (2 eta) (the sufficient-decrease test of
-    projected gradient, which any eta <= 1/L passes).  Each trial costs one pass (P W+),
-    which then also gives the next gradient.  Monotone.  Same stopping rules, history,
-    ``state`` and ``checkpoint`` as :func:`frank_wolfe` (the gap is the FW gap at each
-    iterate; the checkpoint also keeps the step eta).
+    W+ = Proj(W - eta grad f(W)) onto the product of simplices; eta shrinks by ``shrink``
+    until f(W+) <= f(W) + <grad, W+ - W> + ||W+ - W||^2 / (2 eta) (the sufficient-decrease
+    test of projected gradient, which any eta <= 1/L passes).  Where eta starts each
+    iteration is ``params.step_rule``: "line_search" (the default) at ``grow`` times the
+    last accepted step, so a steady run pays about two trials an iteration; "paper" at
+    ``PLAIN_BACKTRACKING_FIRST_STEP`` = 1 every iteration, plain backtracking as in
+    textbooks (the paper names backtracking and no first step), about log2(L) trials an
+    iteration with L the local curvature.  Each trial costs one pass (P W+), which then
+    also gives the next gradient.  Monotone.  Same stopping rules, history, ``state`` and
+    ``checkpoint`` as :func:`frank_wolfe` (the gap is the FW gap at each iterate; the
+    checkpoint also keeps the step eta).
     """
     n, k = P.shape[0], params.n_components
     check_solver_params(params, n)
     clock = _Clock(state)
     callback = _resumed_callback(state, callback)
+    plain = params.step_rule == "paper"
     if state is not None:
         W, M, first, history = _resumed_state(state, n, k)
         prev_obj = history[-1]["objective"] if history else None
@@ -422,7 +428,7 @@ def projected_gradient(P, W0, params: SymNMFParams, *, fro2, callback=None, stat
             stop_reason = reason
             break
         prev_obj = f
-        eta *= grow
+        eta = PLAIN_BACKTRACKING_FIRST_STEP if plain else eta * grow
         while True:
             Wn = project_rows_to_simplex(W - eta * G)
             Mn = np.asarray(P.matmat(Wn), dtype=np.float64)
@@ -441,7 +447,7 @@ def projected_gradient(P, W0, params: SymNMFParams, *, fro2, callback=None, stat
     return SymNMFResult(W=W, history=history, n_iter=len(history) - 1, stop_reason=stop_reason,
                         converged=stop_reason in ("tolerance", "objective"),
                         objective=last["objective"], gap=last["gap"], passes=clock.passes,
-                        method="pgd", step_rule="backtracking")
+                        method="pgd", step_rule="plain backtracking" if plain else "backtracking")
 
 
 # ------------------------------------------------------------------ penalty method
