@@ -1,7 +1,7 @@
 """NOMAD's scaling on one machine: pass efficiency, passes per inner step, time to the
-stopping rule for growing n, and cvxpy + SCS on the same instances.
+stopping rule for growing n, and the authors' code and cvxpy + SCS on the same instances.
 
-    python graphs/nomad_scaling.py                      # the full table (about an hour)
+    python graphs/nomad_scaling.py --authors /path/to/sdp_kmeans     # all of it (about 2 hours)
     python graphs/nomad_scaling.py --sizes 1000 2000 --paper-sizes 1000 --scs 500 --per-step 8000
 
 Everything is measured in this run on this machine:
@@ -12,8 +12,17 @@ Everything is measured in this run on this machine:
   * time to the authors' stopping rule (RMSE of [Q]_- <= 1e-4, |min Q| <= 1e-2 K/n) on two
     rings with K = 16, one process per size so each peak RSS is its own, with the default
     penalty="scale" and (--paper-sizes) with the paper's fixed gamma = tau = 1;
+  * the authors' CGM (``sdp_km_conditional_gradient`` of simonsfoundation/sdp_kmeans,
+    float64, dense numpy, as their MNIST timing script calls it: no line search,
+    stop_tol_max = 1e-2, at most 2,000 outer iterations) on the same D, one process per
+    size, stopped at --authors-cap seconds; a run the cap stops prints "did not finish in
+    T" with the outer iterations it made and its violation then.  Their code is not part
+    of dnomad and is never copied into it: get it with
+        git clone https://github.com/simonsfoundation/sdp_kmeans /path/to/sdp_kmeans
+    and pass --authors /path/to/sdp_kmeans (or set DNOMAD_SDP_KMEANS); without it the
+    column is left out;
   * cvxpy + SCS on the same instances (time, objective, ||Q - Q_scs|| / ||Q_scs|| for each
-    NOMAD run of that size).
+    NOMAD run of that size and the authors' run).
 Writes graphs/nomad_scaling.json and graphs/nomad_scaling.png.
 """
 from __future__ import annotations
@@ -32,10 +41,7 @@ from dnomad.blocks.engine import _worker_peak_rss
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 K = 16
-# The authors' CGM, float64, one core, as measured on a machine of this kind (issue 2):
-# n -> seconds to converge (None: did not), seconds per inner step.
-AUTHORS = {1000: (206.0, 206.0 / (984 * 15)), 2000: (None, 0.073), 4000: (None, 0.39),
-           8000: (None, 2.0)}
+AUTHORS_STOP = {"max_violation": 1e-2, "rmse_neg": 1e-4}     # as their timing script
 
 
 def pass_efficiency(n, bandwidth, repeat=5):
@@ -142,6 +148,76 @@ def scs_one(n, *q_paths):
     return out
 
 
+def negative_part_stats(Q, n):
+    """The authors' stopping measures of a Q that has Q 1 = 1: |min [Q]_-| n / K and the
+    RMSE of Q's negative entries (0 where there are none)."""
+    neg = Q[Q < 0]
+    if neg.size == 0:
+        return 0.0, 0.0
+    return float(-neg.min() / (K / n)), float(np.sqrt(np.mean(neg * neg)))
+
+
+class _TimeCap(Exception):
+    pass
+
+
+def authors_one(n, cap, path, save_q, *q_paths):
+    """Child process: the authors' CGM on two rings of size n, called as their MNIST timing
+    script calls it, stopped at ``cap`` seconds.  Its loop has no callback: a wrapper around
+    the eigensolver it calls at every inner step counts those steps, stops the run at the
+    cap, and at the first inner step of each outer iteration reads the violation of the Q
+    the last one left (from its frame; O(n^2), against the step's several O(n^2) passes)."""
+    import scipy.sparse.linalg
+
+    sys.path.insert(0, path)
+    from sdp_kmeans.sdp import sdp_km_conditional_gradient
+    from sdp_kmeans.utils import dot_matrix
+
+    from dnomad.data import two_rings
+
+    X, _ = two_rings(n)
+    D = dot_matrix(X)                  # the same D as dnomad's prepare_gram_data gives
+    eigsh, inner, progress = scipy.sparse.linalg.eigsh, [0], []
+    t0 = time.perf_counter()
+
+    def counted_eigsh(*args, **kwargs):
+        solver = sys._getframe(2).f_locals            # sdp_km_conditional_gradient's
+        if solver.get("inner_it") == 0 and solver.get("t", 0) > 0:
+            progress.append((solver["t"], time.perf_counter() - t0,
+                             *negative_part_stats(solver["Q"] + 1.0 / n, n)))
+        if time.perf_counter() - t0 > cap:
+            raise _TimeCap
+        inner[0] += 1
+        return eigsh(*args, **kwargs)
+
+    scipy.sparse.linalg.eigsh = counted_eigsh
+    try:
+        Q = sdp_km_conditional_gradient(D, K, use_line_search=False,
+                                        stop_tol_max=AUTHORS_STOP["max_violation"])
+    except _TimeCap:
+        Q = None
+    seconds = time.perf_counter() - t0
+    out = {"n": n, "seconds": seconds, "inner_steps": inner[0],
+           "seconds_per_inner_step": seconds / max(inner[0], 1), "peak_rss_bytes": _worker_peak_rss()}
+    if Q is None:
+        last = progress[-1] if progress else (0, 0.0, float("nan"), float("nan"))
+        out.update(stop_reason="time_cap", outer_iterations=int(last[0]), max_violation=last[2],
+                   rmse_neg=last[3])
+        return out
+    violation, rmse = negative_part_stats(Q, n)
+    converged = violation < AUTHORS_STOP["max_violation"] and rmse < AUTHORS_STOP["rmse_neg"]
+    out.update(stop_reason="tolerance" if converged else "max_iter", outer_iterations=len(progress) + 1,
+               max_violation=violation, rmse_neg=rmse, objective=float(np.sum(D * Q)))
+    for q_path_ in q_paths:
+        if os.path.exists(q_path_):
+            tag = os.path.basename(q_path_).split("_")[-1].split(".")[0]
+            Qd = np.load(q_path_)
+            out[f"rel_distance_{tag}"] = float(np.linalg.norm(Q - Qd) / np.linalg.norm(Qd))
+    if save_q:
+        np.save(save_q, Q)
+    return out
+
+
 def child(kind, *args):
     res = subprocess.run([sys.executable, __file__, "--child", kind, *map(str, args)],
                          capture_output=True, text=True)
@@ -174,8 +250,15 @@ def plot(result, path):
         for r in rs:
             if r["stop_reason"] != "tolerance":
                 ax.annotate("cap", (r["n"], r["seconds"]))
-    an = [n for n, (s, _) in AUTHORS.items() if s]
-    ax.loglog(an, [AUTHORS[n][0] for n in an], "s", label="authors' CGM (issue anchor)")
+    peer = [r for r in result.get("authors", []) if r]
+    done = [r for r in peer if r["stop_reason"] == "tolerance"]
+    if done:
+        ax.loglog([r["n"] for r in done], [r["seconds"] for r in done], "s-", color="C3",
+                  label="authors' CGM (float64, dense)")
+    capped = [r for r in peer if r["stop_reason"] != "tolerance"]
+    if capped:
+        ax.loglog([r["n"] for r in capped], [r["seconds"] for r in capped], "s", color="C3", mfc="none",
+                  label="authors' CGM: stopped by the cap / max_iter (lower bound)")
     if scs:
         ax.loglog([r["n"] for r in scs], [r["seconds"] for r in scs], "^-", label="cvxpy + SCS")
     ax.set_xlabel("n")
@@ -197,7 +280,9 @@ def plot(result, path):
     ps = [r["seconds_per_inner_step"] for r in rs] + [result["per_step"]["seconds_per_inner_step"]]
     order = np.argsort(pn)
     ax.loglog(np.array(pn)[order], np.array(ps)[order], "o-", label="dnomad")
-    ax.loglog(list(AUTHORS), [v[1] for v in AUTHORS.values()], "s", label="authors' CGM")
+    if peer:
+        ax.loglog([r["n"] for r in peer], [r["seconds_per_inner_step"] for r in peer], "s-", color="C3",
+                  label="authors' CGM")
     ax.set_xlabel("n")
     ax.set_ylabel("seconds per inner step")
     ax.legend(fontsize=8)
@@ -225,6 +310,10 @@ def main():
     ap.add_argument("--scs", type=int, nargs="*", default=[500, 1000])
     ap.add_argument("--per-step", type=int, default=16000)
     ap.add_argument("--time-cap", type=float, default=3600.0, help="seconds per size")
+    ap.add_argument("--authors", default=os.environ.get("DNOMAD_SDP_KMEANS"),
+                    help="a checkout of simonsfoundation/sdp_kmeans (outside this repository)")
+    ap.add_argument("--authors-sizes", type=int, nargs="*", default=[500, 1000, 2000, 4000, 8000])
+    ap.add_argument("--authors-cap", type=float, default=900.0, help="seconds per size for the authors' code")
     ap.add_argument("--child", nargs="+")
     ap.add_argument("--plot-only", action="store_true", help="redraw the plot from the saved JSON")
     args = ap.parse_args()
@@ -237,9 +326,19 @@ def main():
             n, cap, params = int(rest[0]), float(rest[1]), rest[2]
             save = q_path(n, params) if rest[3] == "save" else None
             print(json.dumps(solve_one(n, cap, save, params)))
+        elif kind == "authors":
+            n, cap, path = int(rest[0]), float(rest[1]), rest[2]
+            save = q_path(n, "authors") if rest[3] == "save" else None
+            print(json.dumps(authors_one(n, cap, path, save, *rest[4:])))
         else:
             print(json.dumps(scs_one(int(rest[0]), *rest[1:])))
         return
+    authors = args.authors
+    if authors and not os.path.isdir(os.path.join(authors, "sdp_kmeans")):
+        sys.exit(f"--authors {authors!r}: no sdp_kmeans package there; clone "
+                 "https://github.com/simonsfoundation/sdp_kmeans and pass the checkout's folder")
+    if not authors:
+        print("the authors' code: not given (--authors or DNOMAD_SDP_KMEANS), its column left out", flush=True)
     bw = memory_bandwidth()
     print(f"memory bandwidth (numpy copy, read + write): {bw / 1e9:.1f} GB/s", flush=True)
     rows, step = pass_efficiency(args.per_step, bw)
@@ -250,37 +349,66 @@ def main():
         print(f"{k:32s} {r['seconds']:9.3f} {r['GB_per_s']:7.1f} {r['efficiency']:10.2f}")
     print(f"per inner step: {step['passes_per_inner_step']:.1f} passes "
           f"({step['matvecs_per_inner_step']:.1f} matvecs), {step['seconds_per_inner_step']:.3f} s", flush=True)
-    runs, scs = [], []
+    runs, scs, peer = [], [], []
+    authors_sizes = args.authors_sizes if authors else []
+    # Q is kept on disk where a peer's distance to it is measured.
+    keep_q = set(args.scs) | set(authors_sizes)
     print(f"\n{'n':>6s} {'params':>6s} {'gamma':>6s} {'stop':>9s} {'outer':>6s} {'seconds':>8s} {'s/inner':>8s} "
-          f"{'passes/inner':>12s} {'peak MB':>8s} {'ARI':>5s} {'authors s/inner':>15s} {'speedup/step':>12s}",
-          flush=True)
+          f"{'passes/inner':>12s} {'peak MB':>8s} {'ARI':>5s}", flush=True)
     jobs = [(n, "scale") for n in args.sizes] + [(n, "paper") for n in args.paper_sizes]
     for n, params in jobs:
-        r = child("solve", n, args.time_cap, params, "save" if n in args.scs else "-")
+        r = child("solve", n, args.time_cap, params, "save" if n in keep_q else "-")
         runs.append(r)
         if r:
-            a = AUTHORS.get(n, (None, None))[1]
             print(f"{n:6d} {params:>6s} {r['penalty']:6.2f} {r['stop_reason']:>9s} {r['outer_iterations']:6d} "
                   f"{r['seconds']:8.1f} {r['seconds_per_inner_step']:8.4f} {r['passes_per_inner_step']:12.1f} "
-                  f"{r['peak_rss_bytes'] / 2**20:8.0f} {r['ari']:5.2f} "
-                  f"{a if a else float('nan'):15.3f} {a / r['seconds_per_inner_step'] if a else float('nan'):12.1f}",
-                  flush=True)
-    print(f"\n{'n':>6s} {'SCS s':>8s} {'SCS peak MB':>11s} {'params':>6s} {'dnomad s':>9s} {'time ratio':>10s} "
+                  f"{r['peak_rss_bytes'] / 2**20:8.0f} {r['ari']:5.2f}", flush=True)
+    if authors_sizes:
+        print(f"\nthe authors' CGM (float64, dense), capped at {args.authors_cap:g} s, against dnomad "
+              f"(penalty='scale') on the same instance\n"
+              f"{'n':>6s} {'stop':>22s} {'outer':>6s} {'seconds':>8s} {'s/inner':>8s} {'violation':>9s} "
+              f"{'rmse':>8s} {'peak MB':>8s} {'dnomad s':>9s} {'time ratio':>10s} {'s/inner ratio':>13s} "
+              f"{'||Q-Qd||/||Qd||':>15s}", flush=True)
+    for n in authors_sizes:
+        r = child("authors", n, args.authors_cap, authors, "save" if n in args.scs else "-",
+                  q_path(n, "scale"))
+        peer.append(r)
+        if not r:
+            continue
+        mine = next((x for x in runs if x and x["n"] == n and x["params"] == "scale"), None)
+        stop = (f"did not finish in {args.authors_cap:g} s" if r["stop_reason"] == "time_cap"
+                else r["stop_reason"])
+        ratio = "-"                     # the authors' time to the rule over dnomad's
+        if mine and mine["stop_reason"] == "tolerance":
+            ratio = format(r["seconds"] / mine["seconds"], ".1f")
+            if r["stop_reason"] != "tolerance":
+                ratio = "> " + ratio         # a lower bound: theirs did not get there
+        ratio = f"{ratio:>10s}"
+        step_ratio = (r["seconds_per_inner_step"] / mine["seconds_per_inner_step"]) if mine else float("nan")
+        print(f"{n:6d} {stop:>22s} {r['outer_iterations']:6d} {r['seconds']:8.1f} {r['seconds_per_inner_step']:8.4f} "
+              f"{r['max_violation']:9.4f} {r['rmse_neg']:8.2e} {r['peak_rss_bytes'] / 2**20:8.0f} "
+              f"{mine['seconds'] if mine else float('nan'):9.1f} {ratio} {step_ratio:13.1f} "
+              f"{r.get('rel_distance_scale', float('nan')):15.4f}", flush=True)
+    print(f"\n{'n':>6s} {'SCS s':>8s} {'SCS peak MB':>11s} {'solver':>8s} {'its s':>9s} {'time ratio':>10s} "
           f"{'||Q-Qscs||/||Qscs||':>20s} {'objective ratio':>15s}")
     for n in args.scs:
-        r = child("scs", n, q_path(n, "scale"), q_path(n, "paper"))
+        r = child("scs", n, q_path(n, "scale"), q_path(n, "paper"), q_path(n, "authors"))
         scs.append(r)
         if not r:
             continue
-        for params in PARAMS:
-            mine = next((x for x in runs if x and x["n"] == n and x["params"] == params), None)
+        for params in (*PARAMS, "authors"):
+            if params == "authors":
+                mine = next((x for x in peer if x and x["n"] == n and "objective" in x), None)
+            else:
+                mine = next((x for x in runs if x and x["n"] == n and x["params"] == params), None)
             if mine is None or f"rel_distance_{params}" not in r:
                 continue
-            print(f"{n:6d} {r['seconds']:8.1f} {r['peak_rss_bytes'] / 2**20:11.0f} {params:>6s} "
+            print(f"{n:6d} {r['seconds']:8.1f} {r['peak_rss_bytes'] / 2**20:11.0f} {params:>8s} "
                   f"{mine['seconds']:9.1f} {r['seconds'] / mine['seconds']:10.1f} "
                   f"{r[f'rel_distance_{params}']:20.4f} {r[f'objective_{params}'] / r['objective']:15.5f}",
                   flush=True)
     result = {"bandwidth_GBps": bw / 1e9, "passes": rows, "per_step": step, "runs": runs, "scs": scs,
+              "authors": peer, "authors_cap": args.authors_cap,
               "cpu_count": len(os.sched_getaffinity(0))}
     write_result(HERE, "nomad_scaling", result, plot)
 
