@@ -271,6 +271,12 @@ def plot(result, path):
         if rs:
             ax.semilogx([r["n"] for r in rs], [r["outer_iterations"] for r in rs], marker,
                         label=f"penalty={params!r}")
+    if done:
+        ax.semilogx([r["n"] for r in done], [r["outer_iterations"] for r in done], "s-", color="C3",
+                    label="authors' CGM")
+    if capped:
+        ax.semilogx([r["n"] for r in capped], [r["outer_iterations"] for r in capped], "s", color="C3",
+                    mfc="none", label="authors' CGM: outer iterations when the cap stopped it")
     ax.set_xlabel("n")
     ax.set_ylabel("outer iterations to the stopping rule")
     ax.legend(fontsize=8)
