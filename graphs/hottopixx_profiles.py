@@ -18,8 +18,18 @@ for all of its methods, so the profiles compare the hott rows chosen; time is th
 run.  The profile of a method at t is the fraction of instances whose value is within a
 factor t of the best method's (Dolan & More).
 
-    python graphs/hottopixx_profiles.py            # about 10 minutes on 2 cores
-    python graphs/hottopixx_profiles.py --plot-only
+    python graphs/hottopixx_profiles.py --hours 2       # run the grid for two hours, then stop
+    python graphs/hottopixx_profiles.py --hours 2       # ... and continue where it stopped
+    python graphs/hottopixx_profiles.py --plot-only     # tables and plot from what is done
+
+The grid is the paper's: f in {40, 80, 160}, n in {400, 800, 1600}, r in {3, 5, 10},
+d in {0, 1, 2}, eta in {0.25, 0.95, 4, 10, 100}, 405 settings, each repeated 5 times (2,025
+instances, each with a seed of its own).  Every finished instance is appended at once to
+graphs/hottopixx_profiles_runs.jsonl; a run skips the instances already there, so a long
+run can be stopped (or cut by --hours) and continued later.  Instances go in repeat order
+(every setting once before any twice), smaller shapes first within a repeat, so a partial
+run covers the grid as evenly as it can.  The tables and the plot cover what is done and
+say how much that is.
 """
 from __future__ import annotations
 
@@ -39,13 +49,34 @@ METHODS = ("hott", "hott (fast)", "hott (diag rule)", "LP", "AGKM")
 ETAS = (0.25, 0.95, 4.0, 10.0, 100.0)
 
 
+SHAPES = [(f, n) for f in (40, 80, 160) for n in (400, 800, 1600)]
+RANKS = (3, 5, 10)
+DUPLICATES = (0, 1, 2)
+REPEATS = 5
+RUNS_FILE = os.path.join(HERE, "hottopixx_profiles_runs.jsonl")
+
+
 def grid():
-    """The paper's grid, cut to what HiGHS solves in minutes: all of f = 40, n = 400
-    (r in {3, 5, 10}, d in {0, 1, 2}, the five noise levels) and f = 80, n = 800 with
-    r in {3, 5}, d in {0, 1}, eta in {0.25, 0.95, 4}."""
-    cases = [(40, 400, r, d, eta) for r in (3, 5, 10) for d in (0, 1, 2) for eta in ETAS]
-    cases += [(80, 800, r, d, eta) for r in (3, 5) for d in (0, 1) for eta in ETAS[:3]]
-    return [(f, n, r, d, eta, seed) for seed, (f, n, r, d, eta) in enumerate(cases)]
+    """Every instance of the paper's grid as (f, n, r, d, eta, seed), in the order they run:
+    repeat by repeat, each repeat over the 405 settings by size (f n) then r, d, eta.  The
+    seed numbers the instance in a fixed enumeration, so it does not depend on the order."""
+    settings = [(f, n, r, d, eta) for f, n in SHAPES for r in RANKS for d in DUPLICATES for eta in ETAS]
+    cases = [(*setting, REPEATS * i + rep) for i, setting in enumerate(settings) for rep in range(REPEATS)]
+    return sorted(cases, key=lambda c: (c[5] % REPEATS, c[0] * c[1], c[0], c[2], c[3], c[4]))
+
+
+def load_runs():
+    """The finished instances recorded so far, by case."""
+    import json
+
+    runs = {}
+    if os.path.exists(RUNS_FILE):
+        with open(RUNS_FILE) as fh:
+            for line in fh:
+                if line.strip():
+                    r = json.loads(line)
+                    runs[tuple(r["case"])] = r
+    return runs
 
 
 def run_case(case):
@@ -104,13 +135,23 @@ def summarize(result):
         for j, m in enumerate(METHODS):
             table.append((key, m, float(np.median(V[:, j] / lp[:, 0])), float(np.mean(V[:, j] <= 1.5 * lp[:, 0])),
                           float(profile(V, [1.0])[0, j]), float(np.median(V[:, j]))))
-    print(f"\n{len(rows)} instances (f = 40 and 80); ratios to the exact LP on the same instance")
+    shapes = {}
+    for r in rows:
+        shapes[tuple(r["case"][:2])] = shapes.get(tuple(r["case"][:2]), 0) + 1
+    done = ", ".join(f"{f}x{n}: {c}" for (f, n), c in sorted(shapes.items()))
+    print(f"\n{len(rows)} of {len(grid())} instances done ({done}); ratios to the exact LP on the same instance")
     print(f"{'metric':8s} {'method':18s} {'median ratio':>13s} {'<= 1.5 LP':>10s} {'best':>6s} {'median':>10s}")
     for key, m, med, within, best, median in table:
         print(f"{key:8s} {m:18s} {med:13.3g} {within:10.2f} {best:6.2f} {median:10.3g}")
+    recovered = {}
     for m in METHODS:
-        rec = np.mean([r[m]["recovered"] for r in rows if r["case"][4] <= 0.95])
+        rec = float(np.mean([r[m]["recovered"] for r in rows if r["case"][4] <= 0.95]))
+        recovered[m] = rec
         print(f"hott rows recovered (eta <= 0.95): {m:18s} {rec:.2f}")
+    return {"instances_done": len(rows), "instances_total": len(grid()), "by_shape": done,
+            "table": [dict(zip(("metric", "method", "median_ratio_to_LP", "within_1.5_LP", "best", "median"), t))
+                      for t in table],
+            "recovered_eta_le_0.95": recovered}
 
 
 def plot(result, path):
@@ -120,15 +161,20 @@ def plot(result, path):
     import matplotlib.pyplot as plt
 
     rows = result["runs"]
-    small = [r for r in rows if r["case"][0] == 40]
+    small = [r for r in rows if r["case"][:2] == [40, 400]]
+    medium = [r for r in rows if r["case"][:2] != [40, 400]]
     high = [r for r in rows if r["case"][4] >= 1]
     panels = [("(inf,1) error, f=40 n=400", small, "error", np.linspace(1, 3, 200)),
               ("(inf,1) error, all instances", rows, "error", np.linspace(1, 3, 200)),
               ("time, all instances", rows, "seconds", np.logspace(0, 3, 200)),
-              ("RMSE, all instances", rows, "rmse", np.linspace(1, 3, 200)),
+              ("RMSE, f=40 n=400", small, "rmse", np.linspace(1, 3, 200)),
+              ("RMSE, larger shapes", medium, "rmse", np.linspace(1, 3, 200)),
               ("(inf,1) error, eta >= 1", high, "error", np.linspace(1, 3, 200))]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.0 * len(panels), 3.6))
     for ax, (title, subset, key, ts) in zip(axes, panels):
+        if not subset:
+            ax.set_title(f"{title} (none done yet)", fontsize=10)
+            continue
         V = np.array([[r[m][key] for m in METHODS] for r in subset])
         P = profile(V, ts)
         for j, m in enumerate(METHODS):
@@ -147,27 +193,46 @@ def plot(result, path):
 
 
 def main():
+    import json
+    from concurrent.futures import FIRST_COMPLETED, wait
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plot-only", action="store_true")
     ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--hours", type=float, default=None,
+                    help="start no instance after this long (the finished ones are kept; run again to go on)")
     args = ap.parse_args()
-    if args.plot_only:
-        import json
-
-        with open(os.path.join(HERE, "hottopixx_profiles.json")) as fh:
-            summarize(json.load(fh))
-        replot(HERE, "hottopixx_profiles", plot)
-        return
-    cases = grid()
-    # Larger instances first so the two processes finish together.
-    cases.sort(key=lambda c: -c[0])
-    t0 = time.perf_counter()
-    with ProcessPoolExecutor(args.processes) as pool:
-        runs = list(pool.map(run_case, cases))
-    result = {"runs": runs, "methods": list(METHODS), "seconds": time.perf_counter() - t0,
-              "processes": args.processes}
-    summarize(result)
-    write_result(HERE, "hottopixx_profiles", result, plot)
+    done = load_runs()
+    if not args.plot_only:
+        todo = [c for c in grid() if c not in done]
+        print(f"{len(done)} of {len(grid())} instances already in {os.path.basename(RUNS_FILE)}, "
+              f"{len(todo)} to go", flush=True)
+        deadline = time.perf_counter() + 3600 * args.hours if args.hours else float("inf")
+        with ProcessPoolExecutor(args.processes) as pool, open(RUNS_FILE, "a") as log:
+            pending, queue = set(), iter(todo)
+            while True:
+                while len(pending) < args.processes and time.perf_counter() < deadline:
+                    case = next(queue, None)
+                    if case is None:
+                        break
+                    pending.add(pool.submit(run_case, case))
+                if not pending:
+                    break
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    r = fut.result()
+                    log.write(json.dumps(r) + "\n")
+                    log.flush()          # a kill loses at most the instances in flight
+                    done[tuple(r["case"])] = r
+    order = {c: i for i, c in enumerate(grid())}
+    result = {"runs": sorted(done.values(), key=lambda r: order.get(tuple(r["case"]), 0)),
+              "methods": list(METHODS)}
+    if not result["runs"]:
+        sys.exit("no instance done yet")
+    summary = summarize(result)
+    write_result(HERE, "hottopixx_profiles", {"methods": list(METHODS), "summary": summary,
+                                              "runs_file": os.path.basename(RUNS_FILE)},
+                 lambda _, path: plot(result, path))
 
 
 if __name__ == "__main__":
