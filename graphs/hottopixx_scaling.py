@@ -149,7 +149,9 @@ def jumbo():
         resid = time.perf_counter() - t
     # The whole run as a user makes it: 50 epochs, the hott rows, F by cleaning epochs.
     t = time.perf_counter()
-    res = H.hottopixx(data, H.HottopixxParams(rank=r), random_state=1)
+    res = H.hottopixx(data, H.HottopixxParams(rank=r), random_state=1,
+                      callback=lambda row: print(f"  epoch {row['epoch']}: {row['seconds']:.0f} s, "
+                                                 f"Tr C {row['trace']:.4g}", flush=True))
     run_seconds = time.perf_counter() - t
     hott = np.asarray(res.hott_rows)
     found = sorted(set(inst["copies"][hott].tolist()) - {-1})
