@@ -139,7 +139,8 @@ def summarize(result):
     for r in rows:
         shapes[tuple(r["case"][:2])] = shapes.get(tuple(r["case"][:2]), 0) + 1
     done = ", ".join(f"{f}x{n}: {c}" for (f, n), c in sorted(shapes.items()))
-    print(f"\n{len(rows)} of {len(grid())} instances done ({done}); ratios to the exact LP on the same instance")
+    total = len(grid())
+    print(f"\n{len(rows)} of {total} instances done ({done}); ratios to the exact LP on the same instance")
     print(f"{'metric':8s} {'method':18s} {'median ratio':>13s} {'<= 1.5 LP':>10s} {'best':>6s} {'median':>10s}")
     for key, m, med, within, best, median in table:
         print(f"{key:8s} {m:18s} {med:13.3g} {within:10.2f} {best:6.2f} {median:10.3g}")
@@ -148,7 +149,7 @@ def summarize(result):
         rec = float(np.mean([r[m]["recovered"] for r in rows if r["case"][4] <= 0.95]))
         recovered[m] = rec
         print(f"hott rows recovered (eta <= 0.95): {m:18s} {rec:.2f}")
-    return {"instances_done": len(rows), "instances_total": len(grid()), "by_shape": done,
+    return {"instances_done": len(rows), "instances_total": total, "by_shape": done,
             "table": [dict(zip(("metric", "method", "median_ratio_to_LP", "within_1.5_LP", "best", "median"), t))
                       for t in table],
             "recovered_eta_le_0.95": recovered}

@@ -139,12 +139,9 @@ def scs_one(n, *q_paths):
     Qs = Z.value
     out = {"n": n, "seconds": sec, "objective": float(np.sum(D * Qs)),
            "peak_rss_bytes": _worker_peak_rss()}
-    for q_path in q_paths:
-        if os.path.exists(q_path):
-            Q = np.load(q_path)
-            tag = os.path.basename(q_path).split("_")[-1].split(".")[0]
-            out[f"rel_distance_{tag}"] = float(np.linalg.norm(Q - Qs) / np.linalg.norm(Qs))
-            out[f"objective_{tag}"] = float(np.sum(D * Q))
+    for tag, Q in saved_qs(q_paths):
+        out[f"rel_distance_{tag}"] = float(np.linalg.norm(Q - Qs) / np.linalg.norm(Qs))
+        out[f"objective_{tag}"] = float(np.sum(D * Q))
     return out
 
 
@@ -208,11 +205,8 @@ def authors_one(n, cap, path, save_q, *q_paths):
     converged = violation < AUTHORS_STOP["max_violation"] and rmse < AUTHORS_STOP["rmse_neg"]
     out.update(stop_reason="tolerance" if converged else "max_iter", outer_iterations=len(progress) + 1,
                max_violation=violation, rmse_neg=rmse, objective=float(np.sum(D * Q)))
-    for q_path_ in q_paths:
-        if os.path.exists(q_path_):
-            tag = os.path.basename(q_path_).split("_")[-1].split(".")[0]
-            Qd = np.load(q_path_)
-            out[f"rel_distance_{tag}"] = float(np.linalg.norm(Q - Qd) / np.linalg.norm(Qd))
+    for tag, Qd in saved_qs(q_paths):
+        out[f"rel_distance_{tag}"] = float(np.linalg.norm(Q - Qd) / np.linalg.norm(Qd))
     if save_q:
         np.save(save_q, Q)
     return out
@@ -229,6 +223,13 @@ def child(kind, *args):
 
 def q_path(n, params):
     return f"/tmp/dnomad_scaling_Q{n}_{params}.npy"
+
+
+def saved_qs(paths):
+    """(tag, Q) for each of ``paths`` (made by :func:`q_path`) that a run has saved."""
+    for path in paths:
+        if os.path.exists(path):
+            yield os.path.basename(path).split("_")[-1].split(".")[0], np.load(path)
 
 
 def plot(result, path):

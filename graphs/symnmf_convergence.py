@@ -47,22 +47,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SETS = {"yeast": ("yeast", 10), "satimage": ("satimage", 6), "pendigits": ("pendigits", 10),
         "pendigits-100": ("pendigits", 100)}
 DEFAULT_TOL = 1e-4          # SymNMF's default relative FW gap
-# (protocol, name): (solver, step_rule, stop_rule, max_iter).  Runs with the gap rule
+# "protocol/run": (solver, step_rule, stop_rule, max_iter).  Runs with the gap rule
 # go to a tight gap (1e-6) so the table can read the default stop off their history.
 RUNS = {
-    ("paper", "fw"): ("fw", "paper", "objective", 50),
-    ("paper", "pgd"): ("pgd", "paper", "objective", 50),
-    ("paper", "penalty"): ("penalty", "paper", "objective", 50),
-    ("paper", "fw-no-cap"): ("fw", "paper", "gap", 10 ** 7),
-    ("dnomad", "fw"): ("fw", "line_search", "gap", 10 ** 7),
-    ("dnomad", "pgd"): ("pgd", "line_search", "gap", 10 ** 7),
+    "paper/fw": ("fw", "paper", "objective", 50),
+    "paper/pgd": ("pgd", "paper", "objective", 50),
+    "paper/penalty": ("penalty", "paper", "objective", 50),
+    "paper/fw-no-cap": ("fw", "paper", "gap", 10 ** 7),
+    "dnomad/fw": ("fw", "line_search", "gap", 10 ** 7),
+    "dnomad/pgd": ("pgd", "line_search", "gap", 10 ** 7),
 }
-STYLE = {("paper", "fw"): ("C0", "--"), ("paper", "pgd"): ("C1", "--"), ("paper", "penalty"): ("C2", "--"),
-         ("paper", "fw-no-cap"): ("C0", ":"), ("dnomad", "fw"): ("C0", "-"), ("dnomad", "pgd"): ("C1", "-")}
-
-
-def key(protocol, name):
-    return f"{protocol}/{name}"
+STYLE = {"paper/fw": ("C0", "--"), "paper/pgd": ("C1", "--"), "paper/penalty": ("C2", "--"),
+         "paper/fw-no-cap": ("C0", ":"), "dnomad/fw": ("C0", "-"), "dnomad/pgd": ("C1", "-")}
 
 
 def run_set(name, cap):
@@ -83,7 +79,7 @@ def run_set(name, cap):
     W0 = S.random_simplex_rows(n, k, np.random.default_rng(0))
     spectral, _ = S.spectral_norm(P)            # for the paper's FW step, once, outside the clocks
     out = {"n": n, "k": k, "fro2": fro2, "spectral_norm": spectral, "cap": cap, "runs": {}}
-    for (protocol, label), (solver, step_rule, stop_rule, max_iter) in RUNS.items():
+    for run_key, (solver, step_rule, stop_rule, max_iter) in RUNS.items():
         t0 = time.perf_counter()
 
         def stop_at_cap(row):
@@ -108,7 +104,7 @@ def run_set(name, cap):
             run["default_stop"] = ({"iteration": hit[0]["iteration"], "seconds": hit[0]["seconds"],
                                     "objective": hit[0]["objective"], "passes": hit[0]["passes"]}
                                    if hit else None)
-        out["runs"][key(protocol, label)] = run
+        out["runs"][run_key] = run
     P.group.close()
     best = min(r["objective"] for r in out["runs"].values())
     for r in out["runs"].values():
@@ -177,7 +173,7 @@ def plot(result, path):
         res = result["sets"][name]
         ax, ax2 = axes[0, col], axes[1, col]
         for run_key, r in res["runs"].items():
-            color, ls = STYLE[tuple(run_key.split("/"))]
+            color, ls = STYLE[run_key]
             s = np.array([max(p[0], 1e-3) for p in r["trace"]])
             f = np.array([p[1] for p in r["trace"]])
             label = f"{run_key} ({r['objective'] / res['best']:.3g}x best)"
@@ -214,14 +210,13 @@ def plot(result, path):
         ax.legend(fontsize=7)
     # Where each run stopped: its final f over the best f any run found, per set.
     ax = axes[2, 1]
-    keys = [k for k in STYLE if all(f"{k[0]}/{k[1]}" in result["sets"][s]["runs"] for s in sets)]
+    keys = [k for k in STYLE if all(k in result["sets"][s]["runs"] for s in sets)]
     width = 0.8 / max(len(keys), 1)
     for j, k in enumerate(keys):
-        vals = [result["sets"][s]["runs"][f"{k[0]}/{k[1]}"]["objective"] / result["sets"][s]["best"]
-                for s in sets]
+        vals = [result["sets"][s]["runs"][k]["objective"] / result["sets"][s]["best"] for s in sets]
         ax.bar(np.arange(len(sets)) + j * width, vals, width, color=STYLE[k][0],
-               hatch="//" if k[0] == "paper" else None, alpha=0.5 if k[1] == "fw-no-cap" else 1.0,
-               label=f"{k[0]}/{k[1]}")
+               hatch="//" if k.startswith("paper/") else None, alpha=0.5 if k == "paper/fw-no-cap" else 1.0,
+               label=k)
     ax.set_yscale("log")
     ax.set_xticks(np.arange(len(sets)) + 0.4 - width / 2, sets, fontsize=8)
     ax.set_ylabel("final f / best f (log)")
