@@ -10,8 +10,10 @@
 Measured in one run on the GPU:
   * blocksteps: each piece of one block Frank-Wolfe step (the default direction) timed
     alone at n = 20,000 for LOBPCG blocks of k = 40 (rings, K = 16) and 520 (MNIST,
-    K = 256): the fused pass that applies the rank-k step, the low-rank line search, one
-    product M U, LOBPCG's own work;
+    K = 256): the fused pass that applies the rank-k step, the low-rank line search (the
+    pair as the host runs them, each forming the direction A U^T by GEMM, and as a GPU
+    runs them, the line search storing it in M for the fused pass to read), one product
+    M U, LOBPCG's own work;
   * the device's copy bandwidth (cupy.copyto of 4 GiB, bytes read + written per second);
   * rings: two rings, n = 20,000, K = 16 (graphs/nomad_scaling.py's instance), float32,
     run to the stopping rule: seconds, outer iterations, seconds / passes / eigensolver
@@ -149,7 +151,9 @@ def block_step_rates(device, n, copy_Bps=None, ks=(2 * RINGS_K + 8, 2 * MNIST_K 
     products).  Where the step's time goes on this device; with the copy bandwidth, each
     streaming piece's bytes over it (float32: the fused pass reads P and Gamma and writes
     P and M, 16 bytes an entry, plus 8 for the rank-k GEMM's read and write of P; the
-    line search reads P, Gamma and the direction's rows, which it writes first: 16)."""
+    line search reads P, Gamma and the direction's rows, which it writes first: 16; with
+    the direction stored in M the line search reads P and Gamma and writes M, 12, and the
+    fused pass also reads M, 20)."""
     from dnomad import blocks
     from dnomad.blocks import device as dev
     from dnomad.data import two_rings
@@ -183,6 +187,12 @@ def block_step_rates(device, n, copy_Bps=None, ks=(2 * RINGS_K + 8, 2 * MNIST_K 
                 group, v=None, step=0.01, vv_scale=0.0, lowrank=(A, U), gamma=1.0, tau=0.0, update_gamma=False,
                 full_stats=False, shifted=True, out_p=1.0, out_g=-1.0, out_name="M", data=data, exclude_d=True)),
             "low-rank line search": wall(lambda: nomad_passes.lowrank_line_search_pass(group, A=A, U=U, shift=1.0)),
+            # The device's default: the line search stores A U^T in M, the fused pass reads it.
+            "line search, direction stored in M": wall(lambda: nomad_passes.lowrank_line_search_pass(
+                group, A=A, U=U, shift=1.0, store="M")),
+            "fused pass, step read from M, M written": wall(lambda: nomad_passes.nomad_pass(
+                group, v=None, step=0.01, vv_scale=0.0, direction="M", gamma=1.0, tau=0.0, update_gamma=False,
+                full_stats=False, shifted=True, out_p=1.0, out_g=-1.0, out_name="M", data=data, exclude_d=True)),
             "product M U": wall(lambda: blocks.matmat(group, "M", U_dev)),
         }
         counted = [0]
@@ -197,9 +207,16 @@ def block_step_rates(device, n, copy_Bps=None, ks=(2 * RINGS_K + 8, 2 * MNIST_K 
         out[str(k)] = row
         print(f"  n = {n}, k = {k}: " + ", ".join(f"{key} {sec * 1e3:.1f} ms" for key, sec in row.items()),
               flush=True)
+        formed = row["fused pass, rank-k step, M written"] + row["low-rank line search"]
+        stored = row["fused pass, step read from M, M written"] + row["line search, direction stored in M"]
+        out[f"{k}_step_passes"] = {"direction formed twice": formed, "direction stored in M": stored}
+        print(f"    a step's two passes: direction formed twice {formed * 1e3:.1f} ms, stored in M "
+              f"{stored * 1e3:.1f} ms ({formed / stored:.2f}x)", flush=True)
         if copy_Bps:
             at_copy = {"fused pass, rank-k step, M written": 24.0 * n * n / copy_Bps,
-                       "low-rank line search": 16.0 * n * n / copy_Bps}
+                       "low-rank line search": 16.0 * n * n / copy_Bps,
+                       "line search, direction stored in M": 12.0 * n * n / copy_Bps,
+                       "fused pass, step read from M, M written": 20.0 * n * n / copy_Bps}
             out[f"{k}_copy_fraction"] = {key: sec / row[key] for key, sec in at_copy.items()}
             print("    at the copy bandwidth: " + ", ".join(
                 f"{key} {sec * 1e3:.1f} ms ({sec / row[key]:.2f} of it)" for key, sec in at_copy.items()),

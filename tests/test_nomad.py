@@ -1,4 +1,6 @@
 """NOMAD against an exact SDP solution, planted clusters, checkpoints, and bad input."""
+import itertools
+
 import numpy as np
 import pytest
 
@@ -382,12 +384,15 @@ def test_lowrank_line_search_pass_matches_dense(block_size, shifted, device, rng
     group.build(["P", "Gamma"], lambda key, p, g: {"P": p, "Gamma": g},
                 lambda key: block_of(P)(key) + block_of(Gam)(key))
     shift = 1.0 / gamma if shifted else 0.0
-    alphas, h, h0, pv = nomad_passes.lowrank_line_search_pass(group, A=A, U=U, shift=shift)
     R, Delta = P + 1.0 / n + shift * Gam, A @ U.T - P
-    dense_h = [np.sum(np.minimum(R + a * Delta, 0) * Delta) for a in alphas]
-    np.testing.assert_allclose(h, dense_h, rtol=1e-10, atol=1e-12)
-    assert h0 == pytest.approx(np.sum(np.minimum(R, 0) * Delta), rel=1e-10)
-    assert pv == pytest.approx(np.sum(P * (A @ U.T)), rel=1e-12)
+    for store in (None, "M"):
+        alphas, h, h0, pv = nomad_passes.lowrank_line_search_pass(group, A=A, U=U, shift=shift, store=store)
+        dense_h = [np.sum(np.minimum(R + a * Delta, 0) * Delta) for a in alphas]
+        np.testing.assert_allclose(h, dense_h, rtol=1e-10, atol=1e-12)
+        assert h0 == pytest.approx(np.sum(np.minimum(R, 0) * Delta), rel=1e-10)
+        assert pv == pytest.approx(np.sum(P * (A @ U.T)), rel=1e-12)
+    # The direction it stored, for the next fused pass to read.
+    np.testing.assert_allclose(blocks.BlockMatrix(group, "M").to_numpy(), A @ U.T, rtol=1e-12, atol=1e-14)
     group.close()
 
 
@@ -417,13 +422,22 @@ def test_fused_block_with_rank_k_step_matches_dense(dtype, shifted, update_gamma
     M = Pn - g / L
     tol = dict(rtol=1e-4, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-13)
     on = lambda a: dev.to_device(np.array(a, dtype=dtype), device)       # noqa: E731
-    for given_d in (True, False):
+    # The step formed by GEMM (lowrank), or read from a stored direction block: its own
+    # array, or G's (the line search stores it in M, which the pass then overwrites).
+    forms = ["lowrank", "stored"] + (["stored in G"] if write_g else [])
+    for given_d, form in itertools.product((True, False), forms):
         P, Gam, G = on(P0), on(Gam0), on(np.zeros((bi, bj)))
+        step_kw = dict(lowrank=(on(step * Ai), on(Uj)))
+        if form == "stored":
+            step_kw = dict(direction=on(Ai @ Uj.T))
+        elif form == "stored in G":
+            G = on(Ai @ Uj.T)
+            step_kw = dict(direction=G)
         panels = dict(D=on(D)) if given_d else dict(Xi=on(Xi), Xj=on(Xj))
         stats = kernels.nomad_block(P, Gam, G, **panels, vi=on(np.zeros(bi)), vj=on(np.zeros(bj)),
                                     vv_scale=0.0, gamma=gamma, tau=tau, inv_n=1.0 / n,
                                     update_gamma=update_gamma, write_g=write_g, weight=1.0, shifted=shifted,
-                                    out_p=1.0, out_g=-1.0 / L, lowrank=(on(step * Ai), on(Uj)), step=step)
+                                    out_p=1.0, out_g=-1.0 / L, step=step, **step_kw)
         stats = dev.to_host(stats)
         np.testing.assert_allclose(dev.to_host(P), Pn, **tol)
         np.testing.assert_allclose(dev.to_host(Gam), Gn, **tol)
@@ -435,11 +449,16 @@ def test_fused_block_with_rank_k_step_matches_dense(dtype, shifted, update_gamma
         assert stats[kernels.NOMAD_STATS.index("neg_count")] == np.sum(Q < 0)
 
 
-def test_block_direction_matches_dense_reference(rng):
+@pytest.mark.parametrize("stored_direction", [False, True])
+def test_block_direction_matches_dense_reference(stored_direction, rng, monkeypatch):
     """Two outer iterations of the block direction against the same iteration written
     densely here: the fused pass, the projected step from the exact top-k eigenpairs of
-    J M J (n small: the solver's dense path), the line-search step, the multiplier update."""
+    J M J (n small: the solver's dense path), the line-search step, the multiplier update;
+    the step formed by GEMM (the host's way) or kept in M by the line search (a GPU's)."""
+    from dnomad.nomad import cgm
     from dnomad.nomad.cgm import NomadParams, _line_search_step, _simplex_projection, nomad_cgm
+
+    monkeypatch.setattr(cgm, "_stores_direction", lambda group: stored_direction)
 
     X = rng.standard_normal((60, 30)) + 3.0 * (np.arange(60) % 3)[:, None]     # D of rank 29 > k: no ties
     F = blocks.prepare_gram_data(X)

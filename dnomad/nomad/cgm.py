@@ -456,6 +456,7 @@ class _BlockDirection:
             # next call extends, as the uninterrupted run does.
             self.k = int(k) if k is not None else self.state.shape[1]
         self.eig_matvecs, self.fw_gap, self.rank, self.step = 0, float("nan"), 0, float("nan")
+        self.stores_direction = _stores_direction(group)
 
     def _start(self, k, have=None):
         """k orthonormal columns orthogonal to 1: ``have``'s, then deterministic random ones."""
@@ -521,15 +522,28 @@ class _BlockDirection:
             self.rank = int(keep.sum())
             A = Uk * lamk
             shift = 1.0 / gamma if shifted else 0.0
-            alphas, h, h0, pv = nomad_passes.lowrank_line_search_pass(group, A=A, U=Uk, shift=shift)
+            store = "M" if self.stores_direction else None
+            alphas, h, h0, pv = nomad_passes.lowrank_line_search_pass(group, A=A, U=Uk, shift=shift, store=store)
             # <G, V> = L (<P, V> - sum_j lambda_j u_j^T M u_j); the Ritz values are u^T M u.
             gv = L * (pv - float(lamk @ theta[keep]))
             self.fw_gap = stats["sum_GP"] - gv
             step = 1.0 if k_total == 0 else _line_search_step(alphas, h, h0, self.fw_gap, gamma)
             self.step = step
-            pending = ("block", step * A, Uk, step)
+            pending = ("block", step * A, Uk, step, store)
             k_total += 1
         return pending, k_total
+
+
+def _stores_direction(group):
+    """Whether the block steps keep their direction A U^T in M between the line search
+    and the next fused pass.  On a GPU: the line search writes it into M (free once
+    LOBPCG is done with it) and the fused pass reads it there, one rank-k GEMM per step
+    instead of two for one more write and read of M; at MNIST's k = 520 the two GEMMs
+    were most of the fused pass and the line search (39 and 40 ms at n = 20,000 on an
+    H200, each GEMM-bound).  The host keeps forming the step by GEMM: its line search
+    forms the rows in cache, and an out-of-core group would pay the extra M traffic on
+    disk."""
+    return group.device != "cpu"
 
 
 def _simplex_projection(x, total):
@@ -563,18 +577,21 @@ class _FactoredGram:
 
 def _fused_pass(group, gram, *, pending, vv_scale, **kw):
     """NOMAD's fused pass (``nomad_passes.nomad_pass``) applying the ``pending`` step
-    (("vertex", v, step): P <- (1 - step) P + step (K - 1) v v^T; ("block", A, U, step):
-    P <- (1 - step) P + A U^T, A = step U diag(lambda); None: no step) over the stored
+    (("vertex", v, step): P <- (1 - step) P + step (K - 1) v v^T; ("block", A, U, step,
+    stored): P <- (1 - step) P + A U^T, A = step U diag(lambda), A U^T / step read from
+    the matrix named ``stored`` where the line search wrote it; None: no step) over the stored
     D, or, when ``gram`` holds D's factor, leaving D out and adding its part:
     <G, P> -= <D, P> and Tr(D Q) = <D, P> + 1^T D 1 / n."""
-    v, step, lowrank = None, 0.0, None
+    v, step, lowrank, stored = None, 0.0, None, None
     if pending is not None and pending[0] == "vertex":
         v, step = pending[1], pending[2]
     elif pending is not None:
-        lowrank, step = (pending[1], pending[2]), pending[3]
+        lowrank, step, stored = (pending[1], pending[2]), pending[3], pending[4]
+    # A direction the line search stored is read from there rather than formed again.
+    step_kw = dict(v=v, step=step, vv_scale=vv_scale, lowrank=None if stored else lowrank, direction=stored)
     if gram is None:
-        return nomad_passes.nomad_pass(group, v=v, step=step, vv_scale=vv_scale, lowrank=lowrank, **kw)
-    stats = nomad_passes.nomad_pass(group, v=v, step=step, vv_scale=vv_scale, lowrank=lowrank, exclude_d=True, **kw)
+        return nomad_passes.nomad_pass(group, **step_kw, **kw)
+    stats = nomad_passes.nomad_pass(group, **step_kw, exclude_d=True, **kw)
     if v is not None:
         gram.inner_p = (1.0 - step) * gram.inner_p + step * vv_scale * gram.data.gram_quadratic(v)
     elif lowrank is not None:

@@ -134,11 +134,13 @@ _EMPTY_2D = {np.dtype(np.float32): np.zeros((0, 0), np.float32),
 
 def nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, gamma,
                 tau, inv_n, update_gamma, write_g, weight, full_stats=True, shifted=False,
-                out_p=0.0, out_g=1.0, lowrank=None):
+                out_p=0.0, out_g=1.0, lowrank=None, direction=None):
     """One block of NOMAD's fused pass, in place.
 
     P <- (1 - step) P + step * vv_scale * vi vj^T  (or, with ``lowrank`` = (Ai, Uj),
-    P <- (1 - step) P + Ai Uj^T: a rank-k step, Ai already scaled by the step);
+    P <- (1 - step) P + Ai Uj^T: a rank-k step, Ai already scaled by the step; or, with
+    ``direction`` = V, the direction's block as the line search stored it,
+    P <- (1 - step) P + step V, read in the same pass: ``direction`` may be G itself);
     Q = P + inv_n;  Gam <- [Gam + tau Q]_- if ``update_gamma``;
     the gradient g = -D + Gam + gamma [Q]_- (eq. 13), or g = -D + [Gam + gamma Q]_-
     when ``shifted`` (the classical augmented Lagrangian of Q >= 0), and the block
@@ -157,7 +159,14 @@ def nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, 
         return device_nomad_block(P, Gam, G, D=D, Xi=Xi, Xj=Xj, vi=vi, vj=vj, step=step, vv_scale=vv_scale,
                                   gamma=gamma, tau=tau, inv_n=inv_n, update_gamma=update_gamma,
                                   write_g=write_g, weight=weight, full_stats=full_stats, shifted=shifted,
-                                  out_p=out_p, out_g=out_g)
+                                  out_p=out_p, out_g=out_g, direction=direction)
+    if direction is not None:
+        # The host's default forms the step by GEMM (``lowrank``); this path is the
+        # device's (see cgm._BlockDirection), kept here so both devices take the same
+        # arguments: two in-place passes, no temporary.
+        P *= P.dtype.type(1.0 - step)
+        _add_scaled(P, direction, step)
+        step = 0.0
     dtype = P.dtype
     empty = _EMPTY_2D[dtype]
     use_x = D is None
@@ -208,6 +217,18 @@ def lowrank_update_block(P, Ai, Uj, keep):
         P[...] = out.T
 
 
+@numba.njit(nogil=True, cache=True, fastmath=FASTMATH)
+def _add_scaled_rows(P, V, scale):
+    for r in range(P.shape[0]):
+        for c in range(P.shape[1]):
+            P[r, c] += scale * V[r, c]
+
+
+def _add_scaled(P, V, scale):
+    """P += scale V in place, without a b x b temporary."""
+    _add_scaled_rows(P, V, P.dtype.type(scale))
+
+
 # Rows of a rank-k direction formed at a time (rows x b, in cache) by the line search.
 LOWRANK_ROWS = 128
 
@@ -226,22 +247,28 @@ def _lowrank_line_search_rows(P, Gam, V, r0, shift, inv_n, per_octave, nbins, we
             _bin_entry(p + inv_n + shift * Gam[r, c], vval - p, weight, per_octave, nbins, out)
 
 
-def lowrank_line_search_block(P, Gam, *, Ai, Uj, shift, inv_n, weight):
+def lowrank_line_search_block(P, Gam, *, Ai, Uj, shift, inv_n, weight, store=None):
     """Binned sums of :func:`line_search_block` along Delta = Ai Uj^T - P, for the
     entries R = P + inv_n + shift Gam (shift = 1/gamma for the shifted Lagrangian, 0
     for eq. 13; Gam may be None then), plus <P, Ai Uj^T> as the last entry.  Reads P
-    (and Gam) once; V's rows are formed LOWRANK_ROWS at a time by GEMM."""
+    (and Gam) once; V's rows are formed LOWRANK_ROWS at a time by GEMM, into ``store``
+    (a block of P's shape and dtype) when given, so a later pass can read V instead of
+    forming it again."""
     out_len = 2 + 4 * (LS_BINS + 1) + 1
     if Gam is None:
         Gam, shift = P, 0.0
     if is_device_array(P):
-        return device_lowrank_line_search_block(P, Gam, Ai=Ai, Uj=Uj, shift=shift, inv_n=inv_n, weight=weight)
+        return device_lowrank_line_search_block(P, Gam, Ai=Ai, Uj=Uj, shift=shift, inv_n=inv_n, weight=weight,
+                                                store=store)
     dtype = P.dtype
     Ai = np.asarray(Ai, dtype=dtype)
     UjT = np.ascontiguousarray(np.asarray(Uj, dtype=dtype).T)
     out = np.zeros(out_len, np.float64)
     for r0 in range(0, P.shape[0], LOWRANK_ROWS):
-        V = Ai[r0:r0 + LOWRANK_ROWS] @ UjT
+        if store is None:
+            V = Ai[r0:r0 + LOWRANK_ROWS] @ UjT
+        else:
+            V = np.matmul(Ai[r0:r0 + LOWRANK_ROWS], UjT, out=store[r0:r0 + LOWRANK_ROWS])
         _lowrank_line_search_rows(P, Gam, V, r0, float(shift), float(inv_n), float(LS_BINS_PER_OCTAVE),
                                   LS_BINS, float(weight), out)
     return out
@@ -319,17 +346,30 @@ __device__ __forceinline__ double warp_min(double s) {
     for (int o = 16; o > 0; o >>= 1) s = fmin(s, __shfl_down_sync(0xffffffff, s, o));
     return s;
 }
-extern "C" __global__ void nomad_fused(real_t* __restrict__ P, real_t* __restrict__ Gam, real_t* __restrict__ G,
+// V_ROWS: the step's direction is a stored block V (P <- keep P + v_step V), which may be G
+// itself (each entry is read before it is written, by the same thread): G and V are then
+// not restrict-qualified.
+#if V_ROWS
+#define G_RESTRICT
+#else
+#define G_RESTRICT __restrict__
+#endif
+extern "C" __global__ void nomad_fused(real_t* __restrict__ P, real_t* __restrict__ Gam, real_t* G_RESTRICT G,
         const real_t* __restrict__ D, const real_t* __restrict__ Xi, const real_t* __restrict__ Xj, const int d,
         const real_t* __restrict__ vi, const real_t* __restrict__ vj, const int nr, const int nc,
         const real_t keep, const real_t step_scale, const real_t gamma, const real_t tau, const real_t inv_n,
-        const real_t shift, const real_t out_p, const real_t out_g, double* __restrict__ partial) {
+        const real_t shift, const real_t out_p, const real_t out_g, const real_t* G_RESTRICT V,
+        const real_t v_step, double* __restrict__ partial) {
     double s_dq = 0, s_gp = 0, n_neg = 0, s_neg = 0, s_q2 = 0, q_min = 1e300;
     for (int r = blockIdx.x; r < nr; r += gridDim.x) {
         const real_t av = step_scale * vi[r];
         const size_t base = (size_t)r * nc;
         for (int c = threadIdx.x; c < nc; c += blockDim.x) {
+#if V_ROWS
+            const real_t p = keep * P[base + c] + v_step * V[base + c];
+#else
             const real_t p = keep * P[base + c] + av * vj[c];
+#endif
             P[base + c] = p;
             const real_t q = p + inv_n;
 #if FULL_STATS
@@ -386,18 +426,18 @@ extern "C" __global__ void nomad_fused(real_t* __restrict__ P, real_t* __restric
 
 
 @functools.lru_cache(maxsize=64)
-def _nomad_kernel(dtype, d_from_x, update_gamma, write_g, full_stats):
+def _nomad_kernel(dtype, d_from_x, update_gamma, write_g, full_stats, v_rows=False):
     from ..blocks.device import cupy
 
     options = (f"-Dreal_t={CUDA_TYPES[np.dtype(dtype)]}", f"-DD_FROM_X={int(d_from_x)}",
                f"-DUPDATE_GAMMA={int(update_gamma)}", f"-DWRITE_G={int(write_g)}",
-               f"-DFULL_STATS={int(full_stats)}")
+               f"-DFULL_STATS={int(full_stats)}", f"-DV_ROWS={int(v_rows)}")
     return cupy().RawKernel(_NOMAD_CUDA, "nomad_fused", options=options)
 
 
 def device_nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, gamma, tau,
                        inv_n, update_gamma, write_g, weight, full_stats=True, shifted=False, out_p=0.0,
-                       out_g=1.0):
+                       out_g=1.0, direction=None):
     """:func:`nomad_block` for CuPy blocks, in place, on the GPU.  Returns the statistics as
     a CuPy float64 vector (``NOMAD_STATS``; NaN where the gap-only pass skips them), so a
     pass gathers them once.  D's block is ``D``, else formed from the panels: inline for
@@ -416,12 +456,14 @@ def device_nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_
     partial = cp.empty((grid, N_NOMAD_STATS), np.float64)
     null = P[:0]
     t = dtype.type
-    _nomad_kernel(dtype, d_from_x, bool(update_gamma), bool(write_g), full)(
+    v_rows = direction is not None
+    _nomad_kernel(dtype, d_from_x, bool(update_gamma), bool(write_g), full, v_rows)(
         (grid,), (DEVICE_PASS_THREADS,),
         (P, Gam, G if write_g else null, null if d_from_x else D,
          Xi if d_from_x else null, Xj if d_from_x else null, np.int32(Xi.shape[1] if d_from_x else 0),
          vi, vj, np.int32(nr), np.int32(nc), t(1.0 - step), t(step * vv_scale), t(gamma), t(tau),
-         t(inv_n), t(1.0 if shifted else 0.0), t(out_p), t(out_g), partial))
+         t(inv_n), t(1.0 if shifted else 0.0), t(out_p), t(out_g), direction if v_rows else null,
+         t(step), partial))
     sums = partial.sum(axis=0) * weight
     if gap_only:
         out = cp.full(N_NOMAD_STATS, np.nan)
@@ -529,11 +571,11 @@ def device_line_search_block(P, *, vi, vj, vv_scale, inv_n, weight):
 DEVICE_LOWRANK_SLAB = 1 << 27
 
 
-def device_lowrank_line_search_block(P, Gam, *, Ai, Uj, shift, inv_n, weight):
+def device_lowrank_line_search_block(P, Gam, *, Ai, Uj, shift, inv_n, weight, store=None):
     """:func:`lowrank_line_search_block` for a CuPy block (a CuPy float64 result): the
     direction's rows formed by cuBLAS in slabs of about DEVICE_LOWRANK_SLAB entries in P's
     dtype (as the host forms them), each binned by one kernel launch that reads P (and Gam)
-    once."""
+    once; with ``store``, formed by one GEMM into it and binned from there."""
     from ..blocks.device import cupy
 
     cp = cupy()
@@ -543,9 +585,15 @@ def device_lowrank_line_search_block(P, Gam, *, Ai, Uj, shift, inv_n, weight):
     Ai = cp.ascontiguousarray(cp.asarray(Ai, dtype=P.dtype))
     UjT = cp.ascontiguousarray(cp.asarray(Uj, dtype=P.dtype).T)
     rows = max(1, min(nr, DEVICE_LOWRANK_SLAB // max(nc, 1)))
+    if store is not None:
+        if store.flags.c_contiguous:
+            cp.cublas.gemm("N", "N", Ai, UjT, out=store)
+        else:
+            store[...] = Ai @ UjT
+        rows = nr
     kernel = _line_search_kernel(P.dtype, "nomad_lowrank_line_search")
     for r0 in range(0, nr, rows):
-        V = Ai[r0:r0 + rows] @ UjT
+        V = store if store is not None else Ai[r0:r0 + rows] @ UjT
         nv = V.shape[0]
         kernel((min(nv, 1024),), (DEVICE_PASS_THREADS,),
                (P, Gam, V, np.int32(r0), np.int32(nv), np.int32(nc), float(shift), float(inv_n),

@@ -13,27 +13,34 @@ from . import kernels
 
 
 # ------------------------------------------------------------------ NOMAD's fused pass
+def _scratch_block(bundle, name, like):
+    """The bundle's block ``name`` to be overwritten: kept where it has ``like``'s shape."""
+    out = bundle.get(name)
+    if out is None or out.shape != like.shape:
+        out = array_module(like).empty_like(like)
+        bundle[name] = out
+    return out
+
+
 def _nomad_block_task(bundle, key, vi, vj, Xi, Xj, params, weight, has_d, lowrank):
     P = bundle["P"]
-    G = None
-    out_name = params["out_name"]
-    if params["write_g"]:
-        G = bundle.get(out_name)
-        if G is None or G.shape != P.shape:
-            G = array_module(P).empty_like(P)
-            bundle[out_name] = G
+    out_name, direction = params["out_name"], params["direction"]
+    # The stored direction is read before G is allocated: it may be the block G reuses.
+    V = bundle[direction] if direction is not None else None
+    G = _scratch_block(bundle, out_name, P) if params["write_g"] else None
     stats = kernels.nomad_block(
         P, bundle["Gamma"], G, D=bundle["D"] if has_d else None, Xi=Xi, Xj=Xj, vi=vi, vj=vj,
         step=params["step"], vv_scale=params["vv_scale"], gamma=params["gamma"],
         tau=params["tau"], inv_n=params["inv_n"], update_gamma=params["update_gamma"],
         write_g=params["write_g"], weight=weight, full_stats=params["full_stats"],
-        shifted=params["shifted"], out_p=params["out_p"], out_g=params["out_g"], lowrank=lowrank)
+        shifted=params["shifted"], out_p=params["out_p"], out_g=params["out_g"], lowrank=lowrank,
+        direction=V)
     return stats
 
 
 def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma, write_g=True,
                full_stats=True, data: DataPanels | None = None, exclude_d=False, lowrank=None,
-               shifted=False, out_p=0.0, out_g=1.0, out_name="G"):
+               direction=None, shifted=False, out_p=0.0, out_g=1.0, out_name="G"):
     """NOMAD's fused pass (Alg. 2 of Tepper et al.), one read of D, P, Gamma:
 
     P <- (1 - step) P + step * vv_scale * v v^T      (the pending Frank-Wolfe step)
@@ -41,7 +48,9 @@ def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma
     G <- -D + Gamma + gamma [P + E_n]_-              (the gradient, for the eigensolver)
 
     With ``lowrank`` = (A, U) (n x k each) the pending step is P <- (1 - step) P + A U^T
-    instead (A already scaled by the step; v is ignored).  ``shifted`` takes the
+    instead (A already scaled by the step; v is ignored); with ``direction`` = the name of
+    a stored matrix V (the rank-k direction as :func:`lowrank_line_search_pass` stored it),
+    P <- (1 - step) P + step V, V read in this pass (it may be ``out_name``).  ``shifted`` takes the
     gradient of the classical augmented Lagrangian, G = -D + [Gamma + gamma (P + E_n)]_-.
     The matrix written, named ``out_name``, is out_p P + out_g G (G by default).
 
@@ -59,7 +68,7 @@ def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma
     has_d = data is None and not exclude_d
     if v is None:
         v = np.zeros(n, group.dtype)
-        if lowrank is None:
+        if lowrank is None and direction is None:
             step = 0.0
     v = group_vector(group, v)
     if exclude_d:
@@ -72,7 +81,8 @@ def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma
     params = dict(step=float(step), vv_scale=float(vv_scale), gamma=float(gamma), tau=float(tau),
                   inv_n=1.0 / n, update_gamma=bool(update_gamma), write_g=bool(write_g),
                   full_stats=bool(full_stats), shifted=bool(shifted), out_p=float(out_p),
-                  out_g=float(out_g), out_name=str(out_name))
+                  out_g=float(out_g), out_name=str(out_name),
+                  direction=None if direction is None else str(direction))
     if lowrank is not None:
         lowrank = (group_array(group, lowrank[0]), group_array(group, lowrank[1]))
 
@@ -84,7 +94,7 @@ def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma
             low = (row_slices(layout, lowrank[0], key)[0], row_slices(layout, lowrank[1], key)[1])
         return (vi, vj, Xi, Xj, params, _weight(layout, key), has_d, low)
 
-    reads = ["P", "Gamma"] + (["D"] if has_d else [])
+    reads = ["P", "Gamma"] + (["D"] if has_d else []) + ([str(direction)] if direction is not None else [])
     writes = ["P"] + (["Gamma"] if update_gamma else []) + ([out_name] if write_g else [])
     results = group.map_blocks(_nomad_block_task, args, reads=reads, writes=writes, name="nomad")
     stats = np.stack(results)
@@ -137,26 +147,31 @@ def _line_search_curve(res):
     return alphas, h, a0 + a_dec.sum()
 
 
-def _lowrank_line_search_task(bundle, key, Ai, Uj, shift, inv_n, weight):
-    return kernels.lowrank_line_search_block(bundle["P"], bundle["Gamma"] if shift else None, Ai=Ai, Uj=Uj,
-                                             shift=shift, inv_n=inv_n, weight=weight)
+def _lowrank_line_search_task(bundle, key, Ai, Uj, shift, inv_n, weight, store):
+    P = bundle["P"]
+    return kernels.lowrank_line_search_block(P, bundle["Gamma"] if shift else None, Ai=Ai, Uj=Uj,
+                                             shift=shift, inv_n=inv_n, weight=weight,
+                                             store=None if store is None else _scratch_block(bundle, store, P))
 
 
-def lowrank_line_search_pass(group: BlockGroup, *, A, U, shift):
+def lowrank_line_search_pass(group: BlockGroup, *, A, U, shift, store=None):
     """:func:`line_search_pass` along Delta = A U^T - P (A, U: n x k; the rank-k step
     of NOMAD's projected direction), for the entries R = P + E_n + shift Gamma
     (shift = 1/gamma: the classical augmented Lagrangian; 0: eq. 13, Gamma not read).
-    Returns (alphas, h_at_alphas, h_at_0, <P, A U^T>).  One read of P (and Gamma)."""
+    Returns (alphas, h_at_alphas, h_at_0, <P, A U^T>).  One read of P (and Gamma); with
+    ``store`` (a name), the direction A U^T is also written there, for
+    :func:`nomad_pass`'s ``direction``."""
     layout = group.layout
     n = layout.n
     A, U = group_array(group, A), group_array(group, U)
 
     def args(key):
         return (row_slices(layout, A, key)[0], row_slices(layout, U, key)[1], float(shift), 1.0 / n,
-                _weight(layout, key))
+                _weight(layout, key), store)
 
     reads = ["P"] + (["Gamma"] if shift else [])
+    writes = [store] if store is not None else []
     res = np.sum([to_host(r) for r in group.map_blocks(_lowrank_line_search_task, args, reads=reads,
-                                                       writes=[], name="line_search")], axis=0)
+                                                       writes=writes, name="line_search")], axis=0)
     alphas, h, h0 = _line_search_curve(res[:-1])
     return alphas, h, h0, float(res[-1])
