@@ -375,16 +375,19 @@ def plot(result, path):
         bars.append((f"CPU ({r.get('cpu_count', '?')} cores)", r["seconds_per_inner_step"],
                      f"{r['outer_iterations']} outer (timed only)"))
     steps_of = {"rings_8ba0478": "paper's vertex steps",
-                "rings_be3877b": "block steps,\narray expressions", "rings": "block steps,\nCUDA kernels"}
+                "rings_be3877b": "block steps,\narray expressions", "rings_da204a1": "block steps,\nCUDA kernels",
+                "rings": "block steps, CUDA,\ndirection kept in M"}
     for key in steps_of:
         r = result.get(key)
         if r:
             steps = steps_of[key]
-            bars.append((f"{row_device(result, key).replace('NVIDIA ', '')}, {r.get('code', '')}\n{steps}",
+            gpu = row_device(result, key).replace("NVIDIA ", "").replace(" 80GB HBM3", "")
+            bars.append((f"{gpu}, {r.get('code', '')}\n{steps}",
                          r["seconds_per_inner_step"],
                          f"{r['outer_iterations']} outer, {r['seconds']:.0f} s\n({r['stop_reason']})"))
     if bars:
-        ax.bar([b[0] for b in bars], [b[1] for b in bars], color=["tab:gray", "tab:blue", "tab:orange", "tab:green"][:len(bars)])
+        ax.bar([b[0] for b in bars], [b[1] for b in bars],
+               color=["tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:olive"][:len(bars)])
         for i, (_, val, note) in enumerate(bars):
             ax.text(i, val, f"{val * 1e3:.1f} ms\n{note}", ha="center", va="bottom", fontsize=8)
         ax.set_yscale("log")
@@ -392,7 +395,7 @@ def plot(result, path):
         ax.set_ylabel("seconds per inner Frank-Wolfe step")
         ax.set_title(f"two rings, n = {RINGS_N:,}, K = {RINGS_K}, float32 (the GPU rows run to the rule "
                      f"or a time cap)", fontsize=9)
-        ax.tick_params(axis="x", labelsize=8)
+        ax.tick_params(axis="x", labelsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
 
