@@ -267,6 +267,47 @@ def test_cond_jc_with_rounding_and_reoptimization_recovers_planted_clusters(name
         assert clustering_accuracy(y, final) == 1.0
 
 
+def test_shi_malik_rounding_uses_the_generalized_eigenvectors_rows_as_they_are(rng, monkeypatch):
+    """Shi-Malik rounding (the paper's citation) clusters the rows of the top d generalized
+    eigenvectors of (S, diag(S 1)) unnormalized, NJW the rows of S's top d normalized; both
+    recover the blocks of a noisy equivalence matrix of unequal clusters; bad method or
+    nonpositive degrees are refused."""
+    import scipy.linalg
+
+    from dnomad import rounding
+    from dnomad.bregman import spectral_rounding
+    from dnomad.metrics import adjusted_rand_score
+
+    sizes = [5, 12, 23]
+    y = np.repeat(np.arange(3), sizes)
+    t = y.size
+    W = (y[:, None] == y[None, :]) / np.array(sizes)[y][:, None]     # M 1 = 1, blocks 1/size
+    W = W + 0.01 * np.abs(rng.normal(size=(t, t)))
+    seen = []
+    real_kmeans = rounding.kmeans_rows
+    monkeypatch.setattr(rounding, "kmeans_rows", lambda E, k, r, **kw: seen.append(E) or real_kmeans(E, k, r, **kw))
+    for method in ("ng-jordan-weiss", "shi-malik"):
+        for labels in spectral_rounding(W, 3, repeats=3, random_state=0, method=method):
+            assert adjusted_rand_score(y, labels) == 1.0
+    S = 0.5 * (W + W.T)
+    njw, sm = seen[0], seen[3]
+    np.testing.assert_allclose(np.linalg.norm(njw, axis=1), 1.0)
+    w, V = scipy.linalg.eigh(S, np.diag(S.sum(axis=1)))       # S v = mu D v, increasing mu
+    # The same subspace (eigenvectors are defined up to sign and rotation within it) ...
+    proj = V[:, -3:] @ np.linalg.pinv(V[:, -3:])
+    np.testing.assert_allclose(proj @ sm, sm, atol=1e-9)
+    # ... each column a generalized eigenvector, the rows not normalized.
+    for j in range(3):
+        Dv = S.sum(axis=1) * sm[:, j]
+        mu = sm[:, j] @ S @ sm[:, j] / (sm[:, j] @ Dv)
+        np.testing.assert_allclose(S @ sm[:, j], mu * Dv, atol=1e-10)
+    assert np.ptp(np.linalg.norm(sm, axis=1)) > 0.05
+    with pytest.raises(InputValueError, match="method must be one of"):
+        spectral_rounding(W, 3, method="kmeans")
+    with pytest.raises(InputValueError, match="positive row sums"):
+        spectral_rounding(W - 0.2, 3, method="shi-malik")
+
+
 def test_hard_clustering_refills_empty_clusters_and_cond_jc_refuses_itakura_saito(rng):
     from dnomad.metrics import clustering_accuracy
     from dnomad.bregman import cond_jc, hard_clustering

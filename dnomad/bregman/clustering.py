@@ -222,19 +222,47 @@ def _assign(X, centroids, div, log_prior):
 
 
 # ------------------------------------------------------------ rounding
-def spectral_rounding(M, d, *, repeats=10, random_state=None):
-    """Labels from a relaxed equivalence matrix (Sec. 6, SC rounding): the top d
-    eigenvectors of sym(M), rows normalized, k-means on them; ``repeats`` k-means runs
-    with different seeds (the paper reports their spread), as a list of label arrays."""
+ROUNDINGS = ("ng-jordan-weiss", "shi-malik")
+
+
+def spectral_rounding(M, d, *, repeats=10, random_state=None, method="ng-jordan-weiss"):
+    """Labels from a relaxed equivalence matrix (Sec. 6, SC rounding): k-means on the rows
+    of sym(M)'s top d eigenvectors; ``repeats`` k-means runs with different seeds (the
+    paper reports their spread), as a list of label arrays.
+
+    method: "ng-jordan-weiss" (the default) normalizes each row to unit length first
+    (Ng, Jordan and Weiss, 2001); "shi-malik", the rounding the paper cites (Shi and
+    Malik, 2000), takes the top d generalized eigenvectors of (S, D), S = sym(M),
+    D = diag(S 1), rows as they are.  For M 1 = 1, as every M of these relaxations has,
+    D = I and those are S's own eigenvectors; other M need positive row sums."""
+    M = np.asarray(M, dtype=np.float64)
+    if method not in ROUNDINGS:
+        raise InputValueError(f"method must be one of {ROUNDINGS}; got {method!r}")
+    S = 0.5 * (M + M.T)
+    if method == "shi-malik":
+        degrees = S.sum(axis=1)
+        if not np.all(degrees > 0):
+            raise InputValueError(f"Shi-Malik rounding needs positive row sums of sym(M) (its degrees); "
+                                  f"the smallest is {degrees.min():.3g}")
+        scale = 1.0 / np.sqrt(degrees)
+        _, V = np.linalg.eigh(S * scale[:, None] * scale[None, :])
+        E = V[:, -d:] * scale[:, None]
+    else:
+        _, V = np.linalg.eigh(S)
+        E = V[:, -d:]
+    return kmeans_roundings(E, d, repeats=repeats, random_state=random_state,
+                            normalize_rows=method == "ng-jordan-weiss")
+
+
+def kmeans_roundings(E, d, *, repeats=10, random_state=None, normalize_rows=True):
+    """``repeats`` k-means labelings of E's rows (t x d eigenvectors), seeds from one
+    generator; rows scaled to unit length first with ``normalize_rows``."""
     from ..rounding import kmeans_rows
 
-    M = np.asarray(M, dtype=np.float64)
-    w, V = np.linalg.eigh(0.5 * (M + M.T))
-    E = V[:, -d:]
-    E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-300)
+    if normalize_rows:
+        E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-300)
     rng = np.random.default_rng(random_state)
     return [kmeans_rows(E, d, rng, n_init=1) for _ in range(repeats)]
-
 
 
 # ------------------------------------------------------------ soft Bregman clustering

@@ -4,7 +4,7 @@ NOMAD's block steps need the top k eigenpairs of M on the complement of the ones
 vector, k = 2K + 8 (520 on all 70,000 MNIST digits with K = 256), warm-started from the
 previous call's vectors.  SciPy's ``lobpcg`` does that on the host; for vectors on a GPU
 its dense work (Gram matrices of the n x 3k basis, O(n k^2) per iteration) made an outer
-iteration on all of MNIST take 46-80 s on an H200 (4.8-7.3 s with this one on the device),
+iteration on all of MNIST take 46-80 s on an H200 (3.5-7.3 s with this one on the device),
 and CuPy's port of it stops with an error when a Cholesky factorization of a nearly
 dependent block fails.
 
