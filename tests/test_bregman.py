@@ -465,6 +465,23 @@ def test_estimator_recovers_planted_clusters_and_beats_random_restarts(model, di
         assert clustering_accuracy(y, est.posteriors_.argmax(axis=1)) == 1.0
 
 
+def test_estimator_rounds_as_the_paper_cites_when_asked(rng):
+    """rounding="shi-malik": k-means on the rows of M's top eigenvectors as they are (M 1 = 1);
+    the planted clusters are still found, and the roundings are those of the rows unnormalized."""
+    import dnomad
+    from dnomad.metrics import clustering_accuracy
+    from dnomad.bregman import kmeans_roundings
+
+    X, y = blobs(rng, t=60, d=3, spread=1.0)
+    est = dnomad.fit(X, method="bregman", model="cond-jc", n_clusters=3, rounding="shi-malik", random_state=0)
+    assert clustering_accuracy(y, est.labels_) == 1.0
+    Phi, sigma = est.M_
+    E = np.hstack([np.full((60, 1), 1 / np.sqrt(60)), Phi[:, :2]])
+    expected = kmeans_roundings(E, 3, repeats=est.rounding_repeats, random_state=0, normalize_rows=False)
+    for got, want in zip(est.rounded_labels_, expected):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_estimator_refuses_bad_input():
     import dnomad
 
@@ -474,7 +491,8 @@ def test_estimator_refuses_bad_input():
                           ({"model": "disc", "gamma": float("nan")}, "gamma must be"),
                           ({"model": "cond", "divergence": "itakura-saito"}, "conjugate"),
                           ({"divergence": "hellinger"}, "divergence must be one of"),
-                          ({"model": "cond-jc", "divergence": "itakura-saito"}, "jointly convex")]:
+                          ({"model": "cond-jc", "divergence": "itakura-saito"}, "jointly convex"),
+                          ({"rounding": "kmeans"}, "rounding must be one of")]:
         with pytest.raises(InputValueError, match=match):
             dnomad.BregmanClustering(**params).fit(X)
     with pytest.raises(InputValueError, match="logistic divergence"):

@@ -11,8 +11,8 @@ from ..base import (_OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONST
                     _gated)
 from ..blocks import runs
 from ..errors import InputValueError
-from ..rounding import kmeans_rows
 from ..validation import Interval, Options, check_data
+from .clustering import ROUNDINGS
 from .divergences import DIVERGENCES, BregmanDivergence
 
 
@@ -44,6 +44,10 @@ class BregmanClustering(_Clustering, _Estimator):
     rounding_repeats : int, default 10
         Spectral-clustering roundings (k-means seeds), each re-optimized; the lowest hard
         objective wins.
+    rounding : {"ng-jordan-weiss", "shi-malik"}, default "ng-jordan-weiss"
+        How SC rounding reads M's top d eigenvectors: rows normalized to unit length (Ng,
+        Jordan and Weiss), or as they are (Shi and Malik, the rounding the paper cites:
+        for M 1 = 1 their generalized eigenvectors are M's own).
     chunk_rows : int, optional
         "cond": rows per chunk when X is a Zarr array or path (T is kept in row chunks
         next to X, out of core; default the Zarr chunking).  "cond-jc": rows per chunk
@@ -79,12 +83,13 @@ class BregmanClustering(_Clustering, _Estimator):
         "n_clusters": [Interval(numbers.Integral, 2, None)], "model": [Options(*MODELS)],
         "divergence": [Options(*DIVERGENCES), BregmanDivergence],
         "alpha": _POSITIVE, "beta": _POSITIVE, "gamma": _POSITIVE, "max_iter": _OPTIONAL_POSITIVE_INT,
-        "tol": [None] + _POSITIVE, "rounding_repeats": _POSITIVE_INT, "chunk_rows": _OPTIONAL_POSITIVE_INT,
+        "tol": [None] + _POSITIVE, "rounding_repeats": _POSITIVE_INT, "rounding": [Options(*ROUNDINGS)],
+        "chunk_rows": _OPTIONAL_POSITIVE_INT,
         **_RUN_CONSTRAINTS}
 
     def __init__(self, n_clusters=2, *, model="cond-jc", divergence="euclidean", alpha=1e-5, beta=1e-5,
-                 gamma=1e-6, max_iter=None, tol=None, rounding_repeats=10, chunk_rows=None, store=None,
-                 overwrite=False, random_state=None, verbose=0):
+                 gamma=1e-6, max_iter=None, tol=None, rounding_repeats=10, rounding="ng-jordan-weiss",
+                 chunk_rows=None, store=None, overwrite=False, random_state=None, verbose=0):
         self.n_clusters = n_clusters
         self.model = model
         self.divergence = divergence
@@ -94,6 +99,7 @@ class BregmanClustering(_Clustering, _Estimator):
         self.max_iter = max_iter
         self.tol = tol
         self.rounding_repeats = rounding_repeats
+        self.rounding = rounding
         self.chunk_rows = chunk_rows
         self.store = store
         self.overwrite = overwrite
@@ -165,9 +171,8 @@ class BregmanClustering(_Clustering, _Estimator):
         # SC rounding from the top d eigenvectors of M (of Z, its projection onto M2, for
         # "cond-jc"), which every model keeps factored
         self.M_ = (res.Phi, res.sigma)
-        E = res.membership_eigenvectors(d)
-        E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-300)
-        roundings = [kmeans_rows(E, d, rng, n_init=1) for _ in range(self.rounding_repeats)]
+        roundings = bregman.kmeans_roundings(res.membership_eigenvectors(d), d, repeats=self.rounding_repeats,
+                                             random_state=rng, normalize_rows=self.rounding == "ng-jordan-weiss")
         joint = self.model == "joint"
         self.rounded_labels_, self.rounded_objectives_, self.reoptimized_objectives_ = roundings, [], []
         best = None
