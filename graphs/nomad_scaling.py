@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -389,7 +390,8 @@ def main():
         if mine and mine["stop_reason"] == "tolerance":
             ratio = format(r["seconds"] / mine["seconds"], ".1f")
             if r["stop_reason"] != "tolerance":
-                ratio = "> " + ratio         # a lower bound: theirs did not get there
+                # A lower bound (theirs did not get there), so rounded down.
+                ratio = "> " + format(math.floor(10 * r["seconds"] / mine["seconds"]) / 10, ".1f")
         ratio = f"{ratio:>10s}"
         step_ratio = (r["seconds_per_inner_step"] / mine["seconds_per_inner_step"]) if mine else float("nan")
         print(f"{n:6d} {stop:>22s} {r['outer_iterations']:6d} {r['seconds']:8.1f} {r['seconds_per_inner_step']:8.4f} "
