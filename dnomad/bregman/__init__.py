@@ -21,7 +21,8 @@ from .norms import (omega, omega_dual, omega_lmo, omega_squared_from_singular_va
                     xi_lmo, xi_minimizer)
 
 __all__ = ["BregmanClustering", "BregmanDivergence", "CondJCResult", "DIVERGENCES", "GCGResult", "ItakuraSaito", "KL", "Logistic",
+           "ROUNDINGS",
            "SquaredEuclidean", "centroids_of", "cluster_posteriors", "cond", "cond_jc", "disc", "gcg", "get_divergence",
-           "hard_clustering", "hard_objective", "joint", "omega", "omega_dual", "omega_lmo", "omega_squared_from_singular_values",
-           "project_m2", "project_simplex_rows", "soft_clustering", "spectral_rounding", "kmeans_roundings", "ROUNDINGS", "xi", "xi_dual", "xi_lmo",
+           "hard_clustering", "hard_objective", "joint", "kmeans_roundings", "omega", "omega_dual", "omega_lmo", "omega_squared_from_singular_values",
+           "project_m2", "project_simplex_rows", "soft_clustering", "spectral_rounding", "xi", "xi_dual", "xi_lmo",
            "xi_minimizer"]

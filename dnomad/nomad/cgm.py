@@ -538,9 +538,10 @@ def _stores_direction(group):
     """Whether the block steps keep their direction A U^T in M between the line search
     and the next fused pass.  On a GPU: the line search writes it into M (free once
     LOBPCG is done with it) and the fused pass reads it there, one rank-k GEMM per step
-    instead of two for one more write and read of M; at MNIST's k = 520 the two GEMMs
-    were most of the fused pass and the line search (39 and 40 ms at n = 20,000 on an
-    H200, each GEMM-bound).  The host keeps forming the step by GEMM: its line search
+    instead of two for one more write and read of M.  At MNIST's k = 520 the two GEMMs
+    were most of the fused pass and the line search; the pair took 35.7 ms instead of
+    64.8 (12.3 -> 8.2 ms at k = 40; n = 20,000, float32, an H100, `graphs/gpu_nomad.py
+    --parts blocksteps`).  The host keeps forming the step by GEMM: its line search
     forms the rows in cache, and an out-of-core group would pay the extra M traffic on
     disk."""
     return group.device != "cpu"

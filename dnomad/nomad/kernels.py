@@ -162,7 +162,7 @@ def nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, 
                                   out_p=out_p, out_g=out_g, direction=direction)
     if direction is not None:
         # The host's default forms the step by GEMM (``lowrank``); this path is the
-        # device's (see cgm._BlockDirection), kept here so both devices take the same
+        # device's (see cgm._stores_direction), kept here so both devices take the same
         # arguments: two in-place passes, no temporary.
         P *= P.dtype.type(1.0 - step)
         _add_scaled(P, direction, step)
