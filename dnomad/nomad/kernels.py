@@ -88,8 +88,11 @@ def _nomad_row(Prow, Gamrow, Grow, drow, vj, av, keep, gamma, tau, inv_n, update
 
 
 @numba.njit(nogil=True, cache=True, fastmath=FASTMATH)
-def _nomad_block(P, Gam, G, Dblk, Xi, XjT, vi, vj, step, vv_scale, gamma, tau, inv_n,
-                 use_x, update_gamma, write_g, full_stats, shift, out_p, out_g, weight, out):
+def _nomad_block(P, Gam, G, Dblk, Xi, XjT, vi, vj, Vblk, step, vv_scale, gamma, tau, inv_n,
+                 use_x, use_v, update_gamma, write_g, full_stats, shift, out_p, out_g, weight, out):
+    # use_v: the step's direction is the stored block Vblk (P <- keep P + step V), its row r
+    # taking the place of the vertex step's av vj (Vblk may be G: each entry is read before
+    # it is written).
     bi, bj = P.shape
     d = Xi.shape[1]
     keep = 1.0 - step
@@ -98,7 +101,8 @@ def _nomad_block(P, Gam, G, Dblk, Xi, XjT, vi, vj, step, vv_scale, gamma, tau, i
     drow = np.empty(bj, P.dtype)
     gap_only = write_g and not update_gamma and not full_stats
     for r in range(bi):
-        av = step * vv_scale * vi[r]
+        av = step if use_v else step * vv_scale * vi[r]
+        vrow = Vblk[r] if use_v else vj
         if use_x:
             # D's row r from the data panels: d short axpys over a cached row buffer.
             drow[:] = 0.0
@@ -110,16 +114,16 @@ def _nomad_block(P, Gam, G, Dblk, Xi, XjT, vi, vj, step, vv_scale, gamma, tau, i
             drow[:] = Dblk[r]
         Grow = G[r] if write_g else drow
         if gap_only:
-            acc[1] += _nomad_row_gap(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, inv_n, shift, out_p, out_g)
+            acc[1] += _nomad_row_gap(P[r], Gam[r], Grow, drow, vrow, av, keep, gamma, inv_n, shift, out_p, out_g)
         elif update_gamma:
             if write_g:
-                _nomad_row(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, tau, inv_n, True, True, shift, out_p, out_g, acc)
+                _nomad_row(P[r], Gam[r], Grow, drow, vrow, av, keep, gamma, tau, inv_n, True, True, shift, out_p, out_g, acc)
             else:
-                _nomad_row(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, tau, inv_n, True, False, shift, out_p, out_g, acc)
+                _nomad_row(P[r], Gam[r], Grow, drow, vrow, av, keep, gamma, tau, inv_n, True, False, shift, out_p, out_g, acc)
         elif write_g:
-            _nomad_row(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, tau, inv_n, False, True, shift, out_p, out_g, acc)
+            _nomad_row(P[r], Gam[r], Grow, drow, vrow, av, keep, gamma, tau, inv_n, False, True, shift, out_p, out_g, acc)
         else:
-            _nomad_row(P[r], Gam[r], Grow, drow, vj, av, keep, gamma, tau, inv_n, False, False, shift, out_p, out_g, acc)
+            _nomad_row(P[r], Gam[r], Grow, drow, vrow, av, keep, gamma, tau, inv_n, False, False, shift, out_p, out_g, acc)
     out[0] = weight * acc[0]
     out[1] = weight * acc[1]
     out[2] = weight * acc[2]
@@ -160,13 +164,6 @@ def nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, 
                                   gamma=gamma, tau=tau, inv_n=inv_n, update_gamma=update_gamma,
                                   write_g=write_g, weight=weight, full_stats=full_stats, shifted=shifted,
                                   out_p=out_p, out_g=out_g, direction=direction)
-    if direction is not None:
-        # The host's default forms the step by GEMM (``lowrank``); this path is the
-        # device's (see cgm._stores_direction), kept here so both devices take the same
-        # arguments: two in-place passes, no temporary.
-        P *= P.dtype.type(1.0 - step)
-        _add_scaled(P, direction, step)
-        step = 0.0
     dtype = P.dtype
     empty = _EMPTY_2D[dtype]
     use_x = D is None
@@ -182,9 +179,12 @@ def nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, 
     if G is None:
         G = empty
     out = np.empty(N_NOMAD_STATS, np.float64)
-    _nomad_block(P, Gam, G, D, Xi, XjT, vi.astype(dtype, copy=False), vj.astype(dtype, copy=False),
+    use_v = direction is not None
+    _nomad_block(P, Gam, G, D, Xi, XjT, vi.astype(dtype, copy=False),
+                 np.ascontiguousarray(vj, dtype=dtype), np.ascontiguousarray(direction, dtype=dtype) if use_v else empty,
                  dtype.type(step), dtype.type(vv_scale), dtype.type(gamma), dtype.type(tau),
-                 dtype.type(inv_n), use_x, update_gamma, write_g, full_stats, dtype.type(1.0 if shifted else 0.0),
+                 dtype.type(inv_n), use_x, use_v, update_gamma, write_g, full_stats,
+                 dtype.type(1.0 if shifted else 0.0),
                  dtype.type(out_p), dtype.type(out_g), float(weight), out)
     if write_g and not update_gamma and not full_stats:
         gp = out[SUM_GP]
@@ -215,18 +215,6 @@ def lowrank_update_block(P, Ai, Uj, keep):
     out = gemm(1.0, Uj, Ai, beta=keep, c=P.T, trans_b=1, overwrite_c=1)
     if not np.shares_memory(out, P):        # P was not contiguous: BLAS worked on a copy
         P[...] = out.T
-
-
-@numba.njit(nogil=True, cache=True, fastmath=FASTMATH)
-def _add_scaled_rows(P, V, scale):
-    for r in range(P.shape[0]):
-        for c in range(P.shape[1]):
-            P[r, c] += scale * V[r, c]
-
-
-def _add_scaled(P, V, scale):
-    """P += scale V in place, without a b x b temporary."""
-    _add_scaled_rows(P, V, P.dtype.type(scale))
 
 
 # Rows of a rank-k direction formed at a time (rows x b, in cache) by the line search.
