@@ -454,7 +454,7 @@ def test_block_direction_matches_dense_reference(stored_direction, rng, monkeypa
     """Two outer iterations of the block direction against the same iteration written
     densely here: the fused pass, the projected step from the exact top-k eigenpairs of
     J M J (n small: the solver's dense path), the line-search step, the multiplier update;
-    the step formed by GEMM (the host's way) or kept in M by the line search (a GPU's)."""
+    the step formed by GEMM (blocks in a Zarr store) or kept in M by the line search (in memory)."""
     from dnomad.nomad import cgm
     from dnomad.nomad.cgm import NomadParams, _line_search_step, _simplex_projection, nomad_cgm
 

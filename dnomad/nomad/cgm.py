@@ -536,15 +536,16 @@ class _BlockDirection:
 
 def _stores_direction(group):
     """Whether the block steps keep their direction A U^T in M between the line search
-    and the next fused pass.  On a GPU: the line search writes it into M (free once
-    LOBPCG is done with it) and the fused pass reads it there, one rank-k GEMM per step
-    instead of two for one more write and read of M.  At MNIST's k = 520 the two GEMMs
-    were most of the fused pass and the line search; the pair took 35.7 ms instead of
-    64.8 (12.3 -> 8.2 ms at k = 40; n = 20,000, float32, an H100, `graphs/gpu_nomad.py
-    --parts blocksteps`).  The host keeps forming the step by GEMM: its line search
-    forms the rows in cache, and an out-of-core group would pay the extra M traffic on
-    disk."""
-    return group.device != "cpu"
+    and the next fused pass: the line search writes it into M (free once LOBPCG is done
+    with it) and the fused pass reads it there, one rank-k GEMM per step instead of two,
+    for one more write and read of M.  Wherever the blocks are in memory the GEMM costs
+    more: 2 n^2 k flops against 8 n^2 bytes moved in float32.  On an H100 at MNIST's
+    k = 520 the step's two passes took 35.7 ms instead of 64.8 (12.3 -> 8.2 ms at k = 40;
+    n = 20,000, `graphs/gpu_nomad.py --parts blocksteps`); on 2 host cores 250 outer
+    iterations on 3,501 MNIST digits (K = 13, k 34 -> 114) took 75 s instead of 88, the
+    same passes.  Blocks in a Zarr store form it twice: there the extra write and read
+    of M go to disk."""
+    return group.device != "cpu" or group.backend != "zarr"
 
 
 def _simplex_projection(x, total):
