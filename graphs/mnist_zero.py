@@ -11,6 +11,15 @@ Each embedding is Q's two leading eigenvectors after the constant one, scaled by
 sqrt(eigenvalue) (NOMAD.embedding_), drawn with thumbnails of images spread over it.
 
     python graphs/mnist_zero.py [--only zeros,digits,fashion] [--max-iter N] [--plot-only]
+    python graphs/mnist_zero.py --only zeros --hours 1.5         # go on with the zeros' run
+    python graphs/mnist_zero.py --only zeros --device cuda       # the same run on a GPU
+
+The zeros run to the stopping rule takes hours on 2 host cores, so it runs in segments of
+--segment outer iterations against a Zarr store (--store, default graphs/mnist_zero.zarr,
+ignored by git): each invocation resumes the store's run (NOMAD's own checkpoints: it
+retraces an uninterrupted run exactly) and stops after the segment in which --hours runs
+out.  Its row then says "resumable" and counts the solver's seconds over every session
+(the history's); the rows of parts not rerun are kept from the saved JSON.
 """
 from __future__ import annotations
 
@@ -33,6 +42,7 @@ from dnomad.errors import ConvergenceWarning  # noqa: E402
 
 NAME = "mnist_zero"
 FASHION_CLASS = 5          # sandals
+PARTS = ("zeros", "digits", "fashion")
 
 
 def images(kind, label, count=None):
@@ -40,41 +50,75 @@ def images(kind, label, count=None):
     return X if count is None else X[:count]
 
 
-def fit(kind, label, K, count=None, max_iter=None):
+def fit(kind, label, K, count=None, max_iter=None, device=None, store=None, segment=20, hours=None):
+    """Fit NOMAD to one image class and summarize the run.  With ``store``: in segments of
+    ``segment`` outer iterations, each resuming the store's run, until the stopping rule,
+    ``max_iter`` or the segment in which ``hours`` runs out."""
     X = images(kind, label, count)
     n = len(X)
+    est = dnomad.NOMAD(n_clusters=K, max_iter=max_iter, label_method="components", device=device,
+                       store=store, checkpoint_every=segment if store else None)
+    resume = store is not None and dnomad.blocks.store.read_json(store, "result") is not None
     with ResidentPeak() as rss:
         t = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            est = dnomad.NOMAD(n_clusters=K, max_iter=max_iter, label_method="components").fit(X)
+            if store is None:
+                est.fit(X)
+            else:
+                cap = np.inf if max_iter is None else max_iter
+                done = dnomad.blocks.store.read_json(store, "result")["n_iter"] if resume else 0
+                while True:
+                    est.set_params(max_iter=int(min(cap, done + segment)))
+                    est.fit(X, resume=resume)
+                    resume, done = True, est.n_iter_
+                    print(f"  {kind} {label}: {done} outer iterations ({est.stop_reason_}), max violation "
+                          f"{est.history_[-1]['max_violation']:.3g}, rmse_neg {est.history_[-1]['rmse_neg']:.2g}, "
+                          f"{time.perf_counter() - t:.0f} s this session", flush=True)
+                    if est.stop_reason_ != "max_iter" or done >= cap or \
+                            (hours is not None and time.perf_counter() - t > 3600 * hours):
+                        break
         seconds = time.perf_counter() - t
     peak = rss.peak_above_start
     h = est.history_
     bytes_read = sum(r["bytes_read"] for r in h)
-    row = {"data": f"{kind} {label}", "n": n, "K": K, "seconds": seconds, "n_iter": est.n_iter_,
-           "stop_reason": est.stop_reason_, "passes": sum(r["passes"] for r in h),
+    solve_seconds = sum(r["seconds"] for r in h)
+    finished = est.stop_reason_ != "max_iter" or (max_iter is not None and est.n_iter_ >= max_iter)
+    row = {"data": f"{kind} {label}", "n": n, "K": K,
+           # the solver's seconds, over every session of a resumed run; this session's wall time
+           "seconds": solve_seconds if store else seconds, "session_seconds": seconds,
+           "n_iter": est.n_iter_, "stop_reason": est.stop_reason_ if finished else "resumable",
+           "device": blocks_device(device), "passes": sum(r["passes"] for r in h),
            "bytes_read": bytes_read, "bytes_written": sum(r["bytes_written"] for r in h),
-           "read_GB_per_s": bytes_read / max(sum(r["seconds"] for r in h), 1e-9) / 1e9,
+           "read_GB_per_s": bytes_read / max(solve_seconds, 1e-9) / 1e9,
            "state_GB": 3 * n * n / 2 * 4 / 1e9, "peak_GB": peak / 1e9, "rmse_neg": h[-1]["rmse_neg"],
            "max_violation": h[-1]["max_violation"], "objective": est.objective_,
+           "trace": {"passes": np.cumsum([r["passes"] for r in h]).tolist(),
+                     "max_violation": [r["max_violation"] for r in h],
+                     "seconds": np.cumsum([r["seconds"] for r in h]).round(2).tolist(),
+                     "rank": [r.get("rank") for r in h]},
            "embedding": np.round(est.embedding_, 4).tolist(), "kind": kind, "label": label,
            "count": count}
-    print(f"{row['data']:12s} n={n:5d} K={K:4d}  {seconds:7.1f} s  {est.n_iter_} outer ({est.stop_reason_})  "
+    print(f"{row['data']:12s} n={n:5d} K={K:4d}  {row['seconds']:7.1f} s  {est.n_iter_} outer ({row['stop_reason']})  "
           f"{row['passes']} passes  {bytes_read / 1e9:.1f} GB read at {row['read_GB_per_s']:.2f} GB/s  "
           f"rmse_neg {row['rmse_neg']:.1e}", flush=True)
     return row
 
 
-def run(parts, max_iter):
+def blocks_device(device):
+    return dnomad.blocks.device.resolve_device(device)
+
+
+def run(parts, max_iter, device=None, store=None, segment=20, hours=None):
     rows = []
     bandwidth = memory_bandwidth() / 1e9
     if "zeros" in parts:
-        rows.append(fit("mnist", 0, 128, max_iter=max_iter))
+        rows.append(fit("mnist", 0, 128, max_iter=max_iter, device=device, store=store, segment=segment,
+                        hours=hours))
     if "digits" in parts:
-        rows += [fit("mnist", 1, 16, count=500), fit("mnist", 2, 16, count=500)]
+        rows += [fit("mnist", 1, 16, count=500, device=device), fit("mnist", 2, 16, count=500, device=device)]
     if "fashion" in parts:
-        rows.append(fit("fashion", FASHION_CLASS, 32, count=1000))
+        rows.append(fit("fashion", FASHION_CLASS, 32, count=1000, device=device))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
     print(f"\nmachine: memory copy bandwidth {bandwidth:.1f} GB/s; peak resident memory of the run "
           f"{peak:.2f} GB (the loaders included)")
@@ -120,10 +164,29 @@ if __name__ == "__main__":
     ap.add_argument("--only", default="zeros,digits,fashion")
     ap.add_argument("--max-iter", type=int, default=None, help="outer iterations for the zeros (default: "
                                                                 "the solver's, to its stopping rule)")
+    ap.add_argument("--device", default=None, help="'cpu' or 'cuda' (default: NOMAD's)")
+    ap.add_argument("--store", default=os.path.join(HERE, f"{NAME}.zarr"),
+                    help="the zeros' run store, resumed where it holds a run ('' for none: one fit in memory)")
+    ap.add_argument("--segment", type=int, default=20, help="outer iterations between the zeros' checkpoints")
+    ap.add_argument("--hours", type=float, default=None,
+                    help="stop the zeros after the segment in which this much time has run (resume later)")
     ap.add_argument("--plot-only", action="store_true")
     args = ap.parse_args()
     if args.plot_only:
         with open(os.path.join(HERE, f"{NAME}.json")) as f:
             plot(json.load(f), os.path.join(HERE, f"{NAME}.png"))
     else:
-        write_result(HERE, NAME, run(args.only.split(","), args.max_iter), plot)
+        parts = args.only.split(",")
+        unknown = sorted(set(parts) - set(PARTS))
+        if unknown:
+            ap.error(f"--only: unknown parts {unknown}; known: {list(PARTS)}")
+        result = run(parts, args.max_iter, device=args.device, store=args.store or None, segment=args.segment,
+                     hours=args.hours)
+        path = os.path.join(HERE, f"{NAME}.json")
+        if set(parts) != set(PARTS) and os.path.exists(path):
+            # Keep the saved rows of the parts not rerun, in their order.
+            with open(path) as f:
+                saved = json.load(f)["rows"]
+            fresh = {r["data"]: r for r in result["rows"]}
+            result["rows"] = [fresh.pop(r["data"], r) for r in saved] + list(fresh.values())
+        write_result(HERE, NAME, result, plot)
