@@ -449,6 +449,22 @@ def test_fused_block_with_rank_k_step_matches_dense(dtype, shifted, update_gamma
         assert stats[kernels.NOMAD_STATS.index("neg_count")] == np.sum(Q < 0)
 
 
+def test_fused_block_refuses_two_forms_of_the_step(rng):
+    """The rank-k step given both as (A, U) and as its stored direction is refused before
+    any block changes (it would apply one and silently drop the other)."""
+    from dnomad.nomad import kernels
+
+    b, k = 20, 3
+    P, Gam, G = rng.standard_normal((b, b)), np.zeros((b, b)), np.zeros((b, b))
+    A, U = rng.standard_normal((b, k)), rng.standard_normal((b, k))
+    before = P.copy()
+    with pytest.raises(dnomad.InputValueError, match="not both"):
+        kernels.nomad_block(P, Gam, G, D=np.eye(b), vi=np.zeros(b), vj=np.zeros(b), step=0.5, vv_scale=0.0,
+                            gamma=1.0, tau=0.0, inv_n=1.0 / b, update_gamma=False, write_g=True, weight=1.0,
+                            lowrank=(A, U), direction=A @ U.T)
+    np.testing.assert_array_equal(P, before)
+
+
 @pytest.mark.parametrize("stored_direction", [False, True])
 def test_block_direction_matches_dense_reference(stored_direction, rng, monkeypatch):
     """Two outer iterations of the block direction against the same iteration written

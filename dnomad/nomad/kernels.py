@@ -12,6 +12,7 @@ import numba
 import numpy as np
 
 from ..blocks.device import array_module, is_device_array
+from ..errors import InputValueError
 from ..blocks.kernels import (CUDA_TYPES, DEVICE_PASS_MAX_GRID, DEVICE_PASS_THREADS, FASTMATH,
                               INLINE_GRAM_MAX_FEATURES)
 
@@ -156,6 +157,9 @@ def nomad_block(P, Gam, G, *, D=None, Xi=None, Xj=None, vi, vj, step, vv_scale, 
     Reads P, Gam (and D) once, writes P, G (and Gam) once; no b x b temporary unless D is
     formed by GEMM (the rank-k step is one in-place GEMM on P).
     """
+    if lowrank is not None and direction is not None:
+        raise InputValueError("nomad_block takes the rank-k step as lowrank = (Ai, Uj) or as its stored "
+                              "direction, not both")
     if lowrank is not None:
         lowrank_update_block(P, lowrank[0], lowrank[1], 1.0 - step)
         step = 0.0
