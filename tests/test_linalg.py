@@ -227,6 +227,36 @@ def test_lobpcg_top_finds_the_top_eigenpairs_on_the_complement_of_a_constraint(d
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_lobpcg_top_converges_only_the_wanted_pairs(device, rng):
+    """With ``wanted`` (a count from the current Ritz values) only that many leading
+    pairs must meet the tolerance: it stops in fewer products, those pairs are as
+    accurate as a full solve's, the others need not be; it receives the Ritz values in
+    decreasing order, as host floats."""
+    from dnomad.linalg.lobpcg import lobpcg_top
+
+    n, k, m = 600, 12, 3
+    A, basis, exact = planted_operator(n, k, rng)
+    A_dev, ones = on(device, A), on(device, np.ones((n, 1)) / np.sqrt(n))
+    start = on(device, rng.standard_normal((n, k)))
+    seen = []
+
+    def wanted(w):
+        seen.append(w)
+        return m
+
+    _, _, every = lobpcg_top(lambda V: A_dev @ V, start, constraint=ones, tol=1e-8, maxiter=300)
+    w, U, some = lobpcg_top(lambda V: A_dev @ V, start, constraint=ones, tol=1e-8, maxiter=300, wanted=wanted)
+    w, U = dev.to_host(w), dev.to_host(U)
+    residuals = np.linalg.norm(A @ U - U * w, axis=0)
+    assert some < every
+    assert residuals[:m].max() <= 2e-8
+    assert residuals[m:].max() > 1e-8                       # stopped before the rest converged
+    np.testing.assert_allclose(w[:m], exact[:m], rtol=1e-9)
+    np.testing.assert_allclose(U.T @ U, np.eye(k), atol=1e-10)
+    assert all(isinstance(v, np.ndarray) and v.shape == (k,) and np.all(np.diff(v) <= 0) for v in seen)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_lobpcg_top_survives_dependent_blocks(device, rng):
     """A start with repeated columns, and one that already holds k - 1 exact eigenvectors
     (their residuals vanish, so the residual block is nearly rank one): the Rayleigh-Ritz

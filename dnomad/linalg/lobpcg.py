@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..blocks.device import array_module
+from ..blocks.device import array_module, to_host
 from ..errors import InputValueError
 
 # Gram eigenvalues below DROP * the largest are dropped from the Rayleigh-Ritz basis
@@ -45,12 +45,15 @@ REORTH_RATIO = 0.5
 ONE_PASS_PIVOT = 1e-4
 
 
-def lobpcg_top(matmat, X, *, constraint=None, tol=1e-3, maxiter=20):
+def lobpcg_top(matmat, X, *, constraint=None, tol=1e-3, maxiter=20, wanted=None):
     """The k largest eigenpairs of the symmetric operator ``matmat`` (A V for an n x m
     block V, on V's device) on the orthogonal complement of ``constraint``'s columns,
     from the start ``X`` (n x k).
 
-    constraint: n x m with orthonormal columns, or None.  Returns (w, U, products):
+    constraint: n x m with orthonormal columns, or None.  wanted: None (every pair must
+    meet ``tol``), or a function of the current Ritz values (decreasing, on the host)
+    returning how many leading pairs must: the others still widen the search (a larger
+    block converges faster) but need not converge themselves.  Returns (w, U, products):
     the k Ritz values in decreasing order and their orthonormal Ritz vectors (on X's
     device), and the number of products taken."""
     xp = array_module(X)
@@ -83,7 +86,9 @@ def lobpcg_top(matmat, X, *, constraint=None, tol=1e-3, maxiter=20):
     P = AP = None
     for _ in range(maxiter):
         R = AX - X * w
-        if float(xp.sqrt((R * R).sum(axis=0)).max()) <= tol:
+        norms = xp.sqrt((R * R).sum(axis=0))
+        m = k if wanted is None else min(k, max(1, int(wanted(to_host(w)))))
+        if float(norms[:m].max()) <= tol:
             break
         R = project(R)
         R /= xp.maximum(xp.sqrt((R * R).sum(axis=0)), np.finfo(np.float64).tiny)
