@@ -184,3 +184,23 @@ def test_passes_on_a_cluster_are_in_its_event_log_while_the_fit_runs(cluster_cli
         gaussian_blobs(80, n_centers=3, random_state=0)[0])
     rows = since(start)
     assert rows and {"chunks", "rows", "seconds"} <= set(rows[0]) and any(m["rows"] == 80 for m in rows)
+
+
+@pytest.mark.parametrize("block_size,symmetric", [(25, True), (30, True), (40, False), (70, False)])
+def test_saved_upper_blocks_load_whole_into_any_layout(block_size, symmetric, tmp_path, rng):
+    """A checkpoint saved from a symmetric layout holds only its upper blocks; loaded into
+    a full layout (a GPU's) or one with another block size, the entries that fall in its
+    lower blocks come from their mirror images, not from the unwritten zeros."""
+    from dnomad.blocks.engine import BlockGroup
+    from dnomad.blocks.layout import BlockLayout
+
+    n = 70
+    A = rng.standard_normal((n, n))
+    A = A + A.T
+    saved = blocks.from_array(A, name="P", dtype=np.float64, block_size=25)
+    saved.group.save(["P"], str(tmp_path / "run.zarr"), "checkpoint")
+    saved.group.close()
+    group = BlockGroup(BlockLayout(n, block_size, symmetric=symmetric), np.float64)
+    group.load(["P"], str(tmp_path / "run.zarr"), "checkpoint")
+    np.testing.assert_array_equal(blocks.BlockMatrix(group, "P").to_numpy(), A.astype(np.float64))
+    group.close()

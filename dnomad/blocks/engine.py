@@ -135,6 +135,26 @@ def _zarr_read(url, path, gen, key, layout):
     return np.ascontiguousarray(arr[r0:r1, c0:c1])
 
 
+def _zarr_read_whole(url, path, gen, key, layout):
+    """Block ``key`` of a matrix saved by :meth:`BlockGroup.save`, whatever the layout it
+    was saved from: where only its upper blocks were written (``dnomad_layout`` "upper",
+    in blocks of its chunk size), the entries that fall in its lower blocks (a full
+    layout, as on a GPU, or another block size) are read from their mirror images, not
+    from the unwritten zeros."""
+    arr = _open_zarr_array(url, path, gen)
+    (r0, r1), (c0, c1) = layout.bounds(key[0]), layout.bounds(key[1])
+    block = np.ascontiguousarray(arr[r0:r1, c0:c1])
+    if arr.attrs.get("dnomad_layout") != "upper":
+        return block
+    saved = arr.chunks[0]
+    row_blocks, col_blocks = np.arange(r0, r1) // saved, np.arange(c0, c1) // saved
+    if row_blocks[-1] <= col_blocks[0]:           # wholly within the saved upper blocks
+        return block
+    lower = row_blocks[:, None] > col_blocks[None, :]
+    block[lower] = np.asarray(arr[c0:c1, r0:r1]).T[lower]
+    return block
+
+
 def _zarr_write(url, path, gen, key, layout, block):
     arr = _open_zarr_array(url, path, gen)
     (r0, r1), (c0, c1) = layout.bounds(key[0]), layout.bounds(key[1])
@@ -669,7 +689,7 @@ def _save_blocks(bundle, key, dest, layout, mirror):
 def _load_blocks(key, src, layout, dtype):
     out = {}
     for name, loc in src.items():
-        block = _zarr_read(*loc, key, layout)
+        block = _zarr_read_whole(*loc, key, layout)
         if block.dtype != dtype:
             from .store import redact
 
