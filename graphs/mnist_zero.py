@@ -1,7 +1,8 @@
 """NOMAD's 2-D embeddings of real images (Tepper et al., Fig. 16 and Fig. 6c), in one run.
 
 zeros:   all 6,903 MNIST zeros (70k set; the paper's Fig. 16 had 9,603), K = 128, by
-         conditional gradient (Alg. 2) as the paper: seconds, outer iterations, passes
+         conditional gradient (dnomad's default block steps; the paper's Alg. 2 took
+         10^4 outer iterations on MNIST subsets): seconds, outer iterations, passes
          and bytes over the n x n blocks, the rise of resident memory during the fit against
          what the three n x n state matrices (P, Gamma, G; upper blocks) take.
 digits:  500 ones and 500 twos, each on its own, K = 16 (Fig. 6c).
@@ -12,14 +13,18 @@ sqrt(eigenvalue) (NOMAD.embedding_), drawn with thumbnails of images spread over
 
     python graphs/mnist_zero.py [--only zeros,digits,fashion] [--max-iter N] [--plot-only]
     python graphs/mnist_zero.py --only zeros --hours 1.5         # go on with the zeros' run
-    python graphs/mnist_zero.py --only zeros --device cuda       # the same run on a GPU
+    python graphs/mnist_zero.py --only zeros --device cuda       # go on with it on a GPU
+    python graphs/mnist_zero.py --only zeros --overwrite         # start it afresh
 
 The zeros run to the stopping rule takes hours on 2 host cores, so it runs in segments of
 --segment outer iterations against a Zarr store (--store, default graphs/mnist_zero.zarr,
-ignored by git): each invocation resumes the store's run (NOMAD's own checkpoints: it
-retraces an uninterrupted run exactly) and stops after the segment in which --hours runs
-out.  Its row then says "resumable" and counts the solver's seconds over every session
-(the history's); the rows of parts not rerun are kept from the saved JSON.
+ignored by git): each invocation resumes the store's run from its last checkpoint (on the
+same device it retraces an uninterrupted run exactly; on another, it goes on from the same
+state) and stops after the segment in which --hours runs out.  Its row then says
+"resumable"; "seconds" counts the solver's time over every session (the history's),
+"segments" which commit and device ran which outer iterations, in how many wall seconds.
+A store whose run has finished is loaded, not recomputed (the script says so).  The rows
+of parts not rerun are kept from the saved JSON.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import argparse
 import json
 import os
 import resource
+import subprocess
 import sys
 import time
 import warnings
@@ -38,11 +44,15 @@ sys.path.insert(0, HERE)
 from _bench import ResidentPeak, memory_bandwidth, write_result  # noqa: E402
 
 import dnomad  # noqa: E402
+from dnomad.blocks import store as run_store  # noqa: E402
 from dnomad.errors import ConvergenceWarning  # noqa: E402
+from dnomad.nomad.cgm import CHECKPOINT_KEY  # noqa: E402
+from dnomad.nomad.estimator import CGM_MAX_ITER  # noqa: E402
 
 NAME = "mnist_zero"
 FASHION_CLASS = 5          # sandals
 PARTS = ("zeros", "digits", "fashion")
+SEGMENTS_KEY = "mnist_zero_segments"     # the store's record of which session ran what
 
 
 def images(kind, label, count=None):
@@ -50,15 +60,17 @@ def images(kind, label, count=None):
     return X if count is None else X[:count]
 
 
-def fit(kind, label, K, count=None, max_iter=None, device=None, store=None, segment=20, hours=None):
+def fit(kind, label, K, count=None, max_iter=None, device=None, store=None, segment=40, hours=None,
+        overwrite=False):
     """Fit NOMAD to one image class and summarize the run.  With ``store``: in segments of
     ``segment`` outer iterations, each resuming the store's run, until the stopping rule,
-    ``max_iter`` or the segment in which ``hours`` runs out."""
+    ``max_iter`` (default the solver's) or the segment in which ``hours`` runs out."""
     X = images(kind, label, count)
     n = len(X)
     est = dnomad.NOMAD(n_clusters=K, max_iter=max_iter, label_method="components", device=device,
-                       store=store, checkpoint_every=segment if store else None)
-    resume = store is not None and dnomad.blocks.store.read_json(store, "result") is not None
+                       store=store, overwrite=overwrite, checkpoint_every=segment if store else None)
+    cap = CGM_MAX_ITER if max_iter is None else max_iter
+    segments = []
     with ResidentPeak() as rss:
         t = time.perf_counter()
         with warnings.catch_warnings():
@@ -66,12 +78,22 @@ def fit(kind, label, K, count=None, max_iter=None, device=None, store=None, segm
             if store is None:
                 est.fit(X)
             else:
-                cap = np.inf if max_iter is None else max_iter
-                done = dnomad.blocks.store.read_json(store, "result")["n_iter"] if resume else 0
+                resume, done = (False, 0) if overwrite else stored_progress(store)
+                segments = [] if overwrite else run_store.read_json(store, SEGMENTS_KEY, [])
+                if resume:
+                    print(f"  {kind} {label}: resuming the run in {store} after {done} outer iterations", flush=True)
                 while True:
+                    began, start = done, time.perf_counter()
                     est.set_params(max_iter=int(min(cap, done + segment)))
                     est.fit(X, resume=resume)
                     resume, done = True, est.n_iter_
+                    if done > began:
+                        segments.append({"from": began, "to": done, "device": blocks_device(device),
+                                         "commit": _commit(), "seconds": time.perf_counter() - start})
+                        run_store.write_json(store, SEGMENTS_KEY, segments)
+                    else:
+                        print(f"  {kind} {label}: the store's run had finished; its result is loaded, "
+                              f"not recomputed", flush=True)
                     print(f"  {kind} {label}: {done} outer iterations ({est.stop_reason_}), max violation "
                           f"{est.history_[-1]['max_violation']:.3g}, rmse_neg {est.history_[-1]['rmse_neg']:.2g}, "
                           f"{time.perf_counter() - t:.0f} s this session", flush=True)
@@ -83,12 +105,14 @@ def fit(kind, label, K, count=None, max_iter=None, device=None, store=None, segm
     h = est.history_
     bytes_read = sum(r["bytes_read"] for r in h)
     solve_seconds = sum(r["seconds"] for r in h)
-    finished = est.stop_reason_ != "max_iter" or (max_iter is not None and est.n_iter_ >= max_iter)
+    finished = store is None or est.stop_reason_ != "max_iter" or est.n_iter_ >= cap
     row = {"data": f"{kind} {label}", "n": n, "K": K,
-           # the solver's seconds, over every session of a resumed run; this session's wall time
+           # A resumed run: the solver's seconds over every session (its history's: not the
+           # setup each segment repeats, which "segments" counts), and this session's wall time.
            "seconds": solve_seconds if store else seconds, "session_seconds": seconds,
            "n_iter": est.n_iter_, "stop_reason": est.stop_reason_ if finished else "resumable",
-           "device": blocks_device(device), "passes": sum(r["passes"] for r in h),
+           "device": sorted({seg["device"] for seg in segments}) or [blocks_device(device)],
+           "segments": segments, "passes": sum(r["passes"] for r in h),
            "bytes_read": bytes_read, "bytes_written": sum(r["bytes_written"] for r in h),
            "read_GB_per_s": bytes_read / max(solve_seconds, 1e-9) / 1e9,
            "state_GB": 3 * n * n / 2 * 4 / 1e9, "peak_GB": peak / 1e9, "rmse_neg": h[-1]["rmse_neg"],
@@ -109,12 +133,32 @@ def blocks_device(device):
     return dnomad.blocks.device.resolve_device(device)
 
 
-def run(parts, max_iter, device=None, store=None, segment=20, hours=None):
+def stored_progress(store):
+    """(whether ``store`` holds a run, the outer iterations it has done): its result's,
+    else its last checkpoint's (a session that ended mid-segment leaves no result)."""
+    if run_store.read_json(store, run_store.RUN_MARKER) is None:
+        return False, 0
+    result = run_store.read_json(store, "result")
+    if result is not None:
+        return True, int(result["n_iter"])
+    record = run_store.read_json(store, CHECKPOINT_KEY)
+    return True, 0 if record is None else int(record["iteration"])
+
+
+def _commit():
+    try:
+        return subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def run(parts, max_iter, device=None, store=None, segment=40, hours=None, overwrite=False):
     rows = []
     bandwidth = memory_bandwidth() / 1e9
     if "zeros" in parts:
         rows.append(fit("mnist", 0, 128, max_iter=max_iter, device=device, store=store, segment=segment,
-                        hours=hours))
+                        hours=hours, overwrite=overwrite))
     if "digits" in parts:
         rows += [fit("mnist", 1, 16, count=500, device=device), fit("mnist", 2, 16, count=500, device=device)]
     if "fashion" in parts:
@@ -167,7 +211,8 @@ if __name__ == "__main__":
     ap.add_argument("--device", default=None, help="'cpu' or 'cuda' (default: NOMAD's)")
     ap.add_argument("--store", default=os.path.join(HERE, f"{NAME}.zarr"),
                     help="the zeros' run store, resumed where it holds a run ('' for none: one fit in memory)")
-    ap.add_argument("--segment", type=int, default=20, help="outer iterations between the zeros' checkpoints")
+    ap.add_argument("--segment", type=int, default=40, help="outer iterations between the zeros' checkpoints")
+    ap.add_argument("--overwrite", action="store_true", help="start the zeros' run afresh in --store")
     ap.add_argument("--hours", type=float, default=None,
                     help="stop the zeros after the segment in which this much time has run (resume later)")
     ap.add_argument("--plot-only", action="store_true")
@@ -181,7 +226,7 @@ if __name__ == "__main__":
         if unknown:
             ap.error(f"--only: unknown parts {unknown}; known: {list(PARTS)}")
         result = run(parts, args.max_iter, device=args.device, store=args.store or None, segment=args.segment,
-                     hours=args.hours)
+                     hours=args.hours, overwrite=args.overwrite)
         path = os.path.join(HERE, f"{NAME}.json")
         if set(parts) != set(PARTS) and os.path.exists(path):
             # Keep the saved rows of the parts not rerun, in their order.
