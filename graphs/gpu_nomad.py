@@ -11,8 +11,9 @@ Measured in one run on the GPU:
   * blocksteps: each piece of one block Frank-Wolfe step (the default direction) timed
     alone at n = 20,000 for LOBPCG blocks of k = 40 (rings, K = 16) and 520 (MNIST,
     K = 256): the fused pass that applies the rank-k step, the low-rank line search (the
-    pair as the host runs them, each forming the direction A U^T by GEMM, and as a GPU
-    runs them, the line search storing it in M for the fused pass to read), one product
+    pair as blocks in a Zarr store run them, each forming the direction A U^T by GEMM, and
+    as blocks in memory run them, the line search storing it in M for the fused pass to
+    read), one product
     M U, LOBPCG's own work;
   * the device's copy bandwidth (cupy.copyto of 4 GiB, bytes read + written per second);
   * rings: two rings, n = 20,000, K = 16 (graphs/nomad_scaling.py's instance), float32,
@@ -187,7 +188,7 @@ def block_step_rates(device, n, copy_Bps=None, ks=(2 * RINGS_K + 8, 2 * MNIST_K 
                 group, v=None, step=0.01, vv_scale=0.0, lowrank=(A, U), gamma=1.0, tau=0.0, update_gamma=False,
                 full_stats=False, shifted=True, out_p=1.0, out_g=-1.0, out_name="M", data=data, exclude_d=True)),
             "low-rank line search": wall(lambda: nomad_passes.lowrank_line_search_pass(group, A=A, U=U, shift=1.0)),
-            # The device's default: the line search stores A U^T in M, the fused pass reads it.
+            # The default for blocks in memory: the line search stores A U^T in M, the fused pass reads it.
             "line search, direction stored in M": wall(lambda: nomad_passes.lowrank_line_search_pass(
                 group, A=A, U=U, shift=1.0, store="M")),
             "fused pass, step read from M, M written": wall(lambda: nomad_passes.nomad_pass(

@@ -253,7 +253,7 @@ def test_lobpcg_top_converges_only_the_wanted_pairs(device, rng):
     assert residuals[m:].max() > 1e-8                       # stopped before the rest converged
     np.testing.assert_allclose(w[:m], exact[:m], rtol=1e-9)
     np.testing.assert_allclose(U.T @ U, np.eye(k), atol=1e-10)
-    assert all(isinstance(v, np.ndarray) and v.shape == (k,) and np.all(np.diff(v) <= 0) for v in seen)
+    assert seen and all(isinstance(v, np.ndarray) and v.shape == (k,) and np.all(np.diff(v) <= 0) for v in seen)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -449,6 +449,44 @@ def test_fused_block_with_rank_k_step_matches_dense(dtype, shifted, update_gamma
         assert stats[kernels.NOMAD_STATS.index("neg_count")] == np.sum(Q < 0)
 
 
+def test_block_steps_converge_the_kept_pairs_and_the_first_cut(monkeypatch):
+    """The block step asks LOBPCG to converge the Ritz pairs the simplex projection keeps
+    and the first one it cuts (all of them where none is cut, all where a value is not
+    finite); the fit with it still reaches the rule."""
+    from dnomad.nomad import cgm
+
+    calls = []
+    real = cgm.lobpcg_top
+
+    def spy(*args, wanted=None, **kw):
+        calls.append(wanted)
+        return real(*args, wanted=wanted, **kw)
+
+    monkeypatch.setattr(cgm, "lobpcg_top", spy)
+    X, _ = two_rings(300)
+    K = 8                                           # k = 2K + 8 = 24, 5k < n - 1: LOBPCG, not eigh
+    est = dnomad.NOMAD(n_clusters=K, backend="local").fit(X)
+    assert est.stop_reason_ == "tolerance" and calls and all(w is not None for w in calls)
+    wanted = calls[-1]
+    w = np.array([9.0, 4.0, 3.5, 1.0, 0.5, 0.1])     # onto {sum = K - 1 = 7}: 9 - 1 = 8 > 7, keeps 1, 2 ...
+    kept = int((cgm._simplex_projection(w, K - 1.0) > 0).sum())
+    assert 0 < kept < len(w) and wanted(w) == kept + 1
+    assert wanted(np.full(6, 5.0)) == 6 + 1         # nothing cut: every pair (LOBPCG clamps to k)
+    assert wanted(np.array([np.nan, 1.0, 0.5])) == 3
+
+
+def test_host_blocks_in_memory_keep_the_direction_in_m(tmp_path):
+    """Blocks in this process's memory keep the step's direction in M (one GEMM per step);
+    blocks in a Zarr store form it twice (the extra M traffic would go to disk)."""
+    from dnomad.nomad import cgm
+
+    local = blocks.new_group(50, backend="local")
+    on_disk = blocks.new_group(50, backend="zarr", store=str(tmp_path / "blocks.zarr"))
+    assert cgm._stores_direction(local) and not cgm._stores_direction(on_disk)
+    local.close()
+    on_disk.close()
+
+
 def test_fused_block_refuses_two_forms_of_the_step(rng):
     """The rank-k step given both as (A, U) and as its stored direction is refused before
     any block changes (it would apply one and silently drop the other)."""
@@ -463,6 +501,11 @@ def test_fused_block_refuses_two_forms_of_the_step(rng):
                             gamma=1.0, tau=0.0, inv_n=1.0 / b, update_gamma=False, write_g=True, weight=1.0,
                             lowrank=(A, U), direction=A @ U.T)
     np.testing.assert_array_equal(P, before)
+    group = blocks.from_array(np.eye(b), dtype=np.float64, block_size=10).group
+    with pytest.raises(dnomad.InputValueError, match="not both"):
+        nomad_passes.nomad_pass(group, v=None, step=0.5, vv_scale=0.0, gamma=1.0, tau=0.0, update_gamma=False,
+                                lowrank=(A, U), direction="D")
+    group.close()
 
 
 @pytest.mark.parametrize("stored_direction", [False, True])

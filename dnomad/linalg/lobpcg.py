@@ -1,12 +1,12 @@
 """The top eigenpairs of a symmetric operator by LOBPCG, on the device of its vectors.
 
-NOMAD's block steps need the top k eigenpairs of M on the complement of the ones
-vector, k = 2K + 8 (520 on all 70,000 MNIST digits with K = 256), warm-started from the
-previous call's vectors.  SciPy's ``lobpcg`` does that on the host; for vectors on a GPU
-its dense work (Gram matrices of the n x 3k basis, O(n k^2) per iteration) made an outer
-iteration on all of MNIST take 46-80 s on an H200 (3.5-7.3 s with this one on the device),
-and CuPy's port of it stops with an error when a Cholesky factorization of a nearly
-dependent block fails.
+NOMAD's block steps need the top eigenpairs of M on the complement of the ones vector,
+from a block of k = 2K + 8 (520 on all 70,000 MNIST digits with K = 256), warm-started
+from the previous call's vectors; only the pairs the step keeps must converge.  SciPy's
+``lobpcg`` does that on the host; for vectors on a GPU its dense work (Gram matrices of
+the n x 3k basis, O(n k^2) per iteration) made an outer iteration on all of MNIST take
+46-80 s on an H200 (3.5-7.3 s with this one on the device), and CuPy's port of it stops
+with an error when a Cholesky factorization of a nearly dependent block fails.
 
 :func:`lobpcg_top` is LOBPCG (Knyazev, SIAM J. Sci. Comput. 23, 2001) written with the
 array module of its vectors, NumPy or CuPy, so the same lines run on the host and on a
@@ -17,8 +17,9 @@ Cholesky where that is well conditioned, else
 by an eigendecomposition of its Gram matrix that drops directions whose eigenvalue
 falls below ``DROP * max``: the basis selection of Duersch, Shao, Yang and Gu, SIAM J.
 Sci. Comput. 40, 2018): nearly dependent blocks, which make a plain Cholesky
-factorization fail, lose a direction instead.  The stopping rule is SciPy's: every residual norm
-||A x - lambda x|| <= tol, for the residuals the iteration carries (A X combined by the
+factorization fail, lose a direction instead.  The stopping rule is SciPy's (every residual
+norm ||A x - lambda x|| <= tol), or, with ``wanted``, that of the leading pairs it names,
+for the residuals the iteration carries (A X combined by the
 same coefficients as X, as SciPy's does, so no product is spent on them); a fresh product
 A X differs from them by the basis's loss of orthogonality (about eps / ONE_PASS_PIVOT
 per iteration) times ||A||: 1.3e-8 against tol = 1e-8 in a planted test on an H100.
@@ -87,8 +88,8 @@ def lobpcg_top(matmat, X, *, constraint=None, tol=1e-3, maxiter=20, wanted=None)
     for _ in range(maxiter):
         R = AX - X * w
         norms = xp.sqrt((R * R).sum(axis=0))
-        m = k if wanted is None else min(k, max(1, int(wanted(to_host(w)))))
-        if float(norms[:m].max()) <= tol:
+        need = k if wanted is None else min(k, max(1, int(wanted(np.array(to_host(w))))))
+        if float(norms[:need].max()) <= tol:
             break
         R = project(R)
         R /= xp.maximum(xp.sqrt((R * R).sum(axis=0)), np.finfo(np.float64).tiny)

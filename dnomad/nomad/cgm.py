@@ -46,7 +46,8 @@ STEP_RULES = ("global", "paper", "line_search")
 DIRECTIONS = ("block", "vertex")
 LAGRANGIANS = ("shifted", "paper")
 # The block direction's eigensolver: LOBPCG iterations per call (each one product M U,
-# one pass) and its residual tolerance; warm-started from the last call's vectors.
+# one pass) and the residual tolerance of the pairs the step keeps (and the first it
+# cuts); warm-started from the last call's vectors.
 BLOCK_EIG_ITERS = 4
 BLOCK_EIG_TOL = 1e-3
 BLOCK_EIG_FIRST_ITERS = 30          # the first call starts from random vectors
@@ -472,9 +473,10 @@ class _BlockDirection:
         (:func:`dnomad.linalg.lobpcg.lobpcg_top`) on the blocks' device: on a GPU its
         vectors and its Rayleigh-Ritz work stay there (the Ritz values come back to the
         host at each iteration for the stopping test, the vectors once per call).  Only
-        the pairs that enter the step must meet the tolerance (``wanted`` below).  It took 24-31% fewer passes to the stopping rule than SciPy's
-        lobpcg on the convergence benchmark's rings and MNIST subsets (SciPy's spends a
-        product on A X at every call and another after its last iteration)."""
+        the pairs that enter the step must meet the tolerance (``wanted`` below).  It took
+        24-31% fewer passes to the stopping rule than SciPy's lobpcg on the convergence
+        benchmark's rings and MNIST subsets (SciPy's spends a product on A X at every
+        call and another after its last iteration)."""
         n, group, gram = self.n, self.group, self.gram
 
         def mm(X):
@@ -504,6 +506,8 @@ class _BlockDirection:
             # which then took 3-6 s instead of 12-14 (2 cores); to the stopping rule it cut
             # the passes by 3-19% on the convergence benchmark's instances, the outer
             # iterations and the objective unchanged (to 1e-5).
+            if not np.isfinite(w).all():
+                return len(w)
             return int((_simplex_projection(w, self.K - 1.0) > 0).sum()) + 1
         w, U, products = lobpcg_top(mm, to_device(self.state, group.device), constraint=ones, tol=BLOCK_EIG_TOL,
                                     maxiter=BLOCK_EIG_FIRST_ITERS if first else BLOCK_EIG_ITERS, wanted=wanted)

@@ -12,9 +12,9 @@ import numba
 import numpy as np
 
 from ..blocks.device import array_module, is_device_array
-from ..errors import InputValueError
 from ..blocks.kernels import (CUDA_TYPES, DEVICE_PASS_MAX_GRID, DEVICE_PASS_THREADS, FASTMATH,
                               INLINE_GRAM_MAX_FEATURES)
+from ..errors import InputValueError
 
 
 # Layout of the statistics vector returned by ``nomad_block``; sums are already

@@ -9,6 +9,7 @@ import numpy as np
 from ..blocks.device import array_module, to_host
 from ..blocks.engine import BlockGroup
 from ..blocks.passes import DataPanels, _weight, group_array, group_vector, row_slices
+from ..errors import InputValueError
 from . import kernels
 
 
@@ -63,6 +64,10 @@ def nomad_pass(group: BlockGroup, *, v, step, vv_scale, gamma, tau, update_gamma
     and leaves Gamma reduces ``sum_GP`` alone and the others are NaN: its loop vectorizes.
     Cost: reads 2-3 matrices, writes 2-3 (upper blocks only); one gather.
     """
+    if lowrank is not None and direction is not None:
+        # Refused here, before any block changes, and by each block's kernel.
+        raise InputValueError("nomad_pass takes the rank-k step as lowrank = (A, U) or as its stored "
+                              "direction, not both")
     layout = group.layout
     n = layout.n
     has_d = data is None and not exclude_d
