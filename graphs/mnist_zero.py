@@ -92,8 +92,8 @@ def fit(kind, label, K, count=None, max_iter=None, device=None, store=None, segm
                                          "commit": _commit(), "seconds": time.perf_counter() - start})
                         run_store.write_json(store, SEGMENTS_KEY, segments)
                     else:
-                        print(f"  {kind} {label}: the store's run had finished; its result is loaded, "
-                              f"not recomputed", flush=True)
+                        print(f"  {kind} {label}: nothing to run: the store's run is at {done} outer "
+                              f"iterations; its result is read from the store, not recomputed", flush=True)
                     print(f"  {kind} {label}: {done} outer iterations ({est.stop_reason_}), max violation "
                           f"{est.history_[-1]['max_violation']:.3g}, rmse_neg {est.history_[-1]['rmse_neg']:.2g}, "
                           f"{time.perf_counter() - t:.0f} s this session", flush=True)
@@ -105,7 +105,8 @@ def fit(kind, label, K, count=None, max_iter=None, device=None, store=None, segm
     h = est.history_
     bytes_read = sum(r["bytes_read"] for r in h)
     solve_seconds = sum(r["seconds"] for r in h)
-    finished = store is None or est.stop_reason_ != "max_iter" or est.n_iter_ >= cap
+    # A stored run stopped by a --max-iter below the solver's cap can go on: "resumable".
+    finished = store is None or est.stop_reason_ != "max_iter" or est.n_iter_ >= max(cap, CGM_MAX_ITER)
     row = {"data": f"{kind} {label}", "n": n, "K": K,
            # A resumed run: the solver's seconds over every session (its history's: not the
            # setup each segment repeats, which "segments" counts), and this session's wall time.
@@ -195,8 +196,10 @@ def plot(result, path):
         for i in first:
             box = OffsetImage(X[i].reshape(28, 28), cmap="gray_r", zoom=0.9)
             ax.add_artist(AnnotationBbox(box, E[i], frameon=False))
+        state = {"tolerance": "at the rule", "resumable": f"not yet at the rule (max violation "
+                 f"{r['max_violation']:.3f}), resumable"}.get(r["stop_reason"], f"stopped: {r['stop_reason']}")
         ax.set_title(f"{r['data']}: n = {r['n']}, K = {r['K']}\n{r['seconds']:.0f} s, {r['n_iter']} outer "
-                     f"iterations, {r['passes']} passes")
+                     f"iterations, {r['passes']} passes, {state}", fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
     fig.tight_layout()
@@ -234,4 +237,9 @@ if __name__ == "__main__":
                 saved = json.load(f)["rows"]
             fresh = {r["data"]: r for r in result["rows"]}
             result["rows"] = [fresh.pop(r["data"], r) for r in saved] + list(fresh.values())
+        if os.path.exists(path):
+            with open(path) as f:
+                earlier = json.load(f).get("earlier")         # rows of earlier solvers, kept for comparison
+            if earlier:
+                result["earlier"] = earlier
         write_result(HERE, NAME, result, plot)
