@@ -77,3 +77,21 @@ class ResidentPeak:
     def _rss():
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def code_commit():
+    """The commit the run's code is at (with '+' when the tree has changes), or None; a copy
+    of the tree without git (a device machine) says it in DNOMAD_COMMIT."""
+    import subprocess
+
+    if os.environ.get("DNOMAD_COMMIT"):
+        return os.environ["DNOMAD_COMMIT"]
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head + ("+" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None

@@ -49,7 +49,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _bench import pass_rate, write_result  # noqa: E402
+from _bench import code_commit, pass_rate, write_result  # noqa: E402
 
 import dnomad  # noqa: E402
 
@@ -240,7 +240,7 @@ def run_rings(device, max_outer=None, seconds=None):
         warnings.simplefilter("ignore")
         est = dnomad.NOMAD(n_clusters=RINGS_K, device=device, backend="local", max_iter=100000,
                            callback=stop).fit(X)
-    out = {"n": RINGS_N, "K": RINGS_K, "device": device, "code": _commit(), "direction": est.direction,
+    out = {"n": RINGS_N, "K": RINGS_K, "device": device, "code": code_commit(), "direction": est.direction,
            "n_inner": est.n_inner, "seconds": time.perf_counter() - t0,
            "solve_seconds": sum(r["seconds"] for r in est.history_), "outer_iterations": est.n_iter_,
            "stop_reason": est.stop_reason_, **per_step(est.history_, est.n_inner),
@@ -280,7 +280,7 @@ def run_mnist(seconds, max_outer, solver, n=None, device="cuda"):
     solve = sum(r["seconds"] for r in h)
     out = {"n": len(X), "d": X.shape[1], "K": K, "solver": solver, "device": device, "n_inner": est.n_inner,
            "direction": est.direction, "block_size": est.Q_.block_size, "d_formed": False,
-           "code": _commit(),
+           "code": code_commit(),
            "seconds_total": time.perf_counter() - t0, "solve_seconds": solve,
            "outer_iterations": est.n_iter_, "stop_reason": est.stop_reason_,
            "seconds_per_outer": solve / len(h), **per_step(h, est.n_inner),
@@ -308,23 +308,6 @@ class NoPeak:
 
     def __exit__(self, *exc):
         pass
-
-
-def _commit():
-    """The commit the run's code is at (with '+' when the tree has changes), or None; a copy
-    of the tree without git (a device machine) says it in DNOMAD_COMMIT."""
-    import subprocess
-
-    if os.environ.get("DNOMAD_COMMIT"):
-        return os.environ["DNOMAD_COMMIT"]
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE,
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return head + ("+" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def mnist_row(result):

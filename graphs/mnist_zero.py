@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 import warnings
@@ -41,12 +40,13 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _bench import ResidentPeak, memory_bandwidth, write_result  # noqa: E402
+from _bench import ResidentPeak, code_commit, memory_bandwidth, write_result  # noqa: E402
 
 import dnomad  # noqa: E402
 from dnomad.blocks import store as run_store  # noqa: E402
+from dnomad.blocks.device import resolve_device  # noqa: E402
+from dnomad.cli import run_info  # noqa: E402
 from dnomad.errors import ConvergenceWarning  # noqa: E402
-from dnomad.nomad.cgm import CHECKPOINT_KEY  # noqa: E402
 from dnomad.nomad.estimator import CGM_MAX_ITER  # noqa: E402
 
 NAME = "mnist_zero"
@@ -88,8 +88,8 @@ def fit(kind, label, K, count=None, max_iter=None, device=None, store=None, segm
                     est.fit(X, resume=resume)
                     resume, done = True, est.n_iter_
                     if done > began:
-                        segments.append({"from": began, "to": done, "device": blocks_device(device),
-                                         "commit": _commit(), "seconds": time.perf_counter() - start})
+                        segments.append({"from": began, "to": done, "device": resolve_device(device),
+                                         "commit": code_commit(), "seconds": time.perf_counter() - start})
                         run_store.write_json(store, SEGMENTS_KEY, segments)
                     else:
                         print(f"  {kind} {label}: nothing to run: the store's run is at {done} outer "
@@ -112,7 +112,7 @@ def fit(kind, label, K, count=None, max_iter=None, device=None, store=None, segm
            # setup each segment repeats, which "segments" counts), and this session's wall time.
            "seconds": solve_seconds if store else seconds, "session_seconds": seconds,
            "n_iter": est.n_iter_, "stop_reason": est.stop_reason_ if finished else "resumable",
-           "device": sorted({seg["device"] for seg in segments}) or [blocks_device(device)],
+           "device": sorted({seg["device"] for seg in segments}) or [resolve_device(device)],
            "segments": segments, "passes": sum(r["passes"] for r in h),
            "bytes_read": bytes_read, "bytes_written": sum(r["bytes_written"] for r in h),
            "read_GB_per_s": bytes_read / max(solve_seconds, 1e-9) / 1e9,
@@ -130,28 +130,16 @@ def fit(kind, label, K, count=None, max_iter=None, device=None, store=None, segm
     return row
 
 
-def blocks_device(device):
-    return dnomad.blocks.device.resolve_device(device)
-
-
 def stored_progress(store):
     """(whether ``store`` holds a run, the outer iterations it has done): its result's,
-    else its last checkpoint's (a session that ended mid-segment leaves no result)."""
-    if run_store.read_json(store, run_store.RUN_MARKER) is None:
+    else its last checkpoint's (a session that ended mid-segment leaves no result); read
+    as ``dnomad info`` reads a store."""
+    info = run_info(store)
+    if info is None:
         return False, 0
-    result = run_store.read_json(store, "result")
-    if result is not None:
-        return True, int(result["n_iter"])
-    record = run_store.read_json(store, CHECKPOINT_KEY)
-    return True, 0 if record is None else int(record["iteration"])
-
-
-def _commit():
-    try:
-        return subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
+    if info["result"] is not None:
+        return True, int(info["result"]["n_iter"])
+    return True, 0 if info["checkpoint"] is None else int(info["checkpoint"]["iteration"])
 
 
 def run(parts, max_iter, device=None, store=None, segment=40, hours=None, overwrite=False):
@@ -231,15 +219,13 @@ if __name__ == "__main__":
         result = run(parts, args.max_iter, device=args.device, store=args.store or None, segment=args.segment,
                      hours=args.hours, overwrite=args.overwrite)
         path = os.path.join(HERE, f"{NAME}.json")
-        if set(parts) != set(PARTS) and os.path.exists(path):
-            # Keep the saved rows of the parts not rerun, in their order.
-            with open(path) as f:
-                saved = json.load(f)["rows"]
-            fresh = {r["data"]: r for r in result["rows"]}
-            result["rows"] = [fresh.pop(r["data"], r) for r in saved] + list(fresh.values())
         if os.path.exists(path):
             with open(path) as f:
-                earlier = json.load(f).get("earlier")         # rows of earlier solvers, kept for comparison
-            if earlier:
-                result["earlier"] = earlier
+                saved = json.load(f)
+            if set(parts) != set(PARTS):
+                # Keep the saved rows of the parts not rerun, in their order.
+                fresh = {r["data"]: r for r in result["rows"]}
+                result["rows"] = [fresh.pop(r["data"], r) for r in saved["rows"]] + list(fresh.values())
+            if saved.get("earlier"):                     # rows of earlier solvers, kept for comparison
+                result["earlier"] = saved["earlier"]
         write_result(HERE, NAME, result, plot)

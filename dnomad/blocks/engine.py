@@ -141,11 +141,11 @@ def _zarr_read_whole(url, path, gen, key, layout):
     in blocks of its chunk size), the entries that fall in its lower blocks (a full
     layout, as on a GPU, or another block size) are read from their mirror images, not
     from the unwritten zeros."""
+    block = _zarr_read(url, path, gen, key, layout)
     arr = _open_zarr_array(url, path, gen)
-    (r0, r1), (c0, c1) = layout.bounds(key[0]), layout.bounds(key[1])
-    block = np.ascontiguousarray(arr[r0:r1, c0:c1])
     if arr.attrs.get("dnomad_layout") != "upper":
         return block
+    (r0, r1), (c0, c1) = layout.bounds(key[0]), layout.bounds(key[1])
     saved = arr.chunks[0]
     row_blocks, col_blocks = np.arange(r0, r1) // saved, np.arange(c0, c1) // saved
     if row_blocks[-1] <= col_blocks[0]:           # wholly within the saved upper blocks
