@@ -17,10 +17,13 @@ million: 10^6 rows (a noisy trefoil knot, dnomad.data) read from a Zarr store by
 mnist: all 70,000 digits to the stopping rule with the defaults, capped at
     --max-seconds: outer steps, evaluations, violations, wall time.  The JSON also keeps
     runs of earlier code, which the plot shows faintly beside this one: mnist_earlier
-    (commit 8a01381, before the curvature carry-over) and mnist_float64 (commit 7f01719,
-    every evaluation's products in float64, before the float32 increments).
+    (commit 8a01381, before the curvature carry-over), mnist_float64 (commit 7f01719,
+    every evaluation's products in float64, before the float32 increments) and
+    mnist_increments (with float32 increments, before the preconditioned L-BFGS and
+    phi = 0.1).
 quality: a 7,000-digit subset (K = 16): conditional gradient to the authors' rule,
-    then Burer-Monteiro with the defaults, with float32 increments (--quality-rows
+    then Burer-Monteiro with the defaults, with the defaults before the preconditioner
+    (phi 1, plain L-BFGS), with float32 increments (--quality-rows
     picks which run) and with the solver they replaced (sigma = 1,
     SciPy's L-BFGS-B, exact steps), each capped at --max-seconds: the distance of
     Y Y^T to the conditional gradient's Q.
@@ -256,14 +259,17 @@ def part_mnist(max_seconds=1800):
 
 # The quality part's Burer-Monteiro variants: key -> (row name, parameters).
 QUALITY_VARIANTS = {"defaults": ("bm, defaults", {}),
+                    "unpreconditioned": ("bm, phi 1, no preconditioner (the defaults before)",
+                                         {"phi": 1.0, "precondition": None}),
                     "increments": ("bm, float32 increments", {"increments": True}),
-                    "before": ("bm, before (sigma 1, L-BFGS-B)", {"sigma": 1.0, "optimizer": "scipy"})}
+                    "before": ("bm, before (sigma 1, L-BFGS-B)", {"sigma": 1.0, "phi": 1.0, "optimizer": "scipy"})}
 
 
 def part_quality(n=7000, K=16, max_seconds=1500, keys=None, previous=None):
     """On an n-digit subset: NOMAD by conditional gradient to the authors' stopping rule
     (the reference), then Burer-Monteiro (r = 8K, from the same symmetric NMF start) with
-    today's defaults (every evaluation's products in float64), with the opt-in float32
+    today's defaults (every evaluation's products in float64), with the defaults before
+    the preconditioner (phi = 1, L-BFGS from gamma I), with the opt-in float32
     increments, and with the solver it replaced (the paper's sigma = 1, SciPy's
     L-BFGS-B, every multiplier step solved to inner_tol); ``keys`` picks which of these
     run (all by default; rows of ``previous`` not rerun are kept, marked as from an
@@ -335,9 +341,10 @@ def part_quality(n=7000, K=16, max_seconds=1500, keys=None, previous=None):
     return {"n": n, "K": K, "rank": 8 * K, "cap_seconds": max_seconds, "rows": rows}
 
 
-# Earlier code's all-MNIST runs kept in the JSON: before the curvature carry-over, and
-# before the float32 increments (every evaluation's products in float64).
-EARLIER_MNIST_RUNS = ("mnist_earlier", "mnist_float64")
+# Earlier code's all-MNIST runs kept in the JSON: before the curvature carry-over, before
+# the float32 increments (every evaluation's products in float64), and with them before
+# the preconditioner.
+EARLIER_MNIST_RUNS = ("mnist_earlier", "mnist_float64", "mnist_increments")
 
 
 def plot(result, path):

@@ -24,6 +24,11 @@ Two methods:
   gradient with its binding entries (at a bound, pointing out) zeroed, zeroed there
   too, then projected, with an Armijo search along the projection arc.
 
+``lbfgs(precondition=P)`` starts the recursion from H0 = gamma P on each row instead of
+gamma I (P an r x r SPD matrix; on a row's free entries, P restricted to them, so the
+directions still descend); gamma = s'y / y'H0y of the newest pair.  This costs one more
+pass an iteration (q = g less the first loop's y's, times P, and its dots with the y's).
+
 Both stop on the projected gradient, ||P(x - g) - x||_inf <= max(gtol, rtol times its
 value at the start) (``rtol`` makes the solve inexact in proportion to how far from
 optimal it starts: an augmented Lagrangian method's inner solves), or on the relative
@@ -182,6 +187,32 @@ def _lbfgs_trial(chunk, x, g, terms, lo, hi, d, xt, step):
     return slope
 
 
+def _precondition(chunk, x, g, lo, hi, terms, P, out, y_names, last):
+    """chunk[out] = M (q M) P with q = sum c * chunk[name] over ``terms`` and M the
+    free entries (not binding at x); its dots with the ``y_names``, with itself, and
+    (M y M) P (M y) for y = chunk[last] (None: 0)."""
+    X, G = chunk[x], chunk[g]
+    arrays = [(c, chunk[name]) for c, name in terms]
+    R = output_buffer(chunk, out, X)
+    ys = [chunk[name] for name in y_names]
+    Ylast = None if last is None else chunk[last]
+    dots = np.zeros(len(ys) + 2)
+    for b in row_blocks(X):
+        free = ~_binding(X[b], G[b], lo, hi)
+        _combine_into(R, arrays, b)
+        Rb = R[b]
+        Rb *= free
+        np.matmul(Rb.copy(), P, out=Rb)
+        Rb *= free
+        for k, y in enumerate(ys):
+            dots[k] += np.vdot(y[b], Rb)
+        dots[-2] += np.vdot(Rb, Rb)
+        if Ylast is not None:
+            yb = Ylast[b] * free
+            dots[-1] += np.vdot(yb, yb @ P)
+    return [float(v) for v in dots]
+
+
 def _arc(chunk, x, g, d, step, lo, hi, xt):
     X, G, D = chunk[x], chunk[g], chunk[d]
     XT = output_buffer(chunk, xt, X)
@@ -312,10 +343,12 @@ def drop_states(chunk, names):
 
 # ------------------------------------------------------------ projected L-BFGS
 def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=1e-10, rtol=0.0,
-          scale0=None, memory=5):
+          scale0=None, memory=5, precondition=None):
     """Minimize ``problem`` over lo <= x <= hi from state ``x`` (feasible) by projected
     L-BFGS in vector-free form (see the module docstring); ``memory`` pairs (s, y) kept
-    as states ``"_s0"``, ``"_y0"``, ...  Returns an :class:`OptimResult`."""
+    as states ``"_s0"``, ``"_y0"``, ...; ``precondition``: an r x r SPD matrix P, the
+    initial inverse Hessian gamma P on each row (None: gamma I; the returned ``scale``
+    is then gamma relative to P).  Returns an :class:`OptimResult`."""
     xt, g, gt, gh, d = x + "_t", "_g", "_gt", "_gh", "_d"
     s_names = [f"_s{i}" for i in range(memory)]
     y_names = [f"_y{i}" for i in range(memory)]
@@ -325,7 +358,7 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
     YY = np.zeros((memory, memory))
     f = problem.evaluate(x, g)
     nfev, reason, it = 1, "max_iter", 0
-    gamma0 = None
+    gamma0 = gamma = None
     for it in range(1, max_iter + 1):
         names = [s_names[i] for i in slots] + [y_names[i] for i in slots]
         parts = space.map(_free_gradient, x, g, lo, hi, gh, names, read_x=False)
@@ -338,8 +371,12 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
             break
         if gamma0 is None:              # the first step: at most unit length (see spg)
             gamma0 = _first_scale(dots[-1], scale0)
-        coef = _two_loop(slots, SY, SS, YY, dots, gamma0)
-        terms = [(-coef[0], gh)] + [(-c, n) for c, n in zip(coef[1:], names) if c != 0.0]
+        if precondition is not None:
+            terms, gamma = _preconditioned_direction(space, x, g, lo, hi, gh, slots, SY, SS, YY, dots,
+                                                     precondition, s_names, y_names, gamma, scale0)
+        else:
+            coef = _two_loop(slots, SY, SS, YY, dots, gamma0)
+            terms = [(-coef[0], gh)] + [(-c, n) for c, n in zip(coef[1:], names) if c != 0.0]
         step = 1.0
         slope = _sum(space.map(_lbfgs_trial, x, g, terms, lo, hi, d, xt, step, read_x=False))
         if not slope < 0:
@@ -390,8 +427,11 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
         if _ftol_met(f_old, f, ftol):
             reason = "ftol"
             break
-    space.map(drop_states, [xt, gt, gh, d] + s_names + y_names, read_x=False)
-    scale = SY[slots[-1], slots[-1]] / YY[slots[-1], slots[-1]] if slots else gamma0
+    space.map(drop_states, [xt, gt, gh, d, "_r0"] + s_names + y_names, read_x=False)
+    if precondition is not None:
+        scale = gamma
+    else:
+        scale = SY[slots[-1], slots[-1]] / YY[slots[-1], slots[-1]] if slots else gamma0
     return OptimResult(x=x, g=g, f=f, nit=it, nfev=nfev, reason=reason, scale=scale)
 
 
@@ -422,3 +462,43 @@ def _two_loop(slots, SY, SS, YY, gdots, gamma0):
         beta = rho[k] * (Gm[1 + m + k] @ r)
         r[1 + k] += alphas[k] - beta
     return r
+
+
+def _preconditioned_direction(space, x, g, lo, hi, gh, slots, SY, SS, YY, dots, P, s_names, y_names, gamma,
+                              scale0):
+    """The two-loop recursion with H0 = gamma M P M (M: the free entries; P an r x r SPD
+    matrix applied to every row): the first loop on the Gram matrix of [g, s, y], one
+    pass to form r0 = H0 q / gamma and its dots with the y's, the second loop on those.
+    gamma = s'y / y'H0y/gamma of the newest pair, or the first step's: unit length, at
+    most ``scale0``.  Returns the direction's terms for :func:`_lbfgs_trial` and gamma."""
+    m = len(slots)
+    sg, yg = dots[:m], dots[m:2 * m]
+    rho = [1.0 / SY[i, i] for i in slots]
+    # q = gh - sum_k alpha_k y_k, newest first
+    qy = np.zeros(m)                    # q's coefficients on the y's
+    alphas = np.zeros(m)
+    for k in reversed(range(m)):
+        i = slots[k]
+        s_q = sg[k] + sum(qy[j] * SY[i, slots[j]] for j in range(m))
+        alphas[k] = rho[k] * s_q
+        qy[k] -= alphas[k]
+    terms = [(1.0, gh)] + [(c, y_names[i]) for c, i in zip(qy, slots) if c != 0.0]
+    last = y_names[slots[-1]] if m else None
+    out = _sum(space.map(_precondition, x, g, lo, hi, terms, P, "_r0", [y_names[i] for i in slots], last,
+                         read_x=False))
+    y_r0, r0r0, yPy = out[:m], out[m], out[m + 1]
+    if m and yPy > 0:
+        gamma = SY[slots[-1], slots[-1]] / yPy
+    elif gamma is None:
+        gamma = 1.0 / np.sqrt(r0r0) if r0r0 > 0 else 1.0
+        if scale0 is not None:
+            gamma = min(gamma, scale0)
+    # r = gamma r0 + sum_k (alpha_k - beta_k) s_k, oldest first
+    sc = np.zeros(m)
+    for k in range(m):
+        i = slots[k]
+        y_r = gamma * y_r0[k] + sum(sc[j] * SY[slots[j], i] for j in range(m))
+        beta = rho[k] * y_r
+        sc[k] += alphas[k] - beta
+    terms = [(-gamma, "_r0")] + [(-c, s_names[i]) for c, i in zip(sc, slots) if c != 0.0]
+    return terms, gamma

@@ -70,11 +70,14 @@ class NOMAD(_Clustering, _Estimator):
         its Frobenius norm).
     solver_options : dict, optional
         (bm) sigma (the row-sum penalty; default 10 / n, the paper's 1 is
-        ill-conditioned at large n), phi, eta (default 1), tol (1e-5: stop when Y
+        ill-conditioned at large n), phi (the trace penalty, 0.1; the paper's 1 makes
+        the trace the stiffest direction), eta (default 1), tol (1e-5: stop when Y
         changes by less, relative, and the constraints hold to feasibility_tol, 1e-4),
         optimizer of each multiplier step ("lbfgs": projected L-BFGS over Y's row
         chunks, the default; "spg": spectral projected gradient; "scipy": SciPy's
-        L-BFGS-B in this process), memory (5 pairs, lbfgs), inner_max_iter (15000),
+        L-BFGS-B in this process), memory (5 pairs, lbfgs), precondition (0.1:
+        lbfgs starts each recursion from (Y^T Y + eta I)^-1 on every row, eta = 0.1
+        Tr(Y^T Y) / r; None: the identity), inner_max_iter (15000),
         inner_tol (1e-10: ftol and gtol), inner_rtol (0.1: a multiplier step stops
         once its projected gradient has fallen to this fraction of where it started,
         except the first and one confirming the stopping rule, solved to inner_tol;
@@ -600,7 +603,7 @@ CGM_CHECKPOINT_EVERY = 20
 BM_MAX_ITER = 1000
 # Burer-Monteiro settings passed through ``solver_options`` (see BurerMonteiroParams).
 BM_OPTIONS = ("sigma", "phi", "eta", "tol", "feasibility_tol", "optimizer", "memory", "inner_max_iter", "inner_tol",
-              "inner_rtol", "start", "increments")
+              "inner_rtol", "start", "increments", "precondition")
 
 
 def layer_checkpoint_key(layer):
