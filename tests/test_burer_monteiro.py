@@ -326,7 +326,7 @@ def test_preconditioned_two_loop_equals_the_dense_recursion(rng):
     P = rng.standard_normal((r, r))
     P = P @ P.T + np.eye(r)
     terms, gamma = box_optim._preconditioned_direction(
-        space, "x", "g", -np.inf, np.inf, "_gh", slots, SY, SS, YY, dots, P,
+        space, "x", "g", -np.inf, np.inf, "_gh", slots, SY, dots, P,
         [f"_s{i}" for i in range(memory)], [f"_y{i}" for i in range(memory)], None, None)
     d = sum(c * space.get(name) for c, name in terms)
     q, alphas = g.copy(), []

@@ -188,9 +188,9 @@ def _lbfgs_trial(chunk, x, g, terms, lo, hi, d, xt, step):
 
 
 def _precondition(chunk, x, g, lo, hi, terms, P, out, y_names, last):
-    """chunk[out] = M (q M) P with q = sum c * chunk[name] over ``terms`` and M the
-    free entries (not binding at x); its dots with the ``y_names``, with itself, and
-    (M y M) P (M y) for y = chunk[last] (None: 0)."""
+    """chunk[out] = M ((M q) P) row by row, with q = sum c * chunk[name] over ``terms``
+    and M zeroing the binding entries at x; its dots with the ``y_names`` and with
+    itself, and (M y)' ((M y) P) for y = chunk[last] (None: 0)."""
     X, G = chunk[x], chunk[g]
     arrays = [(c, chunk[name]) for c, name in terms]
     R = output_buffer(chunk, out, X)
@@ -372,8 +372,8 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
         if gamma0 is None:              # the first step: at most unit length (see spg)
             gamma0 = _first_scale(dots[-1], scale0)
         if precondition is not None:
-            terms, gamma = _preconditioned_direction(space, x, g, lo, hi, gh, slots, SY, SS, YY, dots,
-                                                     precondition, s_names, y_names, gamma, scale0)
+            terms, gamma = _preconditioned_direction(space, x, g, lo, hi, gh, slots, SY, dots, precondition,
+                                                     s_names, y_names, gamma, scale0)
         else:
             coef = _two_loop(slots, SY, SS, YY, dots, gamma0)
             terms = [(-coef[0], gh)] + [(-c, n) for c, n in zip(coef[1:], names) if c != 0.0]
@@ -464,15 +464,15 @@ def _two_loop(slots, SY, SS, YY, gdots, gamma0):
     return r
 
 
-def _preconditioned_direction(space, x, g, lo, hi, gh, slots, SY, SS, YY, dots, P, s_names, y_names, gamma,
-                              scale0):
+def _preconditioned_direction(space, x, g, lo, hi, gh, slots, SY, dots, P, s_names, y_names, gamma, scale0):
     """The two-loop recursion with H0 = gamma M P M (M: the free entries; P an r x r SPD
     matrix applied to every row): the first loop on the Gram matrix of [g, s, y], one
-    pass to form r0 = H0 q / gamma and its dots with the y's, the second loop on those.
-    gamma = s'y / y'H0y/gamma of the newest pair, or the first step's: unit length, at
-    most ``scale0``.  Returns the direction's terms for :func:`_lbfgs_trial` and gamma."""
+    pass to form r0 = M P M q and its dots with the y's, the second loop on those.
+    gamma = s'y / (y' M P M y) of the newest pair; with no pair yet, the previous gamma,
+    or the first step's: r0 to unit length, at most ``scale0``.  Returns the
+    direction's terms for :func:`_lbfgs_trial` and gamma."""
     m = len(slots)
-    sg, yg = dots[:m], dots[m:2 * m]
+    sg = dots[:m]
     rho = [1.0 / SY[i, i] for i in slots]
     # q = gh - sum_k alpha_k y_k, newest first
     qy = np.zeros(m)                    # q's coefficients on the y's
