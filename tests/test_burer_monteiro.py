@@ -316,12 +316,12 @@ def test_preconditioned_two_loop_equals_the_dense_recursion(rng):
     S = [rng.standard_normal((n, r)) for _ in range(3)]
     Yp = [(A @ s.ravel()).reshape(n, r) for s in S]
     slots = [2, 0, 1]                   # the ring's slots, oldest pair first
-    SY, SS, YY = (np.zeros((memory, memory)) for _ in range(3))
+    SY = np.zeros((memory, memory))     # SY[i, j] = s_i'y_j by slot
     for a, i in enumerate(slots):
         space.put(f"_s{i}", S[a])
         space.put(f"_y{i}", Yp[a])
         for b, j in enumerate(slots):
-            SY[i, j], SS[i, j], YY[i, j] = np.vdot(S[a], Yp[b]), np.vdot(S[a], S[b]), np.vdot(Yp[a], Yp[b])
+            SY[i, j] = np.vdot(S[a], Yp[b])
     dots = [np.vdot(g, s) for s in S] + [np.vdot(g, y) for y in Yp] + [np.vdot(g, g)]
     P = rng.standard_normal((r, r))
     P = P @ P.T + np.eye(r)
