@@ -412,7 +412,7 @@ def plot(result, path):
                     [r["distance_to_cgm"] or 0.0 for r in rows])
         for i, r in enumerate(rows):
             label = (f"{r['stop']}, {r['seconds']:.0f} s" if r["distance_to_cgm"] is not None else
-                     f"no complete outer step\nin {q['cap_seconds']:.0f} s ({r['evaluations']} evaluations)")
+                     f"no complete outer step\nin {r['seconds']:.0f} s ({r['evaluations']} evaluations)")
             if r.get("kept_from_an_earlier_run"):
                 label += "\n(earlier run)"
             axes[3].text(i, r["distance_to_cgm"] or 0.0, label, ha="center", va="bottom", fontsize=7)
