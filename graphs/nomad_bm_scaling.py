@@ -13,7 +13,9 @@ million: 10^6 rows (a noisy trefoil knot, dnomad.data) read from a Zarr store by
     workers of a 2-worker LocalCluster, Y in row chunks on the workers (K = 8,
     r = 64), capped at --million-outer outer steps of --million-inner iterations:
     seconds per outer step and per evaluation, share of the X passes, and the peak
-    resident memory of every process against Y (n r 8 bytes) and against D (n^2 8).
+    resident memory of every process against Y (n r 8 bytes) and against D (n^2 8).  The
+    JSON keeps the run before the preconditioner as million_unpreconditioned (not
+    redrawn).
 mnist: all 70,000 digits to the stopping rule with the defaults, capped at
     --max-seconds: outer steps, evaluations, violations, wall time.  The JSON also keeps
     runs of earlier code, which the plot shows faintly beside this one: mnist_earlier

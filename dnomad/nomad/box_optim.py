@@ -200,9 +200,8 @@ def _precondition(chunk, x, g, lo, hi, terms, P, out, y_names, last):
     for b in row_blocks(X):
         free = ~_binding(X[b], G[b], lo, hi)
         _combine_into(R, arrays, b)
+        R[b] = (R[b] * free) @ P
         Rb = R[b]
-        Rb *= free
-        np.matmul(Rb.copy(), P, out=Rb)
         Rb *= free
         for k, y in enumerate(ys):
             dots[k] += np.vdot(y[b], Rb)
@@ -489,10 +488,8 @@ def _preconditioned_direction(space, x, g, lo, hi, gh, slots, SY, dots, P, s_nam
     y_r0, r0r0, yPy = out[:m], out[m], out[m + 1]
     if m and yPy > 0:
         gamma = SY[slots[-1], slots[-1]] / yPy
-    elif gamma is None:
-        gamma = 1.0 / np.sqrt(r0r0) if r0r0 > 0 else 1.0
-        if scale0 is not None:
-            gamma = min(gamma, scale0)
+    elif gamma is None:                 # the first step: r0 at most unit length (see spg)
+        gamma = _first_scale(r0r0, scale0)
     # r = gamma r0 + sum_k (alpha_k - beta_k) s_k, oldest first
     sc = np.zeros(m)
     for k in range(m):
