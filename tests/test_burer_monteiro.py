@@ -302,7 +302,8 @@ def test_row_space_optimizers_find_the_box_constrained_minimizer(method, chunk_r
 def test_preconditioned_two_loop_equals_the_dense_recursion(rng):
     """The vector-free two-loop recursion with H0 = gamma P on every row (P an r x r SPD
     matrix; gamma = s'y / y'H0y of the newest pair) gives the direction the textbook
-    recursion gives on the dense vectors, with the pairs in ring order."""
+    recursion gives on the dense vectors, with the pairs in ring order (to the float32
+    round-off of the products with P)."""
     from dnomad.blocks import RowState
     from dnomad.nomad import box_optim
 
@@ -337,8 +338,11 @@ def test_preconditioned_two_loop_equals_the_dense_recursion(rng):
     h = gamma_ref * (q @ P)
     for s, y, alpha in zip(S, Yp, alphas):
         h += (alpha - np.vdot(y, h) / np.vdot(s, y)) * s
-    assert gamma == pytest.approx(gamma_ref, rel=1e-12)
-    np.testing.assert_allclose(d, -h, rtol=1e-10, atol=1e-12 * np.abs(h).max())
+    # The products with P are float32 GEMMs (an approximate inverse Hessian: see
+    # box_optim._precondition), so the match is to float32's round-off, 1e-7 of each
+    # term, not float64's; an error in the recursion would be O(1).
+    assert gamma == pytest.approx(gamma_ref, rel=1e-6)
+    np.testing.assert_allclose(d, -h, rtol=1e-5, atol=1e-6 * np.abs(h).max())
 
 
 @pytest.mark.parametrize("method", ["spg", "lbfgs"])

@@ -33,11 +33,12 @@ import math
 import time
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 
 from ..errors import InputValueError, warn_convergence
 from .._checks import check_choices, check_solver_params, check_ints, check_numbers
-from .box_optim import drop_states, output_buffer, row_blocks
+from .box_optim import STATE_FASTMATH, drop_states, output_buffer, row_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -416,12 +417,24 @@ def _lagrangian_rows(chunk, x, g, B, c, sigma, trace_coef, step=None, keep=None,
     s = Y @ c - 1.0
     w = sigma * s - mu
     G = output_buffer(chunk, g, Y)
-    for b in row_blocks(Y):         # -2 D Y + w c^T + 2 trace_coef Y, its temporaries in cache
-        Gb = G[b]
-        np.multiply(DY[b], -2.0, out=Gb)
-        Gb += np.outer(w[b], c)
-        Gb += (2.0 * trace_coef) * Y[b]
-    return float(np.vdot(Y, DY)), float(s @ s), float(mu @ s), w @ Y
+    ydy = 0.0
+    for b in row_blocks(Y):
+        ydy += _gradient_block(DY[b], Y[b], w[b], c, 2.0 * trace_coef, G[b])
+    return ydy, float(s @ s), float(mu @ s), w @ Y
+
+
+@numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
+def _gradient_block(DY, Y, w, c, coef, G):
+    """G = -2 D Y + w c^T + coef Y on a row block (one loop, no temporaries); returns
+    <Y, D Y>."""
+    ydy = 0.0
+    for i in range(Y.shape[0]):
+        wi = w[i]
+        for j in range(Y.shape[1]):
+            dy, y = DY[i, j], Y[i, j]
+            G[i, j] = -2.0 * dy + wi * c[j] + coef * y
+            ydy += y * dy
+    return ydy
 
 
 def _add_to_rows(chunk, g, h):

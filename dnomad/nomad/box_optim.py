@@ -17,8 +17,10 @@ Two methods:
   and two O(n r) passes per iteration when the step is taken whole.
 * :func:`lbfgs` -- projected L-BFGS in vector-free form (Chen et al., "Large-scale
   L-BFGS using MapReduce", NIPS 2014): the two-loop recursion runs on the (2m+1)^2 Gram
-  matrix of the stored pairs and the gradient, so its only vector work is one pass of
-  dot products and one linear combination.  Bounds as in Kim, Sra and Dhillon
+  matrix of the stored pairs and the gradient, so its only vector work is dot products
+  and one linear combination.  The pass that forms a new pair also forms the next
+  gradient's dots (it reads the stored pairs once for both), so an iteration taken
+  whole is one evaluation and two passes over the state.  Bounds as in Kim, Sra and Dhillon
   ("Tackling box-constrained optimization via a new projected quasi-Newton approach",
   SIAM J. Sci. Comput. 32, 2010): the quasi-Newton direction is computed from the
   gradient with its binding entries (at a bound, pointing out) zeroed, zeroed there
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 SPG_MEMORY = 10                 # M: the nonmonotone line search's window
@@ -90,12 +93,40 @@ def output_buffer(chunk, name, like):
     return out
 
 
+# The elementwise work of each kernel is one numba loop over a row block (no numpy
+# temporaries: at r = 64 and 500,000 rows a chunk, the masks, clips and products as
+# numpy expressions made the kernels 2-4x slower than the memory traffic they need);
+# the dots with the stored pairs stay BLAS calls on the block while it is in cache.
+# Not full fast-math: the bounds may be infinite.
+STATE_FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
+
+
+@numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH, inline="always")
+def _is_binding(x, g, lo, hi):
+    """An entry at a bound whose gradient points out of the box."""
+    return (x <= lo and g > 0.0) or (x >= hi and g < 0.0)
+
+
+@numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
+def _add_scaled(out, c, A, first):
+    """out = c A (``first``) or out += c A, on 2-D blocks."""
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            out[i, j] = c * A[i, j] if first else out[i, j] + c * A[i, j]
+
+
 def _combine_into(out, terms, b):
     """out[b] = sum c * A[b] over ``terms`` of (c, A)."""
-    (c0, a0), rest = terms[0], terms[1:]
-    np.multiply(a0[b], c0, out=out[b])
-    for c, a in rest:
-        out[b] += c * a[b]
+    Ob = out[b]
+    for k, (c, a) in enumerate(terms):
+        _add_scaled(Ob, c, a[b], k == 0)
+
+
+@numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
+def _clip_block(V, lo, hi):
+    for i in range(V.shape[0]):
+        for j in range(V.shape[1]):
+            V[i, j] = min(max(V[i, j], lo), hi)
 
 
 def _combine(chunk, out, terms, lo, hi, dots):
@@ -106,7 +137,7 @@ def _combine(chunk, out, terms, lo, hi, dots):
     for b in row_blocks(V):
         _combine_into(V, arrays, b)
         if lo is not None:
-            np.clip(V[b], lo, hi, out=V[b])
+            _clip_block(V[b], lo, hi)
     return _dots(chunk, dots)
 
 
@@ -119,14 +150,22 @@ def rename_state(chunk, old, new):
     chunk[new] = chunk.pop(old)
 
 
-def _binding(x, g, lo, hi):
-    """Entries at a bound whose gradient points out of the box."""
-    return ((x <= lo) & (g > 0)) | ((x >= hi) & (g < 0))
-
-
-def _projected_gradient_stats(x, g, lo, hi):
-    pg = np.clip(x - g, lo, hi) - x
-    return float(np.abs(pg).max(initial=0.0))
+@numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
+def _spg_block(X, G, alpha, lo, hi, D, XT):
+    """D = P(X - alpha G) - X, XT = X + D; (g'd, d'd, ||P(x - g) - x||_inf, ||g free||^2)."""
+    gd = dd = free2 = pginf = 0.0
+    for i in range(X.shape[0]):
+        for j in range(X.shape[1]):
+            x, g = X[i, j], G[i, j]
+            d = min(max(x - alpha * g, lo), hi) - x
+            D[i, j] = d
+            XT[i, j] = x + d
+            gd += g * d
+            dd += d * d
+            if not _is_binding(x, g, lo, hi):
+                free2 += g * g
+            pginf = max(pginf, abs(min(max(x - g, lo), hi) - x))
+    return gd, dd, pginf, free2
 
 
 def _spg_trial(chunk, x, g, alpha, lo, hi, d, xt):
@@ -136,18 +175,23 @@ def _spg_trial(chunk, x, g, alpha, lo, hi, d, xt):
     D, XT = output_buffer(chunk, d, X), output_buffer(chunk, xt, X)
     gd = dd = free2 = pginf = 0.0
     for b in row_blocks(X):
-        Xb, Gb, Db = X[b], G[b], D[b]
-        np.multiply(Gb, -alpha, out=Db)
-        Db += Xb
-        np.clip(Db, lo, hi, out=Db)
-        Db -= Xb
-        np.add(Xb, Db, out=XT[b])
-        free = np.where(_binding(Xb, Gb, lo, hi), 0.0, Gb)
-        gd += float(np.vdot(Gb, Db))
-        dd += float(np.vdot(Db, Db))
-        free2 += float(np.vdot(free, free))
-        pginf = max(pginf, _projected_gradient_stats(Xb, Gb, lo, hi))
+        a, c, e, f = _spg_block(X[b], G[b], alpha, lo, hi, D[b], XT[b])
+        gd, dd, pginf, free2 = gd + a, dd + c, max(pginf, e), free2 + f
     return gd, dd, pginf, free2
+
+
+@numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
+def _free_block(X, G, lo, hi, GH):
+    """GH = G with its binding entries zeroed; (GH'GH, ||P(X - G) - X||_inf)."""
+    hh = pginf = 0.0
+    for i in range(X.shape[0]):
+        for j in range(X.shape[1]):
+            x, g = X[i, j], G[i, j]
+            h = 0.0 if _is_binding(x, g, lo, hi) else g
+            GH[i, j] = h
+            hh += h * h
+            pginf = max(pginf, abs(min(max(x - g, lo), hi) - x))
+    return hh, pginf
 
 
 def _free_gradient(chunk, x, g, lo, hi, out, names):
@@ -159,14 +203,30 @@ def _free_gradient(chunk, x, g, lo, hi, out, names):
     dots = [0.0] * (len(names) + 1)
     pginf = 0.0
     for b in row_blocks(X):
-        Xb, Gb, gh = X[b], G[b], GH[b]
-        np.copyto(gh, Gb)
-        gh[_binding(Xb, Gb, lo, hi)] = 0.0
+        hh, pg = _free_block(X[b], G[b], lo, hi, GH[b])
+        gh = GH[b]
         for k, other in enumerate(others):
             dots[k] += float(np.vdot(gh, other[b]))
-        dots[-1] += float(np.vdot(gh, gh))
-        pginf = max(pginf, _projected_gradient_stats(Xb, Gb, lo, hi))
+        dots[-1] += hh
+        pginf = max(pginf, pg)
     return dots, pginf
+
+
+@numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
+def _trial_block(X, G, D, lo, hi, step, XT, mask):
+    """Zero D on the binding set (``mask``), XT = P(X + step D); returns G'(XT - X)."""
+    slope = 0.0
+    for i in range(X.shape[0]):
+        for j in range(X.shape[1]):
+            x, g = X[i, j], G[i, j]
+            d = D[i, j]
+            if mask and _is_binding(x, g, lo, hi):
+                d = 0.0
+                D[i, j] = 0.0
+            t = min(max(x + step * d, lo), hi)
+            XT[i, j] = t
+            slope += g * (t - x)
+    return slope
 
 
 def _lbfgs_trial(chunk, x, g, terms, lo, hi, d, xt, step):
@@ -177,38 +237,56 @@ def _lbfgs_trial(chunk, x, g, terms, lo, hi, d, xt, step):
     D, XT = output_buffer(chunk, d, X), output_buffer(chunk, xt, X)
     slope = 0.0
     for b in row_blocks(X):
-        Xb, Gb, Db, Tb = X[b], G[b], D[b], XT[b]
         _combine_into(D, arrays, b)
-        Db[_binding(Xb, Gb, lo, hi)] = 0.0
-        np.multiply(Db, step, out=Tb)
-        Tb += Xb
-        np.clip(Tb, lo, hi, out=Tb)
-        slope += float(np.vdot(Gb, Tb - Xb))
+        slope += _trial_block(X[b], G[b], D[b], lo, hi, step, XT[b], True)
     return slope
+
+
+@numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
+def _masked_copy(X, G, lo, hi, src, dst):
+    """dst = src with the entries where (X, G) is binding zeroed (dst may have another
+    dtype)."""
+    for i in range(X.shape[0]):
+        for j in range(X.shape[1]):
+            dst[i, j] = 0.0 if _is_binding(X[i, j], G[i, j], lo, hi) else src[i, j]
 
 
 def _precondition(chunk, x, g, lo, hi, terms, P, out, y_names, last):
     """chunk[out] = M ((M q) P) row by row, with q = sum c * chunk[name] over ``terms``
     and M zeroing the binding entries at x; its dots with the ``y_names`` and with
-    itself, and (M y)' ((M y) P) for y = chunk[last] (None: 0)."""
+    itself, and (M y)' ((M y) P) for y = chunk[last] (None: 0).  The products with P
+    are float32 GEMMs (twice float64's rate; they were most of this pass's time): P is
+    an approximate inverse Hessian, and its round-off changes H0 by about 1e-7 of
+    itself, far inside its smallest eigenvalue, so H0 stays SPD and the recursion stays
+    exact for the H0 applied (every dot is taken with the float64 result)."""
     X, G = chunk[x], chunk[g]
     arrays = [(c, chunk[name]) for c, name in terms]
     R = output_buffer(chunk, out, X)
     ys = [chunk[name] for name in y_names]
     Ylast = None if last is None else chunk[last]
     dots = np.zeros(len(ys) + 2)
-    for b in row_blocks(X):
-        free = ~_binding(X[b], G[b], lo, hi)
-        _combine_into(R, arrays, b)
-        R[b] = (R[b] * free) @ P
-        Rb = R[b]
-        Rb *= free
+    blocks = row_blocks(X)
+    if not blocks:
+        return [float(v) for v in dots]
+    P32 = np.asarray(P, dtype=np.float32)
+    Q = np.empty_like(X[blocks[0]])                   # q's block
+    Q32 = np.empty(Q.shape, dtype=np.float32)         # M q, then M y, in float32
+    R32 = np.empty_like(Q32)
+    for b in blocks:
+        Xb, Gb, Rb = X[b], G[b], R[b]
+        rows = Rb.shape[0]
+        q, q32, r32 = Q[:rows], Q32[:rows], R32[:rows]
+        for k, (c, a) in enumerate(arrays):
+            _add_scaled(q, c, a[b], k == 0)
+        _masked_copy(Xb, Gb, lo, hi, q, q32)
+        np.matmul(q32, P32, out=r32)
+        _masked_copy(Xb, Gb, lo, hi, r32, Rb)
         for k, y in enumerate(ys):
             dots[k] += np.vdot(y[b], Rb)
         dots[-2] += np.vdot(Rb, Rb)
         if Ylast is not None:
-            yb = Ylast[b] * free
-            dots[-1] += np.vdot(yb, yb @ P)
+            _masked_copy(Xb, Gb, lo, hi, Ylast[b], q32)
+            dots[-1] += np.vdot(P, (q32.T @ q32).astype(np.float64))    # (M y) P (M y)'s sum: a SYRK
     return [float(v) for v in dots]
 
 
@@ -217,32 +295,51 @@ def _arc(chunk, x, g, d, step, lo, hi, xt):
     XT = output_buffer(chunk, xt, X)
     slope = 0.0
     for b in row_blocks(X):
-        Xb, Tb = X[b], XT[b]
-        np.multiply(D[b], step, out=Tb)
-        Tb += Xb
-        np.clip(Tb, lo, hi, out=Tb)
-        slope += float(np.vdot(G[b], Tb - Xb))
+        slope += _trial_block(X[b], G[b], D[b], lo, hi, step, XT[b], False)
     return slope
 
 
-def _pair(chunk, x_new, x_old, g_new, g_old, s, y, others):
-    """s = x_new - x_old, y = g_new - g_old; their dots with each other and ``others``
-    (by row blocks: s and y are read from cache for every dot)."""
+@numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
+def _difference_block(xn, xo, gn, go, S, Y):
+    """S = xn - xo, Y = gn - go; (s's, s'y, y'y)."""
+    ss = sy = yy = 0.0
+    for i in range(S.shape[0]):
+        for j in range(S.shape[1]):
+            s = xn[i, j] - xo[i, j]
+            y = gn[i, j] - go[i, j]
+            S[i, j] = s
+            Y[i, j] = y
+            ss += s * s
+            sy += s * y
+            yy += y * y
+    return ss, sy, yy
+
+
+def _pair(chunk, x_new, x_old, g_new, g_old, s, y, others, lo, hi, gh):
+    """s = x_new - x_old, y = g_new - g_old; their dots with each other and ``others``;
+    and the next iteration's free gradient (as :func:`_free_gradient` at x_new, into
+    ``gh``) with its dots with ``others``, s, y and itself, and ||P(x - g) - x||_inf
+    there.  One pass by row blocks: the stored pairs are read once for all their dots."""
     S = output_buffer(chunk, s, chunk[x_new])
     Y = output_buffer(chunk, y, chunk[g_new])
     xn, xo, gn, go = chunk[x_new], chunk[x_old], chunk[g_new], chunk[g_old]
+    GH = output_buffer(chunk, gh, gn)
     rest = [chunk[o] for o in others]
-    dots = np.zeros(3 + 2 * len(rest))
+    m = len(rest)
+    dots = np.zeros(3 + 3 * m + 3)
+    pginf = 0.0
     for b in row_blocks(S):
-        Sb, Yb = S[b], Y[b]
-        np.subtract(xn[b], xo[b], out=Sb)
-        np.subtract(gn[b], go[b], out=Yb)
-        dots[:3] += (np.vdot(Sb, Sb), np.vdot(Sb, Yb), np.vdot(Yb, Yb))
+        Sb, Yb, Hb = S[b], Y[b], GH[b]
+        dots[:3] += _difference_block(xn[b], xo[b], gn[b], go[b], Sb, Yb)
+        hh, pg = _free_block(xn[b], gn[b], lo, hi, Hb)
+        pginf = max(pginf, pg)
         for k, other in enumerate(rest):
             ob = other[b]
             dots[3 + k] += np.vdot(Sb, ob)
-            dots[3 + len(rest) + k] += np.vdot(Yb, ob)
-    return [float(v) for v in dots]
+            dots[3 + m + k] += np.vdot(Yb, ob)
+            dots[3 + 2 * m + k] += np.vdot(Hb, ob)
+        dots[-3:] += (np.vdot(Hb, Sb), np.vdot(Hb, Yb), hh)
+    return [float(v) for v in dots], pginf
 
 
 # ------------------------------------------------------------ helpers
@@ -358,11 +455,16 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
     f = problem.evaluate(x, g)
     nfev, reason, it = 1, "max_iter", 0
     gamma0 = gamma = None
+    free = None                         # the free gradient's dots by state name, from the last pair pass
     for it in range(1, max_iter + 1):
         names = [s_names[i] for i in slots] + [y_names[i] for i in slots]
-        parts = space.map(_free_gradient, x, g, lo, hi, gh, names, read_x=False)
-        dots = _sum([p[0] for p in parts])
-        pginf = max(p[1] for p in parts)
+        if free is None:
+            parts = space.map(_free_gradient, x, g, lo, hi, gh, names, read_x=False)
+            dots = _sum([p[0] for p in parts])
+            pginf = max(p[1] for p in parts)
+        else:
+            gh_dots, pginf = free
+            dots = [gh_dots[name] for name in names] + [gh_dots[gh]]
         if it == 1:
             gtol = max(gtol, rtol * pginf)
         if pginf <= gtol:
@@ -404,13 +506,15 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
         slot = len(slots) if len(slots) < memory else slots[0]
         others_s = [s_names[i] for i in slots if i != slot]
         others_y = [y_names[i] for i in slots if i != slot]
-        out = _sum(space.map(_pair, xt, x, gt, g, s_names[slot], y_names[slot], others_s + others_y,
-                             read_x=False))
+        others = others_s + others_y
+        parts = space.map(_pair, xt, x, gt, g, s_names[slot], y_names[slot], others, lo, hi, gh, read_x=False)
+        out = _sum([p[0] for p in parts])
         sts, sty, yty = out[:3]
-        rest = out[3:]
         m = len(others_s)
-        s_dot_s, s_dot_y = rest[:m], rest[m:2 * m]
-        y_dot_s, y_dot_y = rest[2 * m:3 * m], rest[3 * m:]
+        s_dot_s, s_dot_y = out[3:3 + m], out[3 + m:3 + 2 * m]
+        y_dot_s, y_dot_y = out[3 + 2 * m:3 + 3 * m], out[3 + 3 * m:3 + 4 * m]
+        gh_dots = dict(zip(others + [s_names[slot], y_names[slot], gh], out[3 + 4 * m:]))
+        free = (gh_dots, max(p[1] for p in parts))
         if slot in slots:                   # its vectors are overwritten, kept or not
             slots.remove(slot)
         if sty > 1e-12 * yty and sty > 0:
