@@ -38,7 +38,9 @@ decrease of f, (f_old - f) <= ftol max(|f|, |f_old|, 1) (per iteration for L-BFG
 SciPy's L-BFGS-B; averaged over the nonmonotone window for SPG), or at max_iter.
 The first step has unit length, or the scale ``scale0`` a previous solve returned if
 that is shorter (a sequence of nearby problems).
-Float64 throughout (the multipliers' updates difference nearly equal sums).
+States are 2-D (rows x columns) and the bounds lo, hi scalars (possibly infinite).
+Float64 throughout (the multipliers' updates difference nearly equal sums), except the
+products with a preconditioner (see :func:`_precondition`).
 """
 from __future__ import annotations
 
@@ -66,13 +68,13 @@ class OptimResult:
 
 # ------------------------------------------------------------ per-chunk kernels
 # The kernels stream their states in row blocks of about BLOCK_ENTRIES entries (1 MiB
-# in float64), so each numpy temporary stays in cache and a state is read (or written)
-# once per kernel: on all 70,000 MNIST digits (r = 128) whole-array temporaries made the
-# optimizer's state passes cost more than the products with X.  (Two threads, a chunk of
-# 35,000 x 128 each, 5 pairs: the trial step took 142 ms with blocks of 2^15 entries,
-# 88 ms with 2^17, 98 ms with 2^19; smaller blocks pay numpy's per-call overhead.)
-# Outputs are written into the buffer the state already has where its shape allows (no
-# new arrays to fault in).
+# in float64), so a block written by one step is still in cache for the next, and a
+# state is read (or written) once per kernel: on all 70,000 MNIST digits (r = 128)
+# whole-array temporaries made the optimizer's state passes cost more than the products
+# with X.  (Blocks sized when the elementwise work was numpy expressions: two threads, a
+# chunk of 35,000 x 128 each, 5 pairs: the trial step took 142 ms with blocks of 2^15
+# entries, 88 ms with 2^17, 98 ms with 2^19.)  Outputs are written into the buffer the
+# state already has where its shape allows (no new arrays to fault in).
 BLOCK_ENTRIES = 1 << 17
 
 
@@ -107,6 +109,12 @@ def _is_binding(x, g, lo, hi):
     return (x <= lo and g > 0.0) or (x >= hi and g < 0.0)
 
 
+@numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH, inline="always")
+def _projected_step(x, g, lo, hi):
+    """|P(x - g) - x| of one entry: the projected gradient's."""
+    return abs(min(max(x - g, lo), hi) - x)
+
+
 @numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
 def _add_scaled(out, c, A, first):
     """out = c A (``first``) or out += c A, on 2-D blocks."""
@@ -116,14 +124,14 @@ def _add_scaled(out, c, A, first):
 
 
 def _combine_into(out, terms, b):
-    """out[b] = sum c * A[b] over ``terms`` of (c, A)."""
-    Ob = out[b]
+    """out = sum c * A[b] over ``terms`` of (c, A) (``out``: a block of b's rows)."""
     for k, (c, a) in enumerate(terms):
-        _add_scaled(Ob, c, a[b], k == 0)
+        _add_scaled(out, c, a[b], k == 0)
 
 
 @numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
 def _clip_block(V, lo, hi):
+    """V = clip(V, lo, hi) in place."""
     for i in range(V.shape[0]):
         for j in range(V.shape[1]):
             V[i, j] = min(max(V[i, j], lo), hi)
@@ -135,7 +143,7 @@ def _combine(chunk, out, terms, lo, hi, dots):
     assert out not in {name for _, name in terms}
     V = output_buffer(chunk, out, arrays[0][1])
     for b in row_blocks(V):
-        _combine_into(V, arrays, b)
+        _combine_into(V[b], arrays, b)
         if lo is not None:
             _clip_block(V[b], lo, hi)
     return _dots(chunk, dots)
@@ -164,7 +172,7 @@ def _spg_block(X, G, alpha, lo, hi, D, XT):
             dd += d * d
             if not _is_binding(x, g, lo, hi):
                 free2 += g * g
-            pginf = max(pginf, abs(min(max(x - g, lo), hi) - x))
+            pginf = max(pginf, _projected_step(x, g, lo, hi))
     return gd, dd, pginf, free2
 
 
@@ -190,7 +198,7 @@ def _free_block(X, G, lo, hi, GH):
             h = 0.0 if _is_binding(x, g, lo, hi) else g
             GH[i, j] = h
             hh += h * h
-            pginf = max(pginf, abs(min(max(x - g, lo), hi) - x))
+            pginf = max(pginf, _projected_step(x, g, lo, hi))
     return hh, pginf
 
 
@@ -237,7 +245,7 @@ def _lbfgs_trial(chunk, x, g, terms, lo, hi, d, xt, step):
     D, XT = output_buffer(chunk, d, X), output_buffer(chunk, xt, X)
     slope = 0.0
     for b in row_blocks(X):
-        _combine_into(D, arrays, b)
+        _combine_into(D[b], arrays, b)
         slope += _trial_block(X[b], G[b], D[b], lo, hi, step, XT[b], True)
     return slope
 
@@ -254,11 +262,15 @@ def _masked_copy(X, G, lo, hi, src, dst):
 def _precondition(chunk, x, g, lo, hi, terms, P, out, y_names, last):
     """chunk[out] = M ((M q) P) row by row, with q = sum c * chunk[name] over ``terms``
     and M zeroing the binding entries at x; its dots with the ``y_names`` and with
-    itself, and (M y)' ((M y) P) for y = chunk[last] (None: 0).  The products with P
-    are float32 GEMMs (twice float64's rate; they were most of this pass's time): P is
-    an approximate inverse Hessian, and its round-off changes H0 by about 1e-7 of
-    itself, far inside its smallest eigenvalue, so H0 stays SPD and the recursion stays
-    exact for the H0 applied (every dot is taken with the float64 result)."""
+    itself, and (M y)' ((M y) P) for y = chunk[last] (None: 0).
+
+    The products with P are float32 GEMMs (twice float64's rate; they were most of this
+    pass's time).  P is an approximate inverse Hessian: its round-off perturbs H0 by
+    about cond(P) sqrt(r) 6e-8 relative to H0's smallest eigenvalue (1e-3 for
+    Burer-Monteiro's P, whose condition number is at most 10 r + 1), so H0 stays SPD
+    and the recursion stays exact for the H0 applied (the dots with r0 are taken with
+    its float64 result); y'H0y, which only scales gamma, is summed in float32.  An
+    ill-conditioned P (cond near 1e6 / sqrt(r)) would need float64 here."""
     X, G = chunk[x], chunk[g]
     arrays = [(c, chunk[name]) for c, name in terms]
     R = output_buffer(chunk, out, X)
@@ -276,8 +288,7 @@ def _precondition(chunk, x, g, lo, hi, terms, P, out, y_names, last):
         Xb, Gb, Rb = X[b], G[b], R[b]
         rows = Rb.shape[0]
         q, q32, r32 = Q[:rows], Q32[:rows], R32[:rows]
-        for k, (c, a) in enumerate(arrays):
-            _add_scaled(q, c, a[b], k == 0)
+        _combine_into(q, arrays, b)
         _masked_copy(Xb, Gb, lo, hi, q, q32)
         np.matmul(q32, P32, out=r32)
         _masked_copy(Xb, Gb, lo, hi, r32, Rb)
@@ -455,7 +466,7 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
     f = problem.evaluate(x, g)
     nfev, reason, it = 1, "max_iter", 0
     gamma0 = gamma = None
-    free = None                         # the free gradient's dots by state name, from the last pair pass
+    free = None                         # from the last pair pass: (gh's dots by state name, pginf)
     for it in range(1, max_iter + 1):
         names = [s_names[i] for i in slots] + [y_names[i] for i in slots]
         if free is None:
@@ -502,7 +513,8 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
             slope = _sum(space.map(_arc, x, g, d, step, lo, hi, xt, read_x=False))
         if reason == "line_search":
             break
-        # The new pair in the oldest slot (or a free one); its dots with the others.
+        # The new pair in the oldest slot (or a free one); its dots with the others; the
+        # next iteration's free gradient and its dots.
         slot = len(slots) if len(slots) < memory else slots[0]
         others_s = [s_names[i] for i in slots if i != slot]
         others_y = [y_names[i] for i in slots if i != slot]
