@@ -1,7 +1,19 @@
+import os
+
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 from devices import CUDA
+
+# Under xdist the workers share the machine's cores (CI: two workers on two cores), so
+# each runs BLAS on one thread, as do the processes they start: OpenBLAS's threads
+# spin on the small products most solvers make on test-sized inputs (cvxDisc's
+# 12 x 4 test ran 3x slower with two threads in each of two workers).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
+    threadpool_limits(1)
 
 
 def local_cluster_client(n_workers):
