@@ -14,15 +14,16 @@ million: 10^6 rows (a noisy trefoil knot, dnomad.data) read from a Zarr store by
     r = 64), capped at --million-outer outer steps of --million-inner iterations:
     seconds per outer step and per evaluation, share of the X passes, and the peak
     resident memory of every process against Y (n r 8 bytes) and against D (n^2 8).  The
-    JSON keeps the run before the preconditioner as million_unpreconditioned (not
-    redrawn).
+    JSON keeps the run before the preconditioner as million_unpreconditioned and the one
+    before the fused state kernels as million_numpy_state (neither redrawn).
 mnist: all 70,000 digits to the stopping rule with the defaults, capped at
     --max-seconds: outer steps, evaluations, violations, wall time.  The JSON also keeps
     runs of earlier code, which the plot shows faintly beside this one: mnist_earlier
     (commit 8a01381, before the curvature carry-over), mnist_float64 (commit 7f01719,
     every evaluation's products in float64, before the float32 increments) and
     mnist_increments (with float32 increments, before the preconditioned L-BFGS and
-    phi = 0.1).
+    phi = 0.1) and mnist_numpy_state (commit de8dade, the preconditioner with the state
+    kernels as numpy expressions, before the fused numba kernels).
 quality: a 7,000-digit subset (K = 16): conditional gradient to the authors' rule,
     then Burer-Monteiro with the defaults, with the defaults before the preconditioner
     (phi 1, plain L-BFGS), with float32 increments (--quality-rows
@@ -344,9 +345,9 @@ def part_quality(n=7000, K=16, max_seconds=1500, keys=None, previous=None):
 
 
 # Earlier code's all-MNIST runs kept in the JSON: before the curvature carry-over, before
-# the float32 increments (every evaluation's products in float64), and with them before
-# the preconditioner.
-EARLIER_MNIST_RUNS = ("mnist_earlier", "mnist_float64", "mnist_increments")
+# the float32 increments (every evaluation's products in float64), with them before the
+# preconditioner, and with it before the fused state kernels.
+EARLIER_MNIST_RUNS = ("mnist_earlier", "mnist_float64", "mnist_increments", "mnist_numpy_state")
 
 
 def plot(result, path):
