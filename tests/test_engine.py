@@ -129,25 +129,28 @@ def _overwrite_in_place(chunk, name):
     chunk[name][...] = -1.0
 
 
-def test_states_a_kernel_drops_or_renames_are_gone_from_the_chunks(cluster_client, rng):
-    """A kernel that pops a state (drop_states, rename_state) removes it from the chunk's
-    kept state, here and on workers: it was kept before, so dropped states held their
-    memory and a renamed state stayed under both names, one array, which a later kernel
-    writing the old name in place changed under the new one."""
-    from dnomad.nomad.box_optim import drop_states, rename_state
+def test_states_a_kernel_drops_or_swaps_are_gone_from_the_chunks(cluster_client, rng):
+    """A kernel that pops or swaps states (drop_states, swap_states) leaves the chunk's
+    kept state as it left its dict, here and on workers: it was kept before, so dropped
+    states held their memory and a moved state stayed under both names, one array,
+    which a later kernel writing the old name in place changed under the new one."""
+    from dnomad.nomad.box_optim import drop_states, swap_states
 
     X = rng.standard_normal((130, 3))
     V = rng.standard_normal((130, 2))
     for client in (None, cluster_client):
         with blocks.RowChunks(X, chunk_rows=50, client=client) as data:
-            for name in ("a", "b", "c"):
-                data.put(name, V)
+            for k, name in enumerate(("a", "b", "c", "e")):
+                data.put(name, V + 10 * k)
             data.map(drop_states, ["a"], read_x=False)
-            data.map(rename_state, "b", "d", read_x=False)
-            assert all(names == ["c", "d"] for names in data.map(_state_names, read_x=False))
+            data.map(swap_states, "d", "b", read_x=False)      # d absent: b moves to d
+            data.map(swap_states, "c", "e", read_x=False)
+            assert all(names == ["c", "d", "e"] for names in data.map(_state_names, read_x=False))
+            np.testing.assert_array_equal(data.get("c"), V + 30)
+            np.testing.assert_array_equal(data.get("e"), V + 20)
             data.put("b", V + 1.0)
             data.map(_overwrite_in_place, "b", read_x=False)
-            np.testing.assert_array_equal(data.get("d"), V)
+            np.testing.assert_array_equal(data.get("d"), V + 10)
 
 
 @pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")

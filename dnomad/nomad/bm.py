@@ -38,7 +38,7 @@ import numpy as np
 
 from ..errors import InputValueError, warn_convergence
 from .._checks import check_choices, check_solver_params, check_ints, check_numbers
-from .box_optim import STATE_FASTMATH, drop_states, output_buffer, row_blocks
+from .box_optim import STATE_FASTMATH, drop_states, output_buffer, row_blocks, work_states
 
 logger = logging.getLogger(__name__)
 
@@ -456,7 +456,7 @@ def _start_y(chunk):
 
 
 def _copy(chunk, src, dst):
-    chunk[dst] = chunk[src].copy()
+    np.copyto(output_buffer(chunk, dst, chunk[src]), chunk[src])
 
 
 def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint=None,
@@ -613,7 +613,7 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
         Y, mu = space.get("Y"), space.get("mu")
     finally:
         if data_mode:
-            space.map(drop_states, ["Y", "Y_prev", "mu", "_DY"], read_x=False)
+            space.map(drop_states, ["Y", "Y_prev", "mu", "_DY"] + work_states("Y", params.memory), read_x=False)
         else:
             space.close()
     if stop_reason == "max_iter" and history:
@@ -691,12 +691,13 @@ def _minimize(space, problem, params, n, r, rtol=0.0, scale0=None):
         kw["precondition"] = 0.5 * (P + P.T)
     problem.begin_solve(params.increments)
     try:
+        # The work states stay between multiplier steps (dropped when the run ends): each
+        # step would otherwise fault in up to 17 new n x r buffers.
         res = method(space, problem, "Y", lo=0.0, hi=1.0, max_iter=params.inner_max_iter, ftol=params.inner_tol,
-                     gtol=params.inner_tol, rtol=rtol, scale0=scale0, **kw)
+                     gtol=params.inner_tol, rtol=rtol, scale0=scale0, release=False, **kw)
     finally:
         problem.begin_solve(False)      # drops the kept D Y's
     objective = problem.objective[res.x]
     if res.x != "Y":
-        space.map(box_optim.rename_state, res.x, "Y", read_x=False)
-    space.map(drop_states, [res.g], read_x=False)
+        space.map(box_optim.swap_states, res.x, "Y", read_x=False)
     return res.nit, res.nfev, res.f, objective, None if res.scale is None else float(res.scale)

@@ -153,9 +153,19 @@ def _dots(chunk, pairs):
     return [float(np.vdot(chunk[a], chunk[b])) for a, b in pairs]
 
 
-def rename_state(chunk, old, new):
-    """chunk[new] = chunk[old], without a copy (a kernel for ``space.map``)."""
-    chunk[new] = chunk.pop(old)
+def swap_states(chunk, a, b):
+    """Exchange the arrays of states a and b (a kernel for ``space.map``): b's buffer
+    stays in the chunk under a's name, for the next solve to write into."""
+    chunk[a], chunk[b] = chunk[b], chunk.get(a)
+    if chunk[b] is None:
+        del chunk[b]
+
+
+def work_states(x, memory=0):
+    """The states :func:`spg` and :func:`lbfgs` (``memory`` pairs) keep beside ``x``
+    with ``release=False``: the gradients, the trial point and the vectors."""
+    return ([x + "_t", "_g", "_gt", "_gh", "_d", "_r0"] + [f"_s{i}" for i in range(memory)]
+            + [f"_y{i}" for i in range(memory)])
 
 
 @numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
@@ -374,11 +384,14 @@ def _quadratic_backtrack(step, f0, slope, f_trial):
 
 # ------------------------------------------------------------ SPG
 def spg(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=1e-10, rtol=0.0,
-        scale0=None, memory=SPG_MEMORY):
+        scale0=None, memory=SPG_MEMORY, release=True):
     """Minimize ``problem`` over lo <= x <= hi from state ``x`` (feasible) by spectral
     projected gradient with a nonmonotone line search (see the module docstring).
     Uses states ``x``, ``x + "_t"``, ``"_g"``, ``"_gt"``, ``"_d"``; returns an
-    :class:`OptimResult` naming the state that holds the solution."""
+    :class:`OptimResult` naming the state that holds the solution.  ``release``: drop
+    the work states at the end (False: keep them, so a sequence of solves on one space
+    writes into the same buffers instead of faulting in new ones; the caller drops
+    :func:`work_states` when done)."""
     xt, g, gt, d = x + "_t", "_g", "_gt", "_d"
     f = problem.evaluate(x, g)
     nfev, history = 1, [f]
@@ -430,7 +443,8 @@ def spg(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=1e
         if len(history) > memory and _ftol_met(history[-1 - memory], f, ftol, memory):
             reason = "ftol"
             break
-    space.map(drop_states, [xt, gt, d], read_x=False)
+    if release:
+        space.map(drop_states, [xt, gt, d], read_x=False)
     return OptimResult(x=x, g=g, f=f, nit=it, nfev=nfev, reason=reason, scale=alpha)
 
 
@@ -450,12 +464,14 @@ def drop_states(chunk, names):
 
 # ------------------------------------------------------------ projected L-BFGS
 def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=1e-10, rtol=0.0,
-          scale0=None, memory=5, precondition=None):
+          scale0=None, memory=5, precondition=None, release=True):
     """Minimize ``problem`` over lo <= x <= hi from state ``x`` (feasible) by projected
     L-BFGS in vector-free form (see the module docstring); ``memory`` pairs (s, y) kept
     as states ``"_s0"``, ``"_y0"``, ...; ``precondition``: an r x r SPD matrix P, the
     initial inverse Hessian gamma P on each row (None: gamma I; the returned ``scale``
-    is then gamma relative to P).  Returns an :class:`OptimResult`."""
+    is then gamma relative to P); ``release`` as for :func:`spg` (on 10^6 rows, r = 64,
+    each new pair's buffers cost 3-4x a pass over them to fault in).  Returns an
+    :class:`OptimResult`."""
     xt, g, gt, gh, d = x + "_t", "_g", "_gt", "_gh", "_d"
     s_names = [f"_s{i}" for i in range(memory)]
     y_names = [f"_y{i}" for i in range(memory)]
@@ -542,7 +558,8 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
         if _ftol_met(f_old, f, ftol):
             reason = "ftol"
             break
-    space.map(drop_states, [xt, gt, gh, d, "_r0"] + s_names + y_names, read_x=False)
+    if release:
+        space.map(drop_states, [xt, gt, gh, d, "_r0"] + s_names + y_names, read_x=False)
     if precondition is not None:
         scale = gamma
     else:
