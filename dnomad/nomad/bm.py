@@ -143,7 +143,7 @@ def _symnmf_admm(space, rank, *, matmat=None, gram_scale=None, dtype=np.float64,
         if gap <= tol:
             converged = True
             break
-    space.map(drop_states, ["_AS"], read_x=False)
+    space.map(drop_states, ["_AS", "_admm_rhs", "_admm_low"], read_x=False)
     if not (converged or stopped) and history and tol > 0:
         warn_convergence(f"symmetric NMF (ADMM) stopped at max_iter={max_iter} before meeting its tolerance: "
                          f"last ||W - H||_F / ||W||_F {history[-1]['split_gap']:.3g} > tol {tol:g}")
@@ -166,18 +166,60 @@ def _admm_half_step(chunk, src, dst, B, Ginv, sigma, sign, step):
     """dst <- [(A src + sigma src + sign Gamma) Ginv]_+ on this chunk's rows, A src from
     X B (data mode) or state "_AS"; with ``step``, then Gamma -= step (dst - src).
     Returns (F^T dst, dst^T dst) for the next half step and, with ``step``,
-    (||dst - src||^2, ||src||^2)."""
+    (||dst - src||^2, ||src||^2).  The elementwise work is numba loops into buffers the
+    states keep (numpy temporaries and new arrays every half step cost 40% of the
+    products with X on 70,000 MNIST digits)."""
     S = chunk[src]
     X = chunk.get("X")
-    AS = chunk["_AS"] if X is None else (X @ B).astype(np.float64)
-    new = np.maximum((AS + sigma * S + sign * chunk["_Gamma"]) @ Ginv, 0.0)
-    chunk[dst] = new
-    out = [None if X is None else X.T @ new.astype(X.dtype), new.T @ new]
+    AS = chunk["_AS"] if X is None else X @ B
+    T = output_buffer(chunk, "_admm_rhs", S)
+    _admm_rhs(AS, S, chunk["_Gamma"], sigma, sign, T)
+    new = output_buffer(chunk, dst, S)
+    np.matmul(T, Ginv, out=new)
+    if X is None or X.dtype == new.dtype:
+        _clip_below(new, None)
+        low = new
+    else:                               # dst in X's precision too, for F^T dst
+        low = chunk.get("_admm_low")
+        if low is None or low.shape != new.shape or low.dtype != X.dtype:
+            low = chunk["_admm_low"] = np.empty(new.shape, dtype=X.dtype)
+        _clip_below(new, low)
+    out = [None if X is None else X.T @ low, new.T @ new]
     if step is not None:
-        diff = new - S
-        chunk["_Gamma"] = chunk["_Gamma"] - step * diff
-        out += [float(np.vdot(diff, diff)), float(np.vdot(S, S))]
+        out += list(_multiplier_update(chunk["_Gamma"], new, S, step))
     return out
+
+
+@numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
+def _admm_rhs(AS, S, Gamma, sigma, sign, T):
+    """T = A S + sigma S + sign Gamma (A S in any precision)."""
+    for i in range(S.shape[0]):
+        for j in range(S.shape[1]):
+            T[i, j] = AS[i, j] + sigma * S[i, j] + sign * Gamma[i, j]
+
+
+@numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
+def _clip_below(V, low):
+    """V = max(V, 0) in place; ``low`` (if not None) = V in its precision."""
+    for i in range(V.shape[0]):
+        for j in range(V.shape[1]):
+            v = max(V[i, j], 0.0)
+            V[i, j] = v
+            if low is not None:
+                low[i, j] = v
+
+
+@numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
+def _multiplier_update(Gamma, new, S, step):
+    """Gamma -= step (new - S) in place; (||new - S||^2, ||S||^2)."""
+    dd = ss = 0.0
+    for i in range(S.shape[0]):
+        for j in range(S.shape[1]):
+            d = new[i, j] - S[i, j]
+            Gamma[i, j] -= step * d
+            dd += d * d
+            ss += S[i, j] * S[i, j]
+    return dd, ss
 
 
 # ------------------------------------------------------------------ Burer-Monteiro
