@@ -470,7 +470,7 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
     as states ``"_s0"``, ``"_y0"``, ...; ``precondition``: an r x r SPD matrix P, the
     initial inverse Hessian gamma P on each row (None: gamma I; the returned ``scale``
     is then gamma relative to P); ``release`` as for :func:`spg` (on 10^6 rows, r = 64,
-    each new pair's buffers cost 3-4x a pass over them to fault in).  Returns an
+    the pair pass took 3-4x as long while its buffers were new).  Returns an
     :class:`OptimResult`."""
     xt, g, gt, gh, d = x + "_t", "_g", "_gt", "_gh", "_d"
     s_names = [f"_s{i}" for i in range(memory)]
