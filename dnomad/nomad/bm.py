@@ -181,9 +181,7 @@ def _admm_half_step(chunk, src, dst, B, Ginv, sigma, sign, step):
         _clip_below(new, None)
         low = new
     else:                               # dst in X's precision too, for F^T dst
-        low = chunk.get("_admm_low")
-        if low is None or low.shape != new.shape or low.dtype != X.dtype:
-            low = chunk["_admm_low"] = np.empty(new.shape, dtype=X.dtype)
+        low = output_buffer(chunk, "_admm_low", new, dtype=X.dtype)
         _clip_below(new, low)
     out = [None if X is None else X.T @ low, new.T @ new]
     if step is not None:

@@ -85,12 +85,13 @@ def row_blocks(A):
     return [slice(i, i + step) for i in range(0, A.shape[0], step)]
 
 
-def output_buffer(chunk, name, like):
+def output_buffer(chunk, name, like, dtype=None):
     """chunk[name]'s array to be overwritten (a new one if it has another shape or dtype),
-    stored as chunk[name]."""
+    stored as chunk[name]: ``like``'s shape, and its dtype or ``dtype``."""
+    dtype = like.dtype if dtype is None else np.dtype(dtype)
     out = chunk.get(name)
-    if out is None or out.shape != like.shape or out.dtype != like.dtype or not out.flags.writeable:
-        out = np.empty_like(like)
+    if out is None or out.shape != like.shape or out.dtype != dtype or not out.flags.writeable:
+        out = np.empty(like.shape, dtype=dtype)
     chunk[name] = out
     return out
 
@@ -161,11 +162,21 @@ def swap_states(chunk, a, b):
         del chunk[b]
 
 
+R0 = "_r0"      # the state of H0 times the first loop's vector (preconditioned L-BFGS)
+
+
+def pair_states(memory):
+    """The names of :func:`lbfgs`'s ``memory`` stored pairs: (s's, y's)."""
+    return [f"_s{i}" for i in range(memory)], [f"_y{i}" for i in range(memory)]
+
+
 def work_states(x, memory=0):
     """The states :func:`spg` and :func:`lbfgs` (``memory`` pairs) keep beside ``x``
-    with ``release=False``: the gradients, the trial point and the vectors."""
-    return ([x + "_t", "_g", "_gt", "_gh", "_d", "_r0"] + [f"_s{i}" for i in range(memory)]
-            + [f"_y{i}" for i in range(memory)])
+    with ``release=False``, in this order: the trial point, the gradients at x and at
+    the trial point, the free gradient, the direction, H0 times the first loop's
+    vector, then the pairs' s's and y's."""
+    s_names, y_names = pair_states(memory)
+    return [x + "_t", "_g", "_gt", "_gh", "_d", R0] + s_names + y_names
 
 
 @numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
@@ -392,7 +403,7 @@ def spg(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=1e
     the work states at the end (False: keep them, so a sequence of solves on one space
     writes into the same buffers instead of faulting in new ones; the caller drops
     :func:`work_states` when done)."""
-    xt, g, gt, d = x + "_t", "_g", "_gt", "_d"
+    xt, g, gt, _, d, _ = work_states(x)
     f = problem.evaluate(x, g)
     nfev, history = 1, [f]
     alpha = None
@@ -472,9 +483,8 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
     is then gamma relative to P); ``release`` as for :func:`spg` (on 10^6 rows, r = 64,
     the pair pass took 3-4x as long while its buffers were new).  Returns an
     :class:`OptimResult`."""
-    xt, g, gt, gh, d = x + "_t", "_g", "_gt", "_gh", "_d"
-    s_names = [f"_s{i}" for i in range(memory)]
-    y_names = [f"_y{i}" for i in range(memory)]
+    xt, g, gt, gh, d, r0 = work_states(x)
+    s_names, y_names = pair_states(memory)
     slots = []                          # ring of slot indices, oldest first
     SY = np.zeros((memory, memory))     # SY[i, j] = s_i'y_j (slots)
     SS = np.zeros((memory, memory))
@@ -559,7 +569,7 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
             reason = "ftol"
             break
     if release:
-        space.map(drop_states, [xt, gt, gh, d, "_r0"] + s_names + y_names, read_x=False)
+        space.map(drop_states, [xt, gt, gh, d, r0] + s_names + y_names, read_x=False)
     if precondition is not None:
         scale = gamma
     else:
@@ -616,7 +626,7 @@ def _preconditioned_direction(space, x, g, lo, hi, gh, slots, SY, dots, P, s_nam
         qy[k] -= alphas[k]
     terms = [(1.0, gh)] + [(c, y_names[i]) for c, i in zip(qy, slots) if c != 0.0]
     last = y_names[slots[-1]] if m else None
-    out = _sum(space.map(_precondition, x, g, lo, hi, terms, P, "_r0", [y_names[i] for i in slots], last,
+    out = _sum(space.map(_precondition, x, g, lo, hi, terms, P, R0, [y_names[i] for i in slots], last,
                          read_x=False))
     y_r0, r0r0, yPy = out[:m], out[m], out[m + 1]
     if m and yPy > 0:
@@ -630,5 +640,5 @@ def _preconditioned_direction(space, x, g, lo, hi, gh, slots, SY, dots, P, s_nam
         y_r = gamma * y_r0[k] + sum(sc[j] * SY[slots[j], i] for j in range(m))
         beta = rho[k] * y_r
         sc[k] += alphas[k] - beta
-    terms = [(-gamma, "_r0")] + [(-c, s_names[i]) for c, i in zip(sc, slots) if c != 0.0]
+    terms = [(-gamma, R0)] + [(-c, s_names[i]) for c, i in zip(sc, slots) if c != 0.0]
     return terms, gamma
