@@ -28,7 +28,7 @@ import time
 import warnings
 
 import numpy as np
-from _bench import write_result
+from _bench import code_commit, write_result
 
 import dnomad
 
@@ -207,7 +207,7 @@ def main():
     X, y = dnomad.data.mnist()
     runs = [run_size(X, y, n, args.max_seconds, args.solver, args.stop_at) for n in args.sizes]
     result = {"runs": runs, "projection": project(runs), "per_cluster": PER_CLUSTER,
-              "cpu_count": os.cpu_count()}
+              "cpu_count": os.cpu_count(), "code": code_commit()}
     print(json.dumps(result["projection"]), flush=True)
     write_result(args.out, result_name(args.solver), result, plot)
 
