@@ -43,7 +43,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _bench import replot, write_result  # noqa: E402
+from _bench import code_commit, replot, write_result  # noqa: E402
 
 METHODS = ("hott", "hott (fast)", "hott (diag rule)", "LP", "AGKM")
 ETAS = (0.25, 0.95, 4.0, 10.0, 100.0)
@@ -140,7 +140,12 @@ def summarize(result):
         shapes[tuple(r["case"][:2])] = shapes.get(tuple(r["case"][:2]), 0) + 1
     done = ", ".join(f"{f}x{n}: {c}" for (f, n), c in sorted(shapes.items()))
     total = len(grid())
+    # Rows without a commit predate the LPs' equality form (LP 1.4-1.8x, AGKM 2x slower).
+    codes = {}
+    for r in rows:
+        codes[r.get("code") or "unrecorded"] = codes.get(r.get("code") or "unrecorded", 0) + 1
     print(f"\n{len(rows)} of {total} instances done ({done}); ratios to the exact LP on the same instance")
+    print("instances by the commit that timed them: " + ", ".join(f"{c}: {k}" for c, k in codes.items()))
     print(f"{'metric':8s} {'method':18s} {'median ratio':>13s} {'<= 1.5 LP':>10s} {'best':>6s} {'median':>10s}")
     for key, m, med, within, best, median in table:
         print(f"{key:8s} {m:18s} {med:13.3g} {within:10.2f} {best:6.2f} {median:10.3g}")
@@ -149,7 +154,7 @@ def summarize(result):
         rec = float(np.mean([r[m]["recovered"] for r in rows if r["case"][4] <= 0.95]))
         recovered[m] = rec
         print(f"hott rows recovered (eta <= 0.95): {m:18s} {rec:.2f}")
-    return {"instances_done": len(rows), "instances_total": total, "by_shape": done,
+    return {"instances_done": len(rows), "instances_total": total, "by_shape": done, "by_commit": codes,
             "table": [dict(zip(("metric", "method", "median_ratio_to_LP", "within_1.5_LP", "best", "median"), t))
                       for t in table],
             "recovered_eta_le_0.95": recovered}
@@ -206,6 +211,7 @@ def main():
     done = load_runs()
     if not args.plot_only:
         todo = [c for c in grid() if c not in done]
+        code = code_commit()          # each instance records it: timings move with the LP's form
         print(f"{len(done)} of {len(grid())} instances already in {os.path.basename(RUNS_FILE)}, "
               f"{len(todo)} to go", flush=True)
         deadline = time.perf_counter() + 3600 * args.hours if args.hours else float("inf")
@@ -222,6 +228,7 @@ def main():
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     r = fut.result()
+                    r["code"] = code
                     log.write(json.dumps(r) + "\n")
                     log.flush()          # a kill loses at most the instances in flight
                     done[tuple(r["case"])] = r

@@ -8,7 +8,7 @@ import pytest
 from dnomad.hottopixx import kernels
 from dnomad.data import separable_nmf
 from dnomad.errors import InputValueError
-from dnomad.metrics import inf1_norm, robust_simplicial_constant
+from dnomad.metrics import inf1_norm, l1_distance_to_hull, robust_simplicial_constant
 from dnomad.hottopixx import solver as H
 
 
@@ -93,6 +93,18 @@ def test_robust_simplicial_constant_of_unit_vectors_is_two():
     W = np.eye(3)
     W = np.r_[W, [[1 / 3, 1 / 3, 1 / 3]]]      # a point inside the hull: alpha = 0
     assert robust_simplicial_constant(W) == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_l1_distance_to_a_segment_matches_its_breakpoints(seed):
+    # On a segment, t -> ||x - (t a + (1 - t) b)||_1 is convex and piecewise linear: its
+    # minimum over [0, 1] is at an end or where one coordinate's residual changes sign.
+    rng = np.random.default_rng(seed)
+    a, b, x = rng.random((3, 60))
+    t = np.r_[0.0, 1.0, np.clip((x - b) / (a - b), 0, 1)]
+    exact = np.abs(x - (t[:, None] * a + (1 - t[:, None]) * b)).sum(axis=1).min()
+    assert l1_distance_to_hull(x, np.array([a, b])) == pytest.approx(exact, rel=1e-9, abs=1e-12)
+    assert l1_distance_to_hull(x, a[None]) == pytest.approx(np.abs(x - a).sum(), rel=1e-12)
 
 
 @pytest.mark.parametrize("noise", [0.0, 0.95, 100.0])
