@@ -252,8 +252,8 @@ def part_mnist(max_seconds=1800):
     seconds = time.perf_counter() - timed.t0
     out = {"n": n, "K": K, "rank": 8 * K, "seconds": seconds, "stop": stop, "outer": len(rows),
            "start_seconds": start_seconds, "start_iterations": start_iterations,
-           "evaluations": timed.count, "history": rows, "trace": timed.trace,
-           "cap_seconds": max_seconds}
+           "evaluations": timed.count, "evaluate_seconds": timed.seconds, "history": rows,
+           "trace": timed.trace, "cap_seconds": max_seconds}
     print(f"\nmnist: n = {n:,}, K = {K}, r = {8 * K}: {stop} after {len(rows)} complete outer steps, "
           f"{timed.count} evaluations ({timed.seconds / max(timed.count, 1):.2f} s each), {seconds:.0f} s "
           f"(start {start_seconds or 0:.0f} s; cap {max_seconds:.0f} s)", flush=True)
