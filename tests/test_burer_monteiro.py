@@ -212,6 +212,26 @@ def test_inexact_multiplier_steps_end_where_exact_ones_do():
     assert inexact.history[-1]["objective"] == pytest.approx(exact.history[-1]["objective"], rel=1e-6)
 
 
+@pytest.mark.parametrize("optimizer", ["lbfgs", "spg", "scipy"])
+def test_the_history_says_why_each_inner_solve_ended(optimizer):
+    """inner_stop codes INNER_STOPS: solves cut at inner_max_iter say max_iter; a run to
+    the rule ends its steps by gtol or ftol, and the step that confirms the rule is not
+    cut short."""
+    from dnomad.errors import ConvergenceWarning
+    from dnomad.nomad.bm import INNER_STOPS
+
+    X, _ = gaussian_blobs(120, n_centers=3, separation=8.0, random_state=1)
+    kw = dict(n_clusters=3, rank=6, optimizer=optimizer, random_state=0)
+    with pytest.warns(ConvergenceWarning):
+        capped = burer_monteiro(DataGram(X), BurerMonteiroParams(**kw, inner_max_iter=3, max_iter=2))
+    assert [INNER_STOPS[h["inner_stop"]] for h in capped.history] == ["max_iter", "max_iter"]
+    assert all(h["inner_iterations"] == 3 for h in capped.history)
+    full = burer_monteiro(DataGram(X), BurerMonteiroParams(**kw))
+    assert full.stop_reason == "tolerance"
+    stops = [INNER_STOPS[h["inner_stop"]] for h in full.history]
+    assert set(stops) <= {"gtol", "ftol"} and all(isinstance(h["inner_stop"], int) for h in full.history)
+
+
 def test_a_block_matrix_gram_gives_the_same_solution_as_the_data():
     """D as n x n blocks (ScaledMatrix over a BlockMatrix) or as X (DataGram): the same
     Y to the solver's accuracy (the products differ at round-off, and Y is defined to

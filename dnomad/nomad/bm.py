@@ -223,6 +223,9 @@ def _multiplier_update(Gamma, new, S, step):
 
 # ------------------------------------------------------------------ Burer-Monteiro
 BM_OPTIMIZERS = ("lbfgs", "spg", "scipy")
+# Why a multiplier step's inner solve ended, as the history's ``inner_stop`` column keeps
+# it (a code: the run store's history columns are numeric): INNER_STOPS[code].
+INNER_STOPS = ("gtol", "ftol", "max_iter", "line_search")
 
 
 @dataclass
@@ -553,7 +556,9 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
     History rows: iteration, rtol (the step's relative tolerance), exact (solved to
     inner_tol), objective Tr(D Y Y^T),
     lagrangian, row_sum_violation,
-    trace_violation, change, inner_iterations, evaluations, incremental_evaluations
+    trace_violation, change, inner_iterations, inner_stop (why the inner solve ended:
+    ``INNER_STOPS[code]``, 0 gtol, 1 ftol, 2 max_iter, 3 line_search), evaluations,
+    incremental_evaluations
     (those of the evaluations made by float32 increments), matmats, passes (over X,
     data mode), inner_scale (the optimizer's last curvature scale: the next step's
     first step), seconds.
@@ -623,7 +628,8 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
             space.map(_copy, "Y", "Y_prev", read_x=False)
             scale0 = history[-1].get("inner_scale") if history else None
             incremental0 = problem.incremental_evaluations
-            nit, nfev, lagr, objective, scale = _minimize(space, problem, params, n, r, rtol=rtol, scale0=scale0)
+            nit, nfev, lagr, objective, scale, inner_stop = _minimize(space, problem, params, n, r, rtol=rtol,
+                                                                      scale0=scale0)
             parts = space.map(_column_stats, "Y", read_x=False)
             c, trace = _ordered_sum([p[1] for p in parts]), _ordered_sum([p[2] for p in parts])
             parts = space.map(_multiplier_step, c, params.eta * sigma, read_x=False)
@@ -634,7 +640,8 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
             trace_violation = abs(float(trace) - K) / K
             history.append({"iteration": it, "rtol": rtol, "exact": exact, "objective": objective,
                             "lagrangian": lagr, "row_sum_violation": row_violation, "trace_violation": trace_violation,
-                            "change": float(change), "inner_iterations": nit, "evaluations": nfev,
+                            "change": float(change), "inner_iterations": nit,
+                            "inner_stop": INNER_STOPS.index(inner_stop), "evaluations": nfev,
                             "incremental_evaluations": problem.incremental_evaluations - incremental0,
                             "matmats": problem.matmats, "passes": space.passes - passes0,
                             "inner_scale": scale, "seconds": time.perf_counter() - t0})
@@ -690,7 +697,7 @@ def _rule_met(row, params):
 def _minimize(space, problem, params, n, r, rtol=0.0, scale0=None):
     """One multiplier step's inner minimization from state "Y", leaving its solution in
     "Y": (iterations, evaluations, L there, Tr(D Y Y^T) there, the optimizer's last
-    curvature scale).  ``rtol``: stop at this fraction of the starting projected
+    curvature scale, why it stopped: one of INNER_STOPS).  ``rtol``: stop at this fraction of the starting projected
     gradient (0: to ``inner_tol``; see :func:`_step_rtol`).  ``scale0``: the
     previous step's scale, so a warm start's first step is not a unit-length leap that
     backtracks to a sliver and stops on ftol (the steps then cycled, Y moving by the
@@ -716,7 +723,7 @@ def _minimize(space, problem, params, n, r, rtol=0.0, scale0=None):
             problem.evaluate("Y", "_gx")
             last["objective"] = problem.objective["Y"]
         space.map(drop_states, ["_x", "_gx"], read_x=False)
-        return int(res.nit), int(res.nfev), float(res.fun), last["objective"], None
+        return int(res.nit), int(res.nfev), float(res.fun), last["objective"], None, _scipy_stop(res)
     method = box_optim.spg if params.optimizer == "spg" else box_optim.lbfgs
     kw = {} if params.optimizer == "spg" else {"memory": params.memory}
     if params.precondition is not None and params.optimizer == "lbfgs":
@@ -741,4 +748,14 @@ def _minimize(space, problem, params, n, r, rtol=0.0, scale0=None):
     objective = problem.objective[res.x]
     if res.x != "Y":
         space.map(box_optim.swap_states, res.x, "Y", read_x=False)
-    return res.nit, res.nfev, res.f, objective, None if res.scale is None else float(res.scale)
+    return res.nit, res.nfev, res.f, objective, None if res.scale is None else float(res.scale), res.reason
+
+
+def _scipy_stop(res):
+    """L-BFGS-B's ending as one of INNER_STOPS (its status 1 is the iteration cap, 2 an
+    abnormal line search; a converged run says which test in its message)."""
+    if res.status == 1:
+        return "max_iter"
+    if res.status != 0:
+        return "line_search"
+    return "gtol" if "PGTOL" in str(res.message).upper() else "ftol"
