@@ -80,8 +80,9 @@ class ResidentPeak:
 
 
 def code_commit():
-    """The commit the run's code is at (with '+' when the tree has changes), or None; a copy
-    of the tree without git (a device machine) says it in DNOMAD_COMMIT."""
+    """The commit the run's code is at (with '+' when the code has changes: the package,
+    the scripts or the build files, not the results that benchmarks write), or None; a
+    copy of the tree without git (a device machine) says it in DNOMAD_COMMIT."""
     import subprocess
 
     if os.environ.get("DNOMAD_COMMIT"):
@@ -90,7 +91,8 @@ def code_commit():
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
                               text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "dnomad",
+                                "graphs/*.py", "pyproject.toml"], cwd=os.path.dirname(here),
                                capture_output=True, text=True, check=True).stdout.strip()
         return head + ("+" if dirty else "")
     except (OSError, subprocess.CalledProcessError):

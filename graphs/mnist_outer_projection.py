@@ -205,9 +205,10 @@ def main():
         write_result(args.out, result_name(args.solver), result, plot)
         return
     X, y = dnomad.data.mnist()
+    code = code_commit()            # before the runs: the tree may move during an hour's run
     runs = [run_size(X, y, n, args.max_seconds, args.solver, args.stop_at) for n in args.sizes]
     result = {"runs": runs, "projection": project(runs), "per_cluster": PER_CLUSTER,
-              "cpu_count": os.cpu_count(), "code": code_commit()}
+              "cpu_count": os.cpu_count(), "code": code}
     print(json.dumps(result["projection"]), flush=True)
     write_result(args.out, result_name(args.solver), result, plot)
 

@@ -21,6 +21,7 @@ sqrt(eigenvalue) (NOMAD.embedding_), drawn with thumbnails of images spread over
     python graphs/mnist_zero.py --only zeros --hours 1.5         # go on with the zeros' run
     python graphs/mnist_zero.py --only zeros --device cuda       # go on with it on a GPU
     python graphs/mnist_zero.py --only zeros --overwrite         # start it afresh
+    python graphs/mnist_zero.py --only zeros_bm                  # Burer-Monteiro (not in the default parts)
 
 The zeros run to the stopping rule takes hours on 2 host cores, so it runs in segments of
 --segment outer iterations against a Zarr store (--store, default graphs/mnist_zero.zarr,
@@ -141,6 +142,7 @@ def fit_bm(kind, label, K):
     X = images(kind, label)
     n = len(X)
     est = dnomad.NOMAD(n_clusters=K, solver="bm", label_method="components")
+    code = code_commit()
     with ResidentPeak() as rss:
         t = time.perf_counter()
         with warnings.catch_warnings():
@@ -151,11 +153,13 @@ def fit_bm(kind, label, K):
     Y = np.asarray(est.Y_, dtype=np.float64)
     # Tr(D Y Y^T) = ||F^T Y||_F^2 with the conditional-gradient run's D = F F^T.
     F = dnomad.blocks.prepare_gram_data(np.asarray(X, dtype=np.float64))
-    row = {"data": f"{kind} {label} (Burer-Monteiro)", "solver": "bm", "n": n, "K": K, "rank": Y.shape[1],
+    row = {"data": f"{kind} {label} (Burer-Monteiro)", "solver": "bm", "code": code, "n": n, "K": K,
+           "rank": Y.shape[1],
            "seconds": seconds, "n_iter": est.n_iter_, "stop_reason": est.stop_reason_,
            "evaluations": int(sum(r["evaluations"] for r in h)),
            "objective": est.objective_, "objective_cgm_scale": float(np.sum((F.T @ Y) ** 2)),
            "row_sum_violation": h[-1]["row_sum_violation"], "trace_violation": h[-1]["trace_violation"],
+           # Y in [0, 1], so Q = Y Y^T has no negative entry: the authors' violation is 0.
            "change": h[-1]["change"], "max_violation": 0.0, "peak_GB": rss.peak_above_start / 1e9,
            "Y_GB": Y.nbytes / 1e9,
            "trace": {"seconds": [round(r["seconds"], 2) for r in h],       # since the fit began
@@ -241,7 +245,7 @@ def plot(result, path):
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="zeros,digits,fashion")
+    ap.add_argument("--only", default="zeros,digits,fashion", help=f"comma-separated parts of {list(PARTS)}")
     ap.add_argument("--max-iter", type=int, default=None, help="outer iterations for the zeros (default: "
                                                                 "the solver's, to its stopping rule)")
     ap.add_argument("--device", default=None, help="'cpu' or 'cuda' (default: NOMAD's)")

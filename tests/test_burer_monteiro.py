@@ -232,6 +232,20 @@ def test_the_history_says_why_each_inner_solve_ended(optimizer):
     assert set(stops) <= {"gtol", "ftol"} and all(isinstance(h["inner_stop"], int) for h in full.history)
 
 
+@pytest.mark.parametrize("options, stop", [(dict(gtol=1e-3, ftol=1e-30), "gtol"), (dict(gtol=1e-30, ftol=1e-3), "ftol"),
+                                           (dict(maxiter=2), "max_iter"), (dict(maxfun=3), "max_iter")])
+def test_scipy_endings_map_to_the_inner_stop_they_are(options, stop):
+    """SciPy L-BFGS-B's own results, each ended by one test, read as that test."""
+    from scipy.optimize import Bounds, minimize
+
+    from dnomad.nomad.bm import _scipy_stop
+
+    A, b = np.diag(np.linspace(1.0, 100.0, 20)), np.ones(20)
+    res = minimize(lambda x: (0.5 * x @ A @ x - b @ x, A @ x - b), np.zeros(20), jac=True, method="L-BFGS-B",
+                   bounds=Bounds(-1.0, 1.0), options=options)
+    assert _scipy_stop(res) == stop
+
+
 def test_a_block_matrix_gram_gives_the_same_solution_as_the_data():
     """D as n x n blocks (ScaledMatrix over a BlockMatrix) or as X (DataGram): the same
     Y to the solver's accuracy (the products differ at round-off, and Y is defined to

@@ -95,6 +95,32 @@ def test_robust_simplicial_constant_of_unit_vectors_is_two():
     assert robust_simplicial_constant(W) == pytest.approx(0.0, abs=1e-9)
 
 
+def _exact_lp_by_inequalities(X, rank, tau, cost):
+    """Alg. 3's LP as the paper writes it: |C X - X| <= E elementwise, sum_k E_ik <= tau;
+    cvxpy's own modelling, an independent reference for :func:`H.exact_lp`."""
+    import cvxpy as cp
+
+    f = X.shape[0]
+    C = cp.Variable((f, f), nonneg=True)
+    cons = [cp.sum(cp.abs(C @ X - X), axis=1) <= tau, cp.trace(C) == rank, cp.diag(C) <= 1,
+            C <= np.ones((f, 1)) @ cp.reshape(cp.diag(C), (1, f), order="C")]
+    problem = cp.Problem(cp.Minimize(cost @ cp.diag(C)), cons)
+    problem.solve(solver="CLARABEL")
+    return problem.value
+
+
+@pytest.mark.parametrize("seed, noise", [(0, 0.25), (1, 0.95), (2, 4.0)])
+def test_exact_lp_meets_its_constraints_at_the_independent_optimum(seed, noise):
+    inst = separable_nmf(12, 40, 3, duplicates=1, noise=noise, random_state=seed)
+    X, tau = np.asarray(inst["X"]), 2 * inst["epsilon"]
+    cost = np.random.default_rng(seed).permutation(12) / 12
+    C = H.exact_lp(X, 3, tau, cost)
+    assert inf1_norm(C @ X - X) <= tau + 1e-7
+    assert np.trace(C) == pytest.approx(3.0, abs=1e-7) and C.min() >= -1e-9 and np.diagonal(C).max() <= 1 + 1e-9
+    assert (C <= np.diagonal(C)[None, :] + 1e-7).all()
+    assert cost @ np.diagonal(C) == pytest.approx(_exact_lp_by_inequalities(X, 3, tau, cost), rel=1e-6, abs=1e-8)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_l1_distance_to_a_segment_matches_its_breakpoints(seed):
     # On a segment, t -> ||x - (t a + (1 - t) b)||_1 is convex and piecewise linear: its

@@ -697,11 +697,11 @@ def _rule_met(row, params):
 def _minimize(space, problem, params, n, r, rtol=0.0, scale0=None):
     """One multiplier step's inner minimization from state "Y", leaving its solution in
     "Y": (iterations, evaluations, L there, Tr(D Y Y^T) there, the optimizer's last
-    curvature scale, why it stopped: one of INNER_STOPS).  ``rtol``: stop at this fraction of the starting projected
-    gradient (0: to ``inner_tol``; see :func:`_step_rtol`).  ``scale0``: the
-    previous step's scale, so a warm start's first step is not a unit-length leap that
-    backtracks to a sliver and stops on ftol (the steps then cycled, Y moving by the
-    same 5e-7 each time)."""
+    curvature scale, why it stopped: one of INNER_STOPS).  ``rtol``: stop at this
+    fraction of the starting projected gradient (0: to ``inner_tol``; see
+    :func:`_step_rtol`).  ``scale0``: the previous step's scale, so a warm start's first
+    step is not a unit-length leap that backtracks to a sliver and stops on ftol (the
+    steps then cycled, Y moving by the same 5e-7 each time)."""
     from . import box_optim
 
     if params.optimizer == "scipy":
@@ -752,8 +752,9 @@ def _minimize(space, problem, params, n, r, rtol=0.0, scale0=None):
 
 
 def _scipy_stop(res):
-    """L-BFGS-B's ending as one of INNER_STOPS (its status 1 is the iteration cap, 2 an
-    abnormal line search; a converged run says which test in its message)."""
+    """L-BFGS-B's ending as one of INNER_STOPS: status 1 is a cap (its iterations, or its
+    evaluations, maxfun), 2 an abnormal line search or a warning such as round-off
+    stopping it; a converged run (0) says in its message which test it met."""
     if res.status == 1:
         return "max_iter"
     if res.status != 0:
