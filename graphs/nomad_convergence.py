@@ -39,7 +39,7 @@ import time
 import warnings
 
 import numpy as np
-from _bench import replot, write_result
+from _bench import code_commit, replot, write_result
 
 import dnomad
 
@@ -137,12 +137,13 @@ def main():
         ap.error(f"--only: no instance named {unknown}; known: {[inst['name'] for inst in todo]}")
     if args.only:
         todo = [inst for inst in todo if inst["name"] in args.only]
-    rows = []
+    rows, code = [], code_commit()
     print(f"{'instance':24s} {'K':>3s} {'solver':>6s} {'outer':>7s} {'passes':>9s} {'seconds':>8s} "
           f"{'objective':>12s} {'stop':>9s}")
     for inst in todo:
         X = inst["make"]()
         row = {k: inst[k] for k in ("name", "data", "n", "K")}
+        row["code"] = code
         Qs = {}
         for solver, options in SOLVERS.items():
             cap = args.paper_max_seconds if solver == "paper" else 3600.0
