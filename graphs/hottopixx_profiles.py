@@ -37,6 +37,7 @@ import argparse
 import os
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
@@ -148,9 +149,7 @@ def summarize(result):
     done = ", ".join(f"{f}x{n}: {c}" for (f, n), c in sorted(shapes.items()))
     total = len(grid())
     # Rows without a commit predate the LPs' equality form (LP 1.4-1.8x, AGKM 2x slower).
-    codes = {}
-    for r in rows:
-        codes[r.get("code") or "unrecorded"] = codes.get(r.get("code") or "unrecorded", 0) + 1
+    codes = dict(Counter(r.get("code") or "unrecorded" for r in rows))
     print(f"\n{len(rows)} of {total} instances done ({done}); ratios to the exact LP on the same instance")
     print("instances by the commit that timed them: " + ", ".join(f"{c}: {k}" for c, k in codes.items())
           + f"; the seconds rows are over the {len(timed_rows(rows))} timed with the LPs in equality form")
