@@ -136,9 +136,10 @@ def timed_rows(rows):
 
 def summarize(result):
     rows = result["runs"]
+    timed = timed_rows(rows)
     table = []
     for key in ("error", "seconds"):
-        V = np.array([[r[m][key] for m in METHODS] for r in (timed_rows(rows) if key == "seconds" else rows)])
+        V = np.array([[r[m][key] for m in METHODS] for r in (timed if key == "seconds" else rows)])
         lp = V[:, METHODS.index("LP")][:, None]
         for j, m in enumerate(METHODS):
             table.append((key, m, float(np.median(V[:, j] / lp[:, 0])), float(np.mean(V[:, j] <= 1.5 * lp[:, 0])),
@@ -152,7 +153,7 @@ def summarize(result):
     codes = dict(Counter(r.get("code") or "unrecorded" for r in rows))
     print(f"\n{len(rows)} of {total} instances done ({done}); ratios to the exact LP on the same instance")
     print("instances by the commit that timed them: " + ", ".join(f"{c}: {k}" for c, k in codes.items())
-          + f"; the seconds rows are over the {len(timed_rows(rows))} timed with the LPs in equality form")
+          + f"; the seconds rows are over the {len(timed)} timed with the LPs in equality form")
     print(f"{'metric':8s} {'method':18s} {'median ratio':>13s} {'<= 1.5 LP':>10s} {'best':>6s} {'median':>10s}")
     for key, m, med, within, best, median in table:
         print(f"{key:8s} {m:18s} {med:13.3g} {within:10.2f} {best:6.2f} {median:10.3g}")
@@ -162,7 +163,7 @@ def summarize(result):
         recovered[m] = rec
         print(f"hott rows recovered (eta <= 0.95): {m:18s} {rec:.2f}")
     return {"instances_done": len(rows), "instances_total": total, "by_shape": done, "by_commit": codes,
-            "seconds_over": len(timed_rows(rows)),
+            "seconds_over": len(timed),
             "table": [dict(zip(("metric", "method", "median_ratio_to_LP", "within_1.5_LP", "best", "median"), t))
                       for t in table],
             "recovered_eta_le_0.95": recovered}
