@@ -21,6 +21,8 @@ sqrt(eigenvalue) (NOMAD.embedding_), drawn with thumbnails of images spread over
     python graphs/mnist_zero.py --only zeros --hours 1.5         # go on with the zeros' run
     python graphs/mnist_zero.py --only zeros --device cuda       # go on with it on a GPU
     python graphs/mnist_zero.py --only zeros --overwrite         # start it afresh
+    python graphs/mnist_zero.py --only zeros --device cuda --store '' --max-iter 20000 --hours 0.12
+                                            # one fit in GPU memory, to the rule or the time cap
     python graphs/mnist_zero.py --only zeros_bm                  # Burer-Monteiro (not in the default parts)
 
 The zeros run to the stopping rule takes hours on 2 host cores, so it runs in segments of
@@ -71,11 +73,18 @@ def fit(kind, label, K, count=None, max_iter=None, device=None, store=None, segm
         overwrite=False):
     """Fit NOMAD to one image class and summarize the run.  With ``store``: in segments of
     ``segment`` outer iterations, each resuming the store's run, until the stopping rule,
-    ``max_iter`` (default the solver's) or the segment in which ``hours`` runs out."""
+    ``max_iter`` (default the solver's) or the segment in which ``hours`` runs out; without,
+    one fit, stopped at ``hours`` if given (nothing to resume then: "time cap")."""
     X = images(kind, label, count)
     n = len(X)
+    t = time.perf_counter()
+
+    def time_cap(row):
+        return time.perf_counter() - t > 3600 * hours
+
     est = dnomad.NOMAD(n_clusters=K, max_iter=max_iter, label_method="components", device=device,
-                       store=store, overwrite=overwrite, checkpoint_every=segment if store else None)
+                       store=store, overwrite=overwrite, checkpoint_every=segment if store else None,
+                       callback=time_cap if store is None and hours is not None else None)
     cap = CGM_MAX_ITER if max_iter is None else max_iter
     segments = []
     with ResidentPeak() as rss:
@@ -114,11 +123,12 @@ def fit(kind, label, K, count=None, max_iter=None, device=None, store=None, segm
     solve_seconds = sum(r["seconds"] for r in h)
     # A stored run stopped by a --max-iter below the solver's cap can go on: "resumable".
     finished = store is None or est.stop_reason_ != "max_iter" or est.n_iter_ >= max(cap, CGM_MAX_ITER)
-    row = {"data": f"{kind} {label}", "n": n, "K": K,
+    stop_reason = "time cap" if est.stop_reason_ == "callback" else est.stop_reason_ if finished else "resumable"
+    row = {"data": f"{kind} {label}", "n": n, "K": K, "code": code_commit(),
            # A resumed run: the solver's seconds over every session (its history's: not the
            # setup each segment repeats, which "segments" counts), and this session's wall time.
            "seconds": solve_seconds if store else seconds, "session_seconds": seconds,
-           "n_iter": est.n_iter_, "stop_reason": est.stop_reason_ if finished else "resumable",
+           "n_iter": est.n_iter_, "stop_reason": stop_reason,
            "device": sorted({seg["device"] for seg in segments}) or [resolve_device(device)],
            "segments": segments, "passes": sum(r["passes"] for r in h),
            "bytes_read": bytes_read, "bytes_written": sum(r["bytes_written"] for r in h),
@@ -254,7 +264,8 @@ if __name__ == "__main__":
     ap.add_argument("--segment", type=int, default=40, help="outer iterations between the zeros' checkpoints")
     ap.add_argument("--overwrite", action="store_true", help="start the zeros' run afresh in --store")
     ap.add_argument("--hours", type=float, default=None,
-                    help="stop the zeros after the segment in which this much time has run (resume later)")
+                    help="stop the zeros after the segment in which this much time has run (resume later); "
+                         "with --store '': at this time, for good")
     ap.add_argument("--plot-only", action="store_true")
     args = ap.parse_args()
     if args.plot_only:
