@@ -77,6 +77,7 @@ def fit(kind, label, K, count=None, max_iter=None, device=None, store=None, segm
     one fit, stopped at ``hours`` if given (nothing to resume then: "time cap")."""
     X = images(kind, label, count)
     n = len(X)
+    code = code_commit()            # the code that runs, before a long run's edits
     t = time.perf_counter()
 
     def time_cap(row):
@@ -124,7 +125,7 @@ def fit(kind, label, K, count=None, max_iter=None, device=None, store=None, segm
     # A stored run stopped by a --max-iter below the solver's cap can go on: "resumable".
     finished = store is None or est.stop_reason_ != "max_iter" or est.n_iter_ >= max(cap, CGM_MAX_ITER)
     stop_reason = "time cap" if est.stop_reason_ == "callback" else est.stop_reason_ if finished else "resumable"
-    row = {"data": f"{kind} {label}", "n": n, "K": K, "code": code_commit(),
+    row = {"data": f"{kind} {label}", "n": n, "K": K, "code": code,
            # A resumed run: the solver's seconds over every session (its history's: not the
            # setup each segment repeats, which "segments" counts), and this session's wall time.
            "seconds": solve_seconds if store else seconds, "session_seconds": seconds,
