@@ -50,13 +50,15 @@ def inf1_norm(A):
     return float(np.abs(A).sum(axis=1).max()) if A.size else 0.0
 
 
-def l1_distance_to_hull(x, V):
-    """min ||x - lambda^T V||_1 over lambda on the simplex (an LP, scipy HiGHS)."""
+def l1_fits(X, V, *, simplex=False):
+    """For each row x of X: lambda = argmin ||x - lambda^T V||_1 over lambda >= 0 (on the
+    simplex sum(lambda) = 1 with ``simplex``), and its value; one LP a row (scipy HiGHS).
+    Returns (Lambda (rows of X x rows of V), values)."""
     from scipy.optimize import linprog
     from scipy.sparse import csr_matrix, hstack, identity, vstack
 
     V = np.atleast_2d(np.asarray(V, dtype=np.float64))
-    x = np.asarray(x, dtype=np.float64)
+    X = np.atleast_2d(np.asarray(X, dtype=np.float64))
     m, n = V.shape
     # Variables: lambda (m) and the residual's parts e+, e- (n each), with
     # V^T lambda - e+ + e- = x: n equality rows where |x - V^T lambda| <= e takes 2n
@@ -64,12 +66,22 @@ def l1_distance_to_hull(x, V):
     # identity blocks would be most of HiGHS's time at n = 800.
     c = np.r_[np.zeros(m), np.ones(2 * n)]
     eye = identity(n, format="csr")
-    A_eq = vstack([hstack([csr_matrix(V.T), -eye, eye]),
-                   csr_matrix(np.r_[np.ones(m), np.zeros(2 * n)][None])], format="csr")
-    res = linprog(c, A_eq=A_eq, b_eq=np.r_[x, 1.0], bounds=(0, None), method="highs")
-    if res.status != 0:
-        raise RuntimeError(f"LP for the l1 distance to a hull failed: {res.message}")
-    return float(res.fun)
+    A_eq = hstack([csr_matrix(V.T), -eye, eye], format="csr")
+    if simplex:
+        A_eq = vstack([A_eq, csr_matrix(np.r_[np.ones(m), np.zeros(2 * n)][None])], format="csr")
+    Lam, values = np.zeros((len(X), m)), np.zeros(len(X))
+    for i, x in enumerate(X):
+        res = linprog(c, A_eq=A_eq, b_eq=np.r_[x, 1.0] if simplex else x, bounds=(0, None), method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"the l1 fit of row {i} ({'on the simplex' if simplex else 'nonnegative'}) "
+                               f"failed: {res.message}")
+        Lam[i], values[i] = res.x[:m], res.fun
+    return Lam, values
+
+
+def l1_distance_to_hull(x, V):
+    """min ||x - lambda^T V||_1 over lambda on the simplex (an LP, scipy HiGHS)."""
+    return float(l1_fits(x, V, simplex=True)[1][0])
 
 
 def robust_simplicial_constant(W):

@@ -8,7 +8,7 @@ import pytest
 from dnomad.hottopixx import kernels
 from dnomad.data import separable_nmf
 from dnomad.errors import InputValueError
-from dnomad.metrics import inf1_norm, l1_distance_to_hull, robust_simplicial_constant
+from dnomad.metrics import inf1_norm, l1_distance_to_hull, l1_fits, robust_simplicial_constant
 from dnomad.hottopixx import solver as H
 
 
@@ -131,6 +131,31 @@ def test_l1_distance_to_a_segment_matches_its_breakpoints(seed):
     exact = np.abs(x - (t[:, None] * a + (1 - t[:, None]) * b)).sum(axis=1).min()
     assert l1_distance_to_hull(x, np.array([a, b])) == pytest.approx(exact, rel=1e-9, abs=1e-12)
     assert l1_distance_to_hull(x, a[None]) == pytest.approx(np.abs(x - a).sum(), rel=1e-12)
+
+
+@pytest.mark.parametrize("simplex", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_l1_fits_match_the_inequality_form(simplex, seed):
+    """Each row's fit (equality form, residual split in two) against the same LP written
+    with |x - V^T lambda| <= e as 2 n inequalities: equal values, feasible weights whose
+    residual is the value."""
+    from scipy.optimize import linprog
+    from scipy.sparse import bmat, csr_matrix, identity
+
+    rng = np.random.default_rng(seed)
+    V, X = rng.random((4, 30)), rng.random((3, 30))
+    X[0] = 0.3 * V[0] + 0.7 * V[2]                 # one row in the hull: value 0
+    Lam, values = l1_fits(X, V, simplex=simplex)
+    m, n = V.shape
+    Vt, eye = csr_matrix(V.T), identity(n, format="csr")
+    for x, lam, value in zip(X, Lam, values):
+        ref = linprog(np.r_[np.zeros(m), np.ones(n)], A_ub=bmat([[-Vt, -eye], [Vt, -eye]]), b_ub=np.r_[-x, x],
+                      A_eq=np.r_[np.ones(m), np.zeros(n)][None] if simplex else None,
+                      b_eq=[1.0] if simplex else None, bounds=(0, None), method="highs")
+        assert value == pytest.approx(ref.fun, rel=1e-9, abs=1e-9)
+        assert lam.min() >= -1e-12 and (not simplex or lam.sum() == pytest.approx(1.0, abs=1e-9))
+        assert np.abs(x - lam @ V).sum() == pytest.approx(value, rel=1e-7, abs=1e-9)
+    assert values[0] == pytest.approx(0.0, abs=1e-9)
 
 
 @pytest.mark.parametrize("noise", [0.0, 0.95, 100.0])

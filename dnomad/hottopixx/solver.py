@@ -43,6 +43,7 @@ import numpy as np
 from .. import blocks
 from .._checks import check_choices, check_solver_params, generator_from_state, check_count, check_ints, check_numbers
 from ..errors import InputValueError
+from ..metrics import l1_fits
 from . import kernels
 
 
@@ -334,7 +335,7 @@ def hull_distance(x, W, *, epochs=20, rng=None):
     ``HULL_LP_MAX_COLUMNS`` columns; above, ``epochs`` cleaning epochs (the kernel that
     fits F, step 1.0 shrinking by 0.7 per epoch), an upper bound close to it."""
     if x.shape[0] <= HULL_LP_MAX_COLUMNS:
-        return _l1_fits(x[None, :], W)[1][0]
+        return l1_fits(x, W)[1][0]
     m = W.shape[0]
     Xt = np.ascontiguousarray(np.vstack([x, W]).T)
     z = np.zeros((1, m))
@@ -344,26 +345,6 @@ def hull_distance(x, W, *, epochs=20, rng=None):
         kernels.clean_rows_block(z, np.array([0]), Xt, rng.permutation(len(x)), np.arange(1, m + 1), step)
         step *= 0.7
     return float(np.abs(x - z[0] @ W).sum())
-
-
-def _l1_fits(Xr, W):
-    """For each row x of Xr: argmin_{z >= 0} ||x - z^T W||_1 and its value (LPs, HiGHS)."""
-    from scipy.optimize import linprog
-    from scipy.sparse import bmat, csr_matrix, identity
-
-    r, n = W.shape
-    c = np.r_[np.zeros(r), np.ones(n)]
-    Wt = csr_matrix(W.T)
-    eye = identity(n, format="csr")
-    A_ub = bmat([[-Wt, -eye], [Wt, -eye]], format="csr")
-    Z = np.zeros((len(Xr), r))
-    vals = np.zeros(len(Xr))
-    for i, x in enumerate(Xr):
-        res = linprog(c, A_ub=A_ub, b_ub=np.r_[-x, x], bounds=(0, None), method="highs")
-        if res.status != 0:
-            raise RuntimeError(f"l1 fit of row {i} failed: {res.message}")
-        Z[i], vals[i] = res.x[:r], res.fun
-    return Z, vals
 
 
 def fit_components(data, hott, params, *, C=None, rng=None, client=None):
@@ -394,7 +375,7 @@ def fit_components(data, hott, params, *, C=None, rng=None, client=None):
 def exact_components(X, hott):
     """Eq. 2 solved exactly, one LP per row (scipy HiGHS): min_{z >= 0} ||X_i - z^T W||_1."""
     X = np.asarray(X, dtype=np.float64)
-    return _l1_fits(X, X[hott])[0]
+    return l1_fits(X, X[hott])[0]
 
 
 def exact_lp(X, rank, tau, cost):
