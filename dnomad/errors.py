@@ -76,3 +76,7 @@ def warn_convergence(message):
     # find_stack_level counts its own frame and this one: from here, that count is the
     # stacklevel of the first frame outside the package.
     warnings.warn(message, ConvergenceWarning, stacklevel=find_stack_level())
+
+
+class TimeLimitError(DnomadError, RuntimeError):
+    """A solver stopped at the time limit it was given, before it had an answer."""

@@ -8,7 +8,10 @@ noise of (inf,1)-norm eta alpha^2 / (20 + 13 alpha).  Methods:
   (dnomad's default);
 * ``hott (fast)``: the same with 4 epochs (the paper's "hott (fast)");
 * ``hott (diag rule)``: 50 epochs with the r largest diagonal entries (Alg. 4 line 11);
-* ``LP``: Alg. 3 solved exactly by HiGHS with tau = 2 epsilon (the paper used CVX + SDPT3);
+* ``LP``: Alg. 3 solved exactly by HiGHS with tau = 2 epsilon (the paper used CVX + SDPT3,
+  "prohibitively slow to factor larger matrices"), given --lp-seconds (default 300): past
+  them it did not finish, which the profiles count as a failure (Dolan & More: never
+  within any factor of the best) and the tables report;
 * ``AGKM``: Alg. 1 (``dnomad.hottopixx.agkm``) told the instance's epsilon and alpha, as the
   paper ran it (it cannot run without them); it finds as many hott rows as its clusters,
   which past eta = 1 is fewer than the rank.
@@ -21,6 +24,7 @@ factor t of the best method's (Dolan & More).
     python graphs/hottopixx_profiles.py --hours 2       # run the grid for two hours, then stop
     python graphs/hottopixx_profiles.py --hours 2       # ... and continue where it stopped
     python graphs/hottopixx_profiles.py --plot-only     # tables and plot from what is done
+    python graphs/hottopixx_profiles.py --hours 2 --lp-seconds 600   # give the LP longer
 
 The grid is the paper's: f in {40, 80, 160}, n in {400, 800, 1600}, r in {3, 5, 10},
 d in {0, 1, 2}, eta in {0.25, 0.95, 4, 10, 100}, 405 settings, each repeated 5 times (2,025
@@ -47,6 +51,7 @@ sys.path.insert(0, HERE)
 from _bench import code_commit, replot, write_result  # noqa: E402
 
 METHODS = ("hott", "hott (fast)", "hott (diag rule)", "LP", "AGKM")
+LP_SECONDS = 300.0           # the LP's time limit per instance (--lp-seconds)
 ETAS = (0.25, 0.95, 4.0, 10.0, 100.0)
 
 
@@ -80,8 +85,9 @@ def load_runs():
     return runs
 
 
-def run_case(case):
+def run_case(case, lp_seconds=LP_SECONDS):
     from dnomad import blocks
+    from dnomad.errors import TimeLimitError
     from dnomad.data import separable_nmf
     from dnomad.metrics import inf1_norm
     from dnomad.hottopixx import solver as H
@@ -99,16 +105,23 @@ def run_case(case):
         out[name] = _scores(res.hott_rows, res.F, X, inst, time.perf_counter() - t, inf1_norm)
     t = time.perf_counter()
     cost = np.random.default_rng(seed).permutation(f) / f
-    C = H.exact_lp(X, r, 2 * inst["epsilon"], cost)
-    hott = H.hott_rows_from_diagonal(np.diagonal(C), r)
-    F = H.fit_components(data, hott, H.HottopixxParams(rank=r), C=C, rng=np.random.default_rng(seed))
-    out["LP"] = _scores(hott, F, X, inst, time.perf_counter() - t, inf1_norm)
+    try:
+        C = H.exact_lp(X, r, 2 * inst["epsilon"], cost, time_limit=lp_seconds)
+    except TimeLimitError:
+        out["LP"] = {"finished": False, "error": None, "rmse": None, "seconds": time.perf_counter() - t,
+                     "recovered": False, "n_hott": 0, "time_limit": lp_seconds}
+    else:
+        hott = H.hott_rows_from_diagonal(np.diagonal(C), r)
+        F = H.fit_components(data, hott, H.HottopixxParams(rank=r), C=C, rng=np.random.default_rng(seed))
+        out["LP"] = _scores(hott, F, X, inst, time.perf_counter() - t, inf1_norm)
+        out["LP"]["time_limit"] = lp_seconds
     t = time.perf_counter()
     hott = agkm(X, inst["epsilon"], inst["alpha"]).hott_rows
     F = H.fit_components(data, hott, H.HottopixxParams(rank=max(len(hott), 1)), rng=np.random.default_rng(seed))
     out["AGKM"] = _scores(hott, F, X, inst, time.perf_counter() - t, inf1_norm)
     print(f"f={f} n={n} r={r} d={d} eta={eta:g}: " + "  ".join(
-        f"{m} {out[m]['error']:.3g}/{out[m]['seconds']:.2f}s" for m in METHODS), flush=True)
+        f"{m} {out[m]['error']:.3g}/{out[m]['seconds']:.2f}s" if finished(out, m, lp_seconds)
+        else f"{m} did not finish in {lp_seconds:g} s" for m in METHODS), flush=True)
     return out
 
 
@@ -118,6 +131,20 @@ def _scores(hott, F, X, inst, seconds, inf1_norm):
             "recovered": bool(len(hott) == len(inst["hott"])
                               and set(inst["copies"][hott]) == set(range(len(inst["hott"])))),
             "n_hott": int(len(hott))}
+
+
+def finished(row, method, lp_seconds):
+    """Whether ``method`` finished on an instance (``row``): the others always do, the LP
+    within ``lp_seconds`` (rows timed under a longer limit, or none, are cut to it, so
+    every row has the same limit)."""
+    score = row[method]
+    return method != "LP" or (score.get("finished", True) and score["seconds"] <= lp_seconds)
+
+
+def values(rows, key, lp_seconds):
+    """(instances, methods) array of ``key``; inf where a method did not finish."""
+    return np.array([[r[m][key] if finished(r, m, lp_seconds) else np.inf for m in METHODS] for r in rows],
+                    dtype=np.float64)
 
 
 def profile(values, ts):
@@ -134,24 +161,38 @@ def timed_rows(rows):
     return [r for r in rows if r.get("code")] or rows
 
 
-def summarize(result):
+def summarize(result, lp_seconds=LP_SECONDS):
     rows = result["runs"]
     timed = timed_rows(rows)
+    lp = METHODS.index("LP")
     table = []
     for key in ("error", "seconds"):
-        V = np.array([[r[m][key] for m in METHODS] for r in (timed if key == "seconds" else rows)])
-        lp = V[:, METHODS.index("LP")][:, None]
+        V = values(timed if key == "seconds" else rows, key, lp_seconds)
+        # Ratios to the LP where it finished; the profile's "best" over every instance.
+        with_lp = V[np.isfinite(V[:, lp])]
         for j, m in enumerate(METHODS):
-            table.append((key, m, float(np.median(V[:, j] / lp[:, 0])), float(np.mean(V[:, j] <= 1.5 * lp[:, 0])),
-                          float(profile(V, [1.0])[0, j]), float(np.median(V[:, j]))))
+            ratio = with_lp[:, j] / with_lp[:, lp] if len(with_lp) else np.array([np.nan])
+            done = V[np.isfinite(V[:, j]), j]
+            table.append((key, m, float(np.median(ratio)), float(np.mean(ratio <= 1.5)),
+                          float(profile(V, [1.0])[0, j]), float(np.median(done)) if len(done) else float("nan")))
     shapes = {}
     for r in rows:
         shapes[tuple(r["case"][:2])] = shapes.get(tuple(r["case"][:2]), 0) + 1
     done = ", ".join(f"{f}x{n}: {c}" for (f, n), c in sorted(shapes.items()))
+    lp_unfinished = {}
+    for r in rows:
+        if not finished(r, "LP", lp_seconds):
+            shape = "x".join(map(str, r["case"][:2]))
+            lp_unfinished[shape] = lp_unfinished.get(shape, 0) + 1
     total = len(grid())
     # Rows without a commit predate the LPs' equality form (LP 1.4-1.8x, AGKM 2x slower).
     codes = dict(Counter(r.get("code") or "unrecorded" for r in rows))
-    print(f"\n{len(rows)} of {total} instances done ({done}); ratios to the exact LP on the same instance")
+    n_lp = sum(finished(r, "LP", lp_seconds) for r in rows)
+    print(f"\n{len(rows)} of {total} instances done ({done}); ratios to the exact LP on the {n_lp} "
+          f"instances where it finished in {lp_seconds:g} s"
+          + (f" (it did not on {sum(lp_unfinished.values())}: " + ", ".join(f"{k}: {c}" for k, c in
+                                                                         lp_unfinished.items()) + ")"
+             if lp_unfinished else ""))
     print("instances by the commit that timed them: " + ", ".join(f"{c}: {k}" for c, k in codes.items())
           + f"; the seconds rows are over the {len(timed)} timed with the LPs in equality form")
     print(f"{'metric':8s} {'method':18s} {'median ratio':>13s} {'<= 1.5 LP':>10s} {'best':>6s} {'median':>10s}")
@@ -159,17 +200,19 @@ def summarize(result):
         print(f"{key:8s} {m:18s} {med:13.3g} {within:10.2f} {best:6.2f} {median:10.3g}")
     recovered = {}
     for m in METHODS:
-        rec = float(np.mean([r[m]["recovered"] for r in rows if r["case"][4] <= 0.95]))
+        low = [r for r in rows if r["case"][4] <= 0.95 and finished(r, m, lp_seconds)]
+        rec = float(np.mean([r[m]["recovered"] for r in low])) if low else float("nan")
         recovered[m] = rec
-        print(f"hott rows recovered (eta <= 0.95): {m:18s} {rec:.2f}")
+        print(f"hott rows recovered (eta <= 0.95): {m:18s} {rec:.2f} of {len(low)}")
     return {"instances_done": len(rows), "instances_total": total, "by_shape": done, "by_commit": codes,
-            "seconds_over": len(timed),
+            "seconds_over": len(timed), "lp_seconds": lp_seconds, "lp_finished": n_lp,
+            "lp_unfinished_by_shape": lp_unfinished,
             "table": [dict(zip(("metric", "method", "median_ratio_to_LP", "within_1.5_LP", "best", "median"), t))
                       for t in table],
             "recovered_eta_le_0.95": recovered}
 
 
-def plot(result, path):
+def plot(result, path, lp_seconds=LP_SECONDS):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -190,8 +233,7 @@ def plot(result, path):
         if not subset:
             ax.set_title(f"{title} (none done yet)", fontsize=10)
             continue
-        V = np.array([[r[m][key] for m in METHODS] for r in subset])
-        P = profile(V, ts)
+        P = profile(values(subset, key, lp_seconds), ts)
         for j, m in enumerate(METHODS):
             ax.plot(ts, P[:, j], label=m, lw=1.8)
         if key == "seconds":
@@ -214,6 +256,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plot-only", action="store_true")
     ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--lp-seconds", type=float, default=LP_SECONDS,
+                    help="the exact LP's time limit per instance; the tables and profiles cut every "
+                         "row's LP to it (default %(default)g)")
     ap.add_argument("--hours", type=float, default=None,
                     help="start no instance after this long (the finished ones are kept; run again to go on)")
     args = ap.parse_args()
@@ -231,7 +276,7 @@ def main():
                     case = next(queue, None)
                     if case is None:
                         break
-                    pending.add(pool.submit(run_case, case))
+                    pending.add(pool.submit(run_case, case, args.lp_seconds))
                 if not pending:
                     break
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -246,10 +291,10 @@ def main():
               "methods": list(METHODS)}
     if not result["runs"]:
         sys.exit("no instance done yet")
-    summary = summarize(result)
+    summary = summarize(result, args.lp_seconds)
     write_result(HERE, "hottopixx_profiles", {"methods": list(METHODS), "summary": summary,
                                               "runs_file": os.path.basename(RUNS_FILE)},
-                 lambda _, path: plot(result, path))
+                 lambda _, path: plot(result, path, args.lp_seconds))
 
 
 if __name__ == "__main__":

@@ -133,6 +133,22 @@ def test_l1_distance_to_a_segment_matches_its_breakpoints(seed):
     assert l1_distance_to_hull(x, a[None]) == pytest.approx(np.abs(x - a).sum(), rel=1e-12)
 
 
+def test_exact_lp_time_limit():
+    """Past its time limit the LP raises TimeLimitError (no half-solved C); within it, the
+    answer is the unlimited LP's; a limit that is not a positive number is refused."""
+    from dnomad.errors import InputValueError, TimeLimitError
+
+    inst = separable_nmf(40, 400, 5, duplicates=1, noise=4.0, random_state=2)
+    X, tau = H.check_data(inst["X"]), 2 * inst["epsilon"]
+    cost = np.random.default_rng(2).permutation(40) / 40
+    with pytest.raises(TimeLimitError, match="did not finish in 1e-06 s"):
+        H.exact_lp(X, 5, tau, cost, time_limit=1e-6)
+    np.testing.assert_array_equal(H.exact_lp(X, 5, tau, cost, time_limit=600), H.exact_lp(X, 5, tau, cost))
+    for bad in (0, -1.0, "10", True):
+        with pytest.raises(InputValueError, match="time_limit must be None or a positive number"):
+            H.exact_lp(X, 5, tau, cost, time_limit=bad)
+
+
 @pytest.mark.parametrize("simplex", [False, True])
 @pytest.mark.parametrize("seed", range(3))
 def test_l1_fits_match_the_inequality_form(simplex, seed):
