@@ -279,8 +279,8 @@ def main():
                     pending.add(pool.submit(run_case, case, args.lp_seconds))
                 if not pending:
                     break
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in finished:
+                ready, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in ready:
                     r = fut.result()
                     r["code"] = code
                     log.write(json.dumps(r) + "\n")
