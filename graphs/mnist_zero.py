@@ -55,7 +55,7 @@ import dnomad  # noqa: E402
 from dnomad.blocks import store as run_store  # noqa: E402
 from dnomad.blocks.device import resolve_device  # noqa: E402
 from dnomad.cli import run_info  # noqa: E402
-from dnomad.errors import ConvergenceWarning  # noqa: E402
+from dnomad.errors import ConvergenceWarning, MissingDataError  # noqa: E402
 from dnomad.nomad.estimator import CGM_MAX_ITER  # noqa: E402
 
 NAME = "mnist_zero"
@@ -233,18 +233,22 @@ def plot(result, path):
     fig, axes = plt.subplots(1, len(rows), figsize=(6.5 * len(rows), 6.5), squeeze=False)
     for ax, r in zip(axes[0], rows):
         E = np.asarray(r["embedding"])
-        X = images(r["kind"], r["label"], r["count"])
+        try:
+            X = images(r["kind"], r["label"], r["count"])
+        except MissingDataError:            # e.g. Fashion-MNIST on a GPU machine: points only
+            X = None
         ax.scatter(E[:, 0], E[:, 1], s=2, c="0.7")
         # Thumbnails at points spread over the embedding: the first point in each cell
         # of a 9 x 9 grid.
         lo, hi = E.min(axis=0), E.max(axis=0)
         cells = np.floor((E - lo) / np.maximum(hi - lo, 1e-12) * 8.999).astype(int)
         _, first = np.unique(cells[:, 0] * 9 + cells[:, 1], return_index=True)
-        for i in first:
+        for i in first if X is not None else ():
             box = OffsetImage(X[i].reshape(28, 28), cmap="gray_r", zoom=0.9)
             ax.add_artist(AnnotationBbox(box, E[i], frameon=False))
         state = {"tolerance": "at the rule", "resumable": f"not yet at the rule (max violation "
-                 f"{r['max_violation']:.3f}), resumable"}.get(r["stop_reason"], f"stopped: {r['stop_reason']}")
+                 f"{r['max_violation']:.3f}), resumable", "time cap": f"stopped at the time cap (max "
+                 f"violation {r['max_violation']:.3f})"}.get(r["stop_reason"], f"stopped: {r['stop_reason']}")
         work = (f"{r['n_iter']} multiplier steps, {r['evaluations']} evaluations" if r.get("solver") == "bm"
                 else f"{r['n_iter']} outer iterations, {r['passes']} passes")
         ax.set_title(f"{r['data']}: n = {r['n']}, K = {r['K']}\n{r['seconds']:.0f} s, {work}, {state}", fontsize=9)
