@@ -179,15 +179,12 @@ def summarize(result, lp_seconds=LP_SECONDS):
     for r in rows:
         shapes[tuple(r["case"][:2])] = shapes.get(tuple(r["case"][:2]), 0) + 1
     done = ", ".join(f"{f}x{n}: {c}" for (f, n), c in sorted(shapes.items()))
-    lp_unfinished = {}
-    for r in rows:
-        if not finished(r, "LP", lp_seconds):
-            shape = "x".join(map(str, r["case"][:2]))
-            lp_unfinished[shape] = lp_unfinished.get(shape, 0) + 1
+    lp_unfinished = dict(Counter("x".join(map(str, r["case"][:2])) for r in rows
+                                 if not finished(r, "LP", lp_seconds)))
     total = len(grid())
     # Rows without a commit predate the LPs' equality form (LP 1.4-1.8x, AGKM 2x slower).
     codes = dict(Counter(r.get("code") or "unrecorded" for r in rows))
-    n_lp = sum(finished(r, "LP", lp_seconds) for r in rows)
+    n_lp = len(rows) - sum(lp_unfinished.values())
     print(f"\n{len(rows)} of {total} instances done ({done}); ratios to the exact LP on the {n_lp} "
           f"instances where it finished in {lp_seconds:g} s"
           + (f" (it did not on {sum(lp_unfinished.values())}: " + ", ".join(f"{k}: {c}" for k, c in

@@ -90,7 +90,6 @@ def fit(kind, label, K, count=None, max_iter=None, device=None, store=None, segm
     cap = CGM_MAX_ITER if max_iter is None else max_iter
     segments = []
     with ResidentPeak() as rss:
-        t = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             if store is None:
