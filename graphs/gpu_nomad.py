@@ -5,6 +5,7 @@
     python graphs/gpu_nomad.py --parts copy,blocksteps,rings,mnist    # on the GPU (the device tool)
     python graphs/gpu_nomad.py --parts mnist --device cpu --mnist-n 1750 --mnist-seconds 20   # a check
     python graphs/gpu_nomad.py --parts blocksteps --device cpu --blocksteps-n 4000            # a check
+    python graphs/gpu_nomad.py --parts densestep --device cpu     # the dense eigenstep, here and on the GPU
     python graphs/gpu_nomad.py --plot-only
 
 Measured in one run on the GPU:
@@ -15,6 +16,9 @@ Measured in one run on the GPU:
     as blocks in memory run them, the line search storing it in M for the fused pass to
     read), one product
     M U, LOBPCG's own work;
+  * densestep: the block step's dense path (k >= (n - 1) / 5; on the 6,903 MNIST zeros
+    from the 159th outer iteration) against the formulation it replaced, on either
+    device (--device cpu here);
   * the device's copy bandwidth (cupy.copyto of 4 GiB, bytes read + written per second);
   * rings: two rings, n = 20,000, K = 16 (graphs/nomad_scaling.py's instance), float32,
     run to the stopping rule: seconds, outer iterations, seconds / passes / eigensolver
@@ -226,6 +230,85 @@ def block_step_rates(device, n, copy_Bps=None, ks=(2 * RINGS_K + 8, 2 * MNIST_K 
     return out
 
 
+def dense_step_rates(device, n, k=2004, repeat=2):
+    """The block step's dense path (taken once 5 k >= n - 1) timed at size n, as the solver
+    runs it (``_BlockDirection._eigs``), against the code it replaced (47b9087's branch,
+    kept below as it was), on float32 blocks in memory; and its pieces timed alone:
+    forming J M J (by one product with the centred identity, an n^3 GEMM, against reading
+    M's blocks, ``blocks.dense``) and the eigenpairs (all n by syevd, as NumPy's eigh and
+    the solver do, and, on the host, only the top k by syevr, which the solver does not
+    use: it was slower here).  k = 2,004 is the 6,903 MNIST zeros' k at their first dense
+    step.  M is a synthetic rank-64 matrix plus a diagonal, not the solver's M: syevr's
+    time depends on how the eigenvalues cluster."""
+    import scipy.linalg
+
+    from dnomad import blocks
+    from dnomad.blocks import device as dev
+    from dnomad.nomad.cgm import NomadParams, _BlockDirection
+
+    sync = (lambda: dev.cupy().cuda.get_current_stream().synchronize()) if device == "cuda" else (lambda: None)
+    xp = dev.cupy() if device == "cuda" else np
+
+    def best(run):
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            value = run()
+            sync()
+            times.append(time.perf_counter() - t0)
+        return min(times), value
+
+    rng = np.random.default_rng(0)
+    F = rng.standard_normal((n, 64)).astype(np.float32)
+    M = F @ F.T / 64 + np.diag(rng.standard_normal(n)).astype(np.float32)
+    group = blocks.from_array(M, name="M", dtype=np.float32, device=device).group
+    k = min(k, n - 2)
+    direction = _BlockDirection(group, None, NomadParams(n_clusters=64, block_rank=k), None)
+    assert direction._dense()
+
+    def mm(X):                                  # the replaced branch's product, without D
+        X = X.reshape(n, -1).astype(np.float64, copy=False)
+        X = X - X.mean(axis=0)
+        Y = blocks.matmat(group, "M", X).astype(np.float64, copy=False).reshape(n, -1)
+        return Y - Y.mean(axis=0)
+
+    def replaced():                             # 47b9087's dense branch, as it was
+        Md = mm(dev.to_device(np.eye(n), group.device))
+        Md = 0.5 * (Md + Md.T)
+        Md -= (2.0 * xp.abs(Md).sum(axis=1).max() + 1.0) / n
+        w, U = xp.linalg.eigh(Md)
+        return dev.to_host(w[::-1][:k]), dev.to_host(U[:, ::-1][:, :k])
+
+    def read_blocks():
+        Md = blocks.dense(group, "M").astype(np.float64)
+        Md -= Md.mean(axis=0)
+        Md -= Md.mean(axis=1)[:, None]
+        return Md
+
+    before, (w_before, _) = best(replaced)
+    now, (w_now, _, _) = best(lambda: direction._eigs(1.0, True))
+    form_old, _ = best(lambda: mm(dev.to_device(np.eye(n), group.device)))
+    form_new, Md = best(read_blocks)
+    eig_all, _ = best(lambda: xp.linalg.eigh(Md))
+    if device == "cpu":
+        eig_top, _ = best(lambda: scipy.linalg.eigh(Md, subset_by_index=[n - k, n - 1], driver="evr"))
+    else:
+        eig_top = None
+    out = {"n": n, "k": k, "device": device, "code": code_commit(), "cpu_count": len(os.sched_getaffinity(0)),
+           "dense step, the replaced code (47b9087)": before, "dense step now": now,
+           "form J M J: product with the centred identity": form_old, "form J M J: read M's blocks": form_new,
+           "eigenpairs: all n (syevd)": eig_all, "eigenpairs: the top k only (syevr)": eig_top,
+           "max |eigenvalue difference| now vs replaced": float(np.abs(w_now - w_before).max()),
+           "largest eigenvalue": float(w_now[0])}
+    for key, value in out.items():
+        print(f"  {key}: {value:.4g}" if isinstance(value, float) else f"  {key}: {value}", flush=True)
+    print(f"  the dense step: {before / now:.2f}x faster (forming J M J {form_old / form_new:.1f}x)"
+          + (f"; syevr for the top k alone takes {eig_top / eig_all:.2f}x syevd's time" if eig_top else ""),
+          flush=True)
+    group.close()
+    return out
+
+
 def run_rings(device, max_outer=None, seconds=None):
     from dnomad.data import two_rings
 
@@ -397,6 +480,9 @@ def main():
                          "json keeps only runs on all 70,000)")
     ap.add_argument("--blocksteps-n", type=int, default=RINGS_N,
                     help="n of the blocksteps part (the block step's pieces timed alone)")
+    ap.add_argument("--dense-n", type=int, default=6903,
+                    help="n of the densestep part (default: the 6,903 MNIST zeros of mnist_zero.py; "
+                         "k = 2,004, their k at the first dense step, or n - 2)")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu to check the script without a GPU")
     ap.add_argument("--rings-seconds", type=float, default=300.0)
     ap.add_argument("--out", default=HERE)
@@ -418,16 +504,17 @@ def main():
         out = run_rings("cpu", max_outer=3)
         out["cpu_count"] = len(os.sched_getaffinity(0))
         result["cpu_rings"] = out
-    if {"copy", "blocksteps", "rings", "mnist"} & set(parts) and args.device == "cuda":
+    if {"copy", "blocksteps", "densestep", "rings", "mnist"} & set(parts) and args.device == "cuda":
         from dnomad.blocks import device as dev
 
         cp = dev.cupy()
         result["device"] = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
         # Which GPU measured each row (rows of several runs sit in one file).
         devices = result.setdefault("row_devices", {})
-        for key in ("copy", "blocksteps", "rings", "mnist"):
+        for key in ("copy", "blocksteps", "densestep", "rings", "mnist"):
             if key in parts:
-                devices.update({{"copy": "copy_Bps", "blocksteps": "block_step_cuda", "rings": "rings",
+                devices.update({{"copy": "copy_Bps", "blocksteps": "block_step_cuda",
+                                 "densestep": "dense_step_cuda", "rings": "rings",
                                  "mnist": f"mnist_{args.mnist_solver}"}[key]: result["device"]})
                 if key == "rings":
                     devices["rings_passes"] = result["device"]
@@ -437,6 +524,8 @@ def main():
     if "blocksteps" in parts:
         result[f"block_step_{args.device}"] = block_step_rates(args.device, args.blocksteps_n,
                                                                result.get("copy_Bps") if "copy" in parts else None)
+    if "densestep" in parts:
+        result[f"dense_step_{args.device}"] = dense_step_rates(args.device, args.dense_n)
     if "rings" in parts:
         result["rings_passes"] = pass_rates("cuda", RINGS_N, result.get("copy_Bps"))
         if "rings" in result and "code" not in result["rings"]:   # the first GPU run's row, kept

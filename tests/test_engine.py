@@ -8,6 +8,7 @@ import pytest
 
 from backends import N, TOL, make_group
 from dnomad import blocks
+from dnomad.errors import InputValueError
 
 
 @pytest.mark.parametrize("block_size", [N, 16, 25])
@@ -45,6 +46,46 @@ def test_label_sums_equal_one_hot_product(backend, client_for, block_size, dtype
     np.testing.assert_allclose(bm.label_sums(labels, k), want, rtol=1e-12, atol=1e-12)
     rec = bm.group.passes.records[-1]
     assert rec.name == "label_sums" and rec.bytes_read == bm.group.matrix_nbytes
+
+
+@pytest.mark.parametrize("block_size", [N, 16, 25])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dense_pass_equals_the_matrix_where_the_blocks_are(backend, client_for, block_size, dtype, tmp_path, rng):
+    """``blocks.dense``: the whole matrix (lower blocks of a symmetric layout mirrored) in
+    the group's dtype, a CuPy array for device blocks, in one recorded pass."""
+    from dnomad.blocks.device import is_device_array, to_host
+
+    A = rng.standard_normal((N, N))
+    A = A + A.T
+    bm = blocks.from_array(A, **make_group(backend, block_size, dtype, tmp_path, client_for))
+    full = blocks.dense(bm.group, bm.name)
+    assert is_device_array(full) == (backend == "cuda") and full.dtype == dtype
+    np.testing.assert_array_equal(to_host(full), A.astype(dtype))
+    rec = bm.group.passes.records[-1]
+    assert rec.name == "dense" and rec.bytes_read == bm.group.matrix_nbytes and rec.bytes_written == 0
+    with pytest.raises(InputValueError, match="does not hold"):
+        blocks.dense(bm.group, "no such matrix")
+
+
+@pytest.mark.parametrize("block_size", [16, 25])
+def test_dense_pass_of_a_full_host_layout(block_size, rng):
+    """``blocks.dense`` on host blocks stored whole (every block, none mirrored): an
+    asymmetric matrix comes back as it is."""
+    from dnomad.blocks.engine import BlockGroup
+    from dnomad.blocks.layout import BlockLayout
+
+    A = rng.standard_normal((N, N))
+    layout = BlockLayout(N, block_size, symmetric=False)
+    group = BlockGroup(layout, np.float64)
+    blocks.zeros_like_layout(group, ["A"])
+    group.map_blocks(_set_block_task, lambda key: (A[slice(*layout.bounds(key[0])), slice(*layout.bounds(key[1]))],),
+                     reads=["A"], writes=["A"], name="set")
+    np.testing.assert_array_equal(blocks.dense(group, "A"), A)
+    group.close()
+
+
+def _set_block_task(bundle, key, block):
+    bundle["A"][...] = block
 
 
 def _operand_layout_and_products(chunk, name, Q):

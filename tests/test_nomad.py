@@ -556,6 +556,44 @@ def test_block_direction_matches_dense_reference(stored_direction, rng, monkeypa
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("factored", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_block_steps_dense_eigenpairs_equal_numpys_on_the_ones_complement(device, factored, dtype, rng):
+    """The block step's dense path (5 k >= n - 1): M read whole from its blocks (a
+    symmetric host layout, or whole device blocks), D / L added from its factor when D is
+    kept as one, centred, and its top k eigenpairs off the ones vector, against NumPy's
+    eigh of the projected matrix.  The spectrum on 1^perp is negative, so the ones
+    vector (0 in J M J) would come first were it not pushed to the bottom; M's blocks
+    are left as they were."""
+    from dnomad.nomad.cgm import NomadParams, _BlockDirection, _FactoredGram
+
+    n, k, L = 50, 12, 4.0
+    basis = np.linalg.qr(np.column_stack([np.ones(n), rng.standard_normal((n, n - 1))]))[0]
+    values = np.concatenate([[100.0], rng.uniform(-3.0, -0.5, n - 1)])
+    Mp = (basis * values) @ basis.T
+    Mp = (0.5 * (Mp + Mp.T)).astype(dtype).astype(np.float64)      # as the blocks hold it
+    F = rng.standard_normal((n, 4)) + 1.0               # not centred: D 1 is not a multiple of 1
+    want_M = Mp + (F @ F.T / (20.0 * L) if factored else 0.0)
+    group = blocks.from_array(Mp, name="M", dtype=dtype, block_size=16, backend="local", device=device).group
+    ones = np.ones(n) / np.sqrt(n)
+    gram = _FactoredGram(blocks.DataPanels(group, F / np.sqrt(20.0)), group, ones, 0.0) if factored else None
+    direction = _BlockDirection(group, gram, NomadParams(n_clusters=4, block_rank=k), None)
+    for _ in range(2):                                  # the second call reuses D in full
+        w, U, products = direction._eigs(L, True)
+        assert isinstance(w, np.ndarray) and isinstance(U, np.ndarray) and products == 1
+        B = basis[:, 1:]                                # an orthonormal basis of 1^perp
+        exact = np.linalg.eigvalsh(B.T @ want_M @ B)[::-1][:k]
+        assert exact[0] < 0
+        np.testing.assert_allclose(w, exact, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(U.T @ U, np.eye(k), atol=1e-10)
+        assert np.abs(U.sum(axis=0)).max() < 1e-10
+        J = np.eye(n) - 1.0 / n
+        np.testing.assert_allclose(J @ want_M @ J @ U, U * w, atol=1e-9)
+        np.testing.assert_array_equal(np.asarray(blocks.BlockMatrix(group, "M")), Mp.astype(dtype))
+    group.close()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_block_steps_eigensolver_finds_the_top_eigenpairs_off_the_ones_vector(device):
     """The block step's LOBPCG (on the blocks' device) against a planted spectrum, at a size
     where LOBPCG runs (5 k < n - 1; the exact-SDP instances are small enough to go dense):

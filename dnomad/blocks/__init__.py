@@ -9,13 +9,13 @@ from .engine import BACKENDS, BlockGroup, PassRecord, single_threaded_blas
 from .layout import BlockLayout
 from .matrix import BlockMatrix
 from .rows import RowChunks, RowState
-from .passes import DataPanels, label_sums, matmat, shifted_copy, summary
+from .passes import DataPanels, dense, label_sums, matmat, shifted_copy, summary
 
 __all__ = [
     "BACKENDS", "BlockGroup", "BlockLayout", "BlockMatrix", "DataPanels", "FeatureColumns",
     "PassRecord", "RowChunks", "RowState", "SparseColumns", "ZarrColumns", "as_data_matrix", "blocked_column_order",
     "check_dtype", "choose_block_size", "device", "default_row_block", "feature_columns",
-    "from_array", "from_zarr", "gaussian_affinity", "gram", "input_metadata", "label_sums", "map_column_blocks",
-    "matmat", "new_group", "prepare_gram_data", "shifted_copy",
+    "dense", "from_array", "from_zarr", "gaussian_affinity", "gram", "input_metadata", "label_sums",
+    "map_column_blocks", "matmat", "new_group", "prepare_gram_data", "shifted_copy",
     "single_threaded_blas", "stream_rows", "summary", "zeros_like_layout",
 ]

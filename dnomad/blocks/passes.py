@@ -81,6 +81,11 @@ class DataPanels:
         F = self._features_like(x)
         return F @ (F.T @ x)
 
+    def gram_matrix(self, like):
+        """D = X X^T in full (n x n, float64) on ``like``'s device: O(n^2 d), no pass."""
+        F = self._features_like(like)
+        return F @ F.T
+
     def gram_bilinear(self, A, U):
         """sum_j a_j^T D u_j = <D, A U^T> for A, U (n x k): O(n d k), no pass."""
         F = self._features_like(U)
@@ -228,16 +233,50 @@ def shifted_copy(group: BlockGroup, src: str, dst: str, shift: float):
                      name="shifted_copy")
 
 
-def _full_assemble(group, name):
-    layout = group.layout
-    A = np.empty((layout.n, layout.n), group.dtype)
-    for key in layout.keys:
-        blk = group.block(name, key)
+def _assemble(layout, A, blocks_by_key):
+    """Fill the n x n ``A`` from (key, block) pairs, mirroring a symmetric layout's upper blocks."""
+    for key, blk in blocks_by_key:
         ri, ci = slice(*layout.bounds(key[0])), slice(*layout.bounds(key[1]))
-        A[ri, ci] = to_host(blk)
+        A[ri, ci] = blk
         if layout.symmetric and key[0] != key[1]:
             A[ci, ri] = blk.T
     return A
+
+
+def _full_assemble(group, name):
+    layout = group.layout
+    A = np.empty((layout.n, layout.n), group.dtype)
+    return _assemble(layout, A, ((key, to_host(group.block(name, key))) for key in layout.keys))
+
+
+def _read_block_task(bundle, key, name):
+    return bundle[name]
+
+
+def dense(group: BlockGroup, name: str):
+    """Matrix ``name`` as one n x n array where its blocks compute (a CuPy array for device
+    blocks, on the GPU), in the group's dtype: one pass, recorded as one.  For solvers that
+    go dense on small n (cheaper than forming it by a product with the identity, an n^3
+    GEMM).  It holds n^2 numbers of the group's dtype in this process (or on the GPU)
+    beside the blocks: only for an n whose dense matrix is meant to be formed."""
+    layout = group.layout
+    if name not in group.names:
+        raise InputValueError(f"dense reads matrix {name!r}, which the group does not hold")
+    if group.device == "cuda":
+        import time
+
+        from .device import cupy
+        from .engine import PassRecord
+
+        cp = cupy()
+        t0 = time.perf_counter()
+        A = _assemble(layout, cp.empty((layout.n, layout.n), group.dtype),
+                      ((key, group.block(name, key)) for key in layout.keys))
+        cp.cuda.get_current_stream().synchronize()
+        group.passes.add(PassRecord("dense", len(layout.keys), group.matrix_nbytes, 0, time.perf_counter() - t0))
+        return A
+    results = group.map_blocks(_read_block_task, lambda k: (name,), reads=[name], writes=[], name="dense")
+    return _assemble(layout, np.empty((layout.n, layout.n), group.dtype), zip(layout.keys, results))
 
 
 # ------------------------------------------------------------------ graph components

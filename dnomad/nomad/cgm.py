@@ -459,6 +459,7 @@ class _BlockDirection:
             self.k = int(k) if k is not None else self.state.shape[1]
         self.eig_matvecs, self.fw_gap, self.rank, self.step = 0, float("nan"), 0, float("nan")
         self.stores_direction = _stores_direction(group)
+        self._gram_dense = None                     # D in full, once the dense path needs it
 
     def _start(self, k, have=None):
         """k orthonormal columns orthogonal to 1: ``have``'s, then deterministic random ones."""
@@ -488,16 +489,27 @@ class _BlockDirection:
                 Y += gram.data.gram_product(X).astype(np.float64, copy=False) / L
             return Y - Y.mean(axis=0)
 
-        if 5 * self.k >= n - 1:
+        if self._dense():
             # Small enough for a dense eigendecomposition, cheaper here than LOBPCG's
-            # iterations: M on 1^perp in full, from one product with the identity, with 1
-            # pushed to the bottom.  Decomposed where the blocks are (cuSOLVER on a GPU):
-            # on the H200 machine's host the 6,903 MNIST zeros' outer iterations took
-            # 58-101 s from the first one that went dense (k = 2,004), 1.3 s just before.
-            Md = mm(to_device(np.eye(n), group.device))
+            # iterations: J M J in full, read from M's blocks (one pass; it was formed by a
+            # product with the identity, an n^3 GEMM: 9 s of each ~40 s dense step on the
+            # 6,903 MNIST zeros on 2 cores), with 1 pushed to the bottom.  Decomposed where
+            # the blocks are (cuSOLVER on a GPU): with the decomposition on the H200
+            # machine's host (47b9087) the zeros' outer iterations took 58-101 s from the
+            # first one that went dense (k = 2,004), 1.3 s just before.
+            Md = blocks.dense(group, "M").astype(np.float64, copy=False)
             xp = array_module(Md)
+            if gram is not None:
+                # D never changes: formed once (n^2 d flops, 75 GFLOP on the zeros).
+                if self._gram_dense is None or array_module(self._gram_dense) is not xp:
+                    self._gram_dense = gram.data.gram_matrix(Md)
+                Md += self._gram_dense / L
             Md = 0.5 * (Md + Md.T)
+            Md -= Md.mean(axis=0)
+            Md -= Md.mean(axis=1)[:, None]
             Md -= (2.0 * xp.abs(Md).sum(axis=1).max() + 1.0) / n
+            # Every pair (syevd): LAPACK's syevr for only the k wanted took 1.3x longer at
+            # n = 6,903, k = 2,004 (graphs/gpu_nomad.json's dense_step_cpu).
             w, U = xp.linalg.eigh(Md)
             return to_host(w[::-1][:self.k]), to_host(U[:, ::-1][:, :self.k]), 1
         ones = to_device(np.ones((n, 1)) / math.sqrt(n), group.device)
@@ -517,6 +529,10 @@ class _BlockDirection:
                                     maxiter=BLOCK_EIG_FIRST_ITERS if first else BLOCK_EIG_ITERS, wanted=wanted)
         return to_host(w), to_host(U), products          # in decreasing order of w
 
+    def _dense(self):
+        """Whether the step's eigenproblem is solved densely (k >= (n - 1) / 5)."""
+        return 5 * self.k >= self.n - 1
+
     def outer_iteration(self, t, gamma, k_total):
         params, group, gram, K = self.params, self.group, self.gram, self.K
         L = gamma
@@ -528,7 +544,7 @@ class _BlockDirection:
                                 update_gamma=False, full_stats=False, shifted=shifted,
                                 out_p=1.0, out_g=-1.0 / L, out_name="M")
             first = self.state is None or self.state.shape[1] < self.k
-            if first:
+            if first and not self._dense():         # the dense path needs no start
                 self.state = self._start(self.k, self.state)
             theta, U, matmats = self._eigs(L, first)
             self.eig_matvecs += matmats
