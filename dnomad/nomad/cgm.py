@@ -492,11 +492,12 @@ class _BlockDirection:
         if self._dense():
             # Small enough for a dense eigendecomposition, cheaper here than LOBPCG's
             # iterations: J M J in full, read from M's blocks (one pass; it was formed by a
-            # product with the identity, an n^3 GEMM: 9 s of each ~40 s dense step on the
-            # 6,903 MNIST zeros on 2 cores), with 1 pushed to the bottom.  Decomposed where
-            # the blocks are (cuSOLVER on a GPU): with the decomposition on the H200
-            # machine's host (47b9087) the zeros' outer iterations took 58-101 s from the
-            # first one that went dense (k = 2,004), 1.3 s just before.
+            # product with the identity, an n^3 GEMM: 6.3 of 38.6 s a dense step at
+            # n = 6,903 on 2 cores, 28.3 s now: graphs/gpu_nomad.json's dense_step_cpu),
+            # with 1 pushed to the bottom.  Decomposed where the blocks are (cuSOLVER on a
+            # GPU): with the decomposition on the H200 machine's host (47b9087) the 6,903
+            # MNIST zeros' outer iterations took 58-101 s from the first one that went
+            # dense (k = 2,004), 1.3 s just before.
             Md = blocks.dense(group, "M").astype(np.float64, copy=False)
             xp = array_module(Md)
             if gram is not None:
@@ -508,8 +509,8 @@ class _BlockDirection:
             Md -= Md.mean(axis=0)
             Md -= Md.mean(axis=1)[:, None]
             Md -= (2.0 * xp.abs(Md).sum(axis=1).max() + 1.0) / n
-            # Every pair (syevd): LAPACK's syevr for only the k wanted took 1.3x longer at
-            # n = 6,903, k = 2,004 (graphs/gpu_nomad.json's dense_step_cpu).
+            # Every pair (syevd): LAPACK's syevr for only the k wanted took 1.3-1.4x longer
+            # at n = 6,903, k = 2,004 (the same benchmark).
             w, U = xp.linalg.eigh(Md)
             return to_host(w[::-1][:self.k]), to_host(U[:, ::-1][:, :self.k]), 1
         ones = to_device(np.ones((n, 1)) / math.sqrt(n), group.device)
