@@ -501,8 +501,9 @@ class _BlockDirection:
             Md = blocks.dense(group, "M").astype(np.float64, copy=False)
             xp = array_module(Md)
             if gram is not None:
-                # D never changes: formed once (n^2 d flops, 75 GFLOP on the zeros).
-                if self._gram_dense is None or array_module(self._gram_dense) is not xp:
+                # D never changes: formed once (n^2 d flops, 75 GFLOP on the zeros), on
+                # the blocks' device, which a run keeps.
+                if self._gram_dense is None:
                     self._gram_dense = gram.data.gram_matrix(Md)
                 Md += self._gram_dense / L
             Md = 0.5 * (Md + Md.T)
