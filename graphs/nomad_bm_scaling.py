@@ -326,7 +326,8 @@ def part_quality(n=7000, K=16, max_seconds=1500, keys=None, previous=None):
             seconds = time.perf_counter() - timed.t0 + start_seconds
             h = last.get("history", [])
             row = {"solver": name, "seconds": seconds, "stop": stop, "outer": len(h),
-                   "evaluations": timed.count, "objective": float(h[-1]["objective"]) if h else None,
+                   "evaluations": timed.count, "start_seconds": start_seconds,
+                   "objective": float(h[-1]["objective"]) if h else None,
                    "row_sum_violation": float(h[-1]["row_sum_violation"]) if h else None,
                    "distance_to_cgm": None}
             if h:
