@@ -30,11 +30,16 @@ quality: a 7,000-digit subset (K = 16): conditional gradient to the authors' rul
     picks which run) and with the solver they replaced (sigma = 1,
     SciPy's L-BFGS-B, exact steps), each capped at --max-seconds: the distance of
     Y Y^T to the conditional gradient's Q.
+tuning: the trace penalty phi and the preconditioner's eta behind BurerMonteiroParams'
+    defaults: on 7,000 and 3,500 MNIST digits and 3,500 Fashion-MNIST images (seed-0
+    subsets, K = 16), one symmetric NMF start each, then every setting of TUNING_SETS
+    from it to the stopping rule or --tuning-max-seconds: evaluations, outer steps,
+    seconds, objective (--tuning-sets / --tuning-rows rerun some; the others are kept).
 
 step and million measure the cost of an evaluation and of capped steps, with the
 settings they were recorded with (the paper's sigma = 1, every step to inner_tol).
 
-    python graphs/nomad_bm_scaling.py [--only step,million,mnist,quality] [--plot-only]
+    python graphs/nomad_bm_scaling.py [--only step,million,mnist,quality,tuning] [--plot-only]
 """
 from __future__ import annotations
 
@@ -51,7 +56,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _bench import replot, write_result  # noqa: E402
+from _bench import code_commit, replot, write_result  # noqa: E402
 
 from dnomad.blocks import RowChunks  # noqa: E402
 from dnomad.nomad import bm  # noqa: E402
@@ -100,9 +105,14 @@ class _Timed:
 
 
 def _mnist(n=None):
-    from dnomad.data.real import mnist
+    return _dataset("mnist", n)
 
-    X, y = mnist()
+
+def _dataset(name, n=None):
+    """``name``'s images (mnist or fashion-mnist), or a seed-0 subset of n of them in their order."""
+    from dnomad.data.real import fashion_mnist, mnist
+
+    X, y = {"mnist": mnist, "fashion-mnist": fashion_mnist}[name]()
     if n is not None and n < len(X):
         idx = np.sort(np.random.default_rng(0).permutation(len(X))[:n])
         X, y = X[idx], y[idx]
@@ -299,11 +309,7 @@ def part_quality(n=7000, K=16, max_seconds=1500, keys=None, previous=None):
     rows = [ref]
     with RowChunks(X) as chunks, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fro = float(np.linalg.norm(chunks.gram))
-        start = bm._symnmf_admm(chunks, 8 * K, gram_scale=fro, dtype=np.float32, random_state=0)
-        Y0 = chunks.get("W")         # the defaults' start, given to both runs
-        chunks.map(bm.drop_states, ["W", "_H", "_Gamma"], read_x=False)
-        start_seconds = start.seconds
+        Y0, start_seconds, fro = _symnmf_start(chunks, K)      # given to every run
         # CGM's Q in Burer-Monteiro's objective Tr(D Q) (D = F F^T / ||F^T F||_F), to compare.
         F = np.asarray(X, dtype=np.float64) - chunks.mean
         ref["objective_bm_scale"] = float(np.vdot(F, Q @ F)) / fro
@@ -315,34 +321,103 @@ def part_quality(n=7000, K=16, max_seconds=1500, keys=None, previous=None):
                 if old is not None:
                     rows.append(dict(old, kept_from_an_earlier_run=True))
                 continue
-            last = {}       # the last complete outer step's Y (a checkpoint every step)
-            with _Timed(deadline=max_seconds) as timed:
-                try:
-                    res = bm.burer_monteiro(chunks, bm.BurerMonteiroParams(n_clusters=K, random_state=0, **kw),
-                                            Y0=Y0, checkpoint=last.update)
-                    stop = res.stop_reason
-                except _TimeUp:
-                    stop = "time cap"
-            seconds = time.perf_counter() - timed.t0 + start_seconds
-            h = last.get("history", [])
-            row = {"solver": name, "seconds": seconds, "stop": stop, "outer": len(h),
-                   "evaluations": timed.count, "start_seconds": start_seconds,
-                   "objective": float(h[-1]["objective"]) if h else None,
-                   "row_sum_violation": float(h[-1]["row_sum_violation"]) if h else None,
-                   "distance_to_cgm": None}
-            if h:
-                Y = last["Y"]
+            row, Y = _bm_from_start(chunks, K, kw, Y0, max_seconds)
+            row = {"solver": name, **row, "seconds": row["seconds"] + start_seconds,
+                   "start_seconds": start_seconds, "distance_to_cgm": None}
+            if Y is not None:
                 row["distance_to_cgm"] = float(np.linalg.norm(Y @ Y.T - Q)) / qnorm
             rows.append(row)
-            if h:
-                print(f"  {name}: {stop} after {len(h)} complete outer steps, {timed.count} evaluations, "
-                      f"{seconds:.0f} s (start {start_seconds:.0f} s), objective {row['objective']:.6g}, "
-                      f"row-sum violation {row['row_sum_violation']:.2e}, "
+            if Y is not None:
+                print(f"  {name}: {row['stop']} after {row['outer']} complete outer steps, {row['evaluations']} "
+                      f"evaluations, {row['seconds']:.0f} s (start {start_seconds:.0f} s), objective "
+                      f"{row['objective']:.6g}, row-sum violation {row['row_sum_violation']:.2e}, "
                       f"||Y Y^T - Q_cgm|| / ||Q_cgm|| = {row['distance_to_cgm']:.3g}", flush=True)
             else:
-                print(f"  {name}: {stop} before its first outer step finished, {timed.count} evaluations, "
-                      f"{seconds:.0f} s", flush=True)
+                print(f"  {name}: {row['stop']} before its first outer step finished, {row['evaluations']} "
+                      f"evaluations, {row['seconds']:.0f} s", flush=True)
     return {"n": n, "K": K, "rank": 8 * K, "cap_seconds": max_seconds, "rows": rows}
+
+
+def _bm_from_start(chunks, K, kw, Y0, max_seconds):
+    """Burer-Monteiro on ``chunks`` (r = 8K) with parameters ``kw`` from the start ``Y0``, to
+    its stopping rule or ``max_seconds`` (checked at every evaluation): (row, Y of the last
+    complete outer step, or None if none completed).  The row's seconds leave out the start."""
+    last = {}       # the last complete outer step's Y (a checkpoint every step)
+    with _Timed(deadline=max_seconds) as timed:
+        try:
+            res = bm.burer_monteiro(chunks, bm.BurerMonteiroParams(n_clusters=K, random_state=0, **kw),
+                                    Y0=Y0, checkpoint=last.update)
+            stop = res.stop_reason
+        except _TimeUp:
+            stop = "time cap"
+    h = last.get("history", [])
+    row = {"seconds": time.perf_counter() - timed.t0, "stop": stop, "outer": len(h),
+           "evaluations": timed.count, "objective": float(h[-1]["objective"]) if h else None,
+           "row_sum_violation": float(h[-1]["row_sum_violation"]) if h else None}
+    return row, (last["Y"] if h else None)
+
+
+def _symnmf_start(chunks, K):
+    """The defaults' symmetric NMF start (r = 8K, by ADMM in float32), taken out of the
+    chunks so that every run from it starts alike: (Y0, seconds, ||F F^T||_F)."""
+    fro = float(np.linalg.norm(chunks.gram))
+    start = bm._symnmf_admm(chunks, 8 * K, gram_scale=fro, dtype=np.float32, random_state=0)
+    Y0 = chunks.get("W")
+    chunks.map(bm.drop_states, ["W", "_H", "_Gamma"], read_x=False)
+    return Y0, start.seconds, fro
+
+
+# The tuning part's settings of the trace penalty phi and the preconditioner's eta
+# (BurerMonteiroParams.precondition; None: plain L-BFGS): key -> (label, parameters).
+TUNING_SETTINGS = {"before": ("phi 1, none (before)", {"phi": 1.0, "precondition": None}),
+                   "phi0.1": ("phi 0.1, none", {"phi": 0.1, "precondition": None}),
+                   "phi1-eta0.1": ("phi 1, eta 0.1", {"phi": 1.0, "precondition": 0.1}),
+                   "eta1": ("phi 0.1, eta 1", {"phi": 0.1, "precondition": 1.0}),
+                   "eta0.01": ("phi 0.1, eta 0.01", {"phi": 0.1, "precondition": 0.01}),
+                   "phi0.156": ("phi 0.156, eta 0.1", {"phi": 0.156, "precondition": 0.1}),
+                   "chosen": ("phi 0.1, eta 0.1", {"phi": 0.1, "precondition": 0.1})}
+# Data set : subset size -> the settings run on it by default.
+TUNING_SETS = {"mnist:7000": tuple(TUNING_SETTINGS),
+               "mnist:3500": ("before", "phi1-eta0.1", "phi0.156", "chosen"),
+               "fashion-mnist:3500": ("before", "chosen")}
+
+
+def part_tuning(sets=None, keys=None, K=16, max_seconds=600, previous=None):
+    """The trace penalty phi and the preconditioner's eta that BurerMonteiroParams defaults
+    to: on each data set's seed-0 subset (K = 16, r = 128), one symmetric NMF start, then
+    Burer-Monteiro from it under each setting, to the stopping rule or ``max_seconds``:
+    evaluations, outer steps, seconds, objective.  ``sets`` (default every TUNING_SETS
+    entry) and ``keys`` (default each set's own list) pick the runs; the rows of
+    ``previous`` not rerun are kept, each with the commit that measured it."""
+    sets = list(sets or TUNING_SETS)
+    unknown = [s for s in sets if s not in TUNING_SETS] + [k for k in keys or () if k not in TUNING_SETTINGS]
+    if unknown:
+        raise SystemExit(f"--tuning-sets/--tuning-rows: unknown {unknown}; sets {list(TUNING_SETS)}, "
+                         f"rows {list(TUNING_SETTINGS)}")
+    defaults = bm.BurerMonteiroParams(n_clusters=K)
+    out = {"K": K, "rank": 8 * K, "cap_seconds": max_seconds,
+           "defaults": {"phi": defaults.phi, "precondition": defaults.precondition},
+           "sets": dict((previous or {}).get("sets", {}))}
+    for key in sets:
+        name, n = key.split(":")
+        X, _ = _dataset(name, int(n))
+        entry = dict(out["sets"].get(key, {}), data=name, n=len(X))
+        entry["rows"] = dict(entry.get("rows", {}))
+        with RowChunks(X) as chunks, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            Y0, start_seconds, _ = _symnmf_start(chunks, K)
+            print(f"\ntuning on {key}: symmetric NMF start {start_seconds:.0f} s", flush=True)
+            for setting in keys or TUNING_SETS[key]:
+                label, kw = TUNING_SETTINGS[setting]
+                row, _ = _bm_from_start(chunks, K, kw, Y0, max_seconds)
+                row.update(label=label, params=kw, start_seconds=start_seconds, code=code_commit())
+                entry["rows"][setting] = row
+                print(f"  {label:36s} {row['stop']:>12s}: {row['evaluations']:5d} evaluations, "
+                      f"{row['outer']:3d} outer steps, {row['seconds']:5.0f} s, objective "
+                      f"{row['objective'] if row['objective'] is None else format(row['objective'], '.7g')}",
+                      flush=True)
+        out["sets"][key] = entry
+    return out
 
 
 # Earlier code's all-MNIST runs kept in the JSON: before the curvature carry-over, before
@@ -357,7 +432,7 @@ def plot(result, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4.6))
+    fig, axes = plt.subplots(1, 5, figsize=(25, 4.6))
     if "step" in result:
         rows = result["step"]
         names = [r["optimizer"] for r in rows]
@@ -424,14 +499,39 @@ def plot(result, path):
         axes[3].set_title(f"MNIST subset n = {q['n']:,}, K = {q['K']}, r = {q['rank']}:\n"
                           f"distance to conditional gradient's Q")
         axes[3].tick_params(axis="x", labelsize=7)
+    if "tuning" in result:
+        _plot_tuning(axes[4], result["tuning"])
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def _plot_tuning(ax, tuning):
+    """Evaluations to the stopping rule under each (phi, eta) setting, a group of bars per
+    data set; hatched where the run stopped at its cap (a lower bound)."""
+    keys = list(TUNING_SETTINGS)
+    sets = list(tuning["sets"])
+    width = 0.8 / max(len(sets), 1)
+    for j, key in enumerate(sets):
+        rows = tuning["sets"][key]["rows"]
+        for i, setting in enumerate(keys):
+            if setting not in rows:
+                continue
+            r = rows[setting]
+            ax.bar(i + (j - (len(sets) - 1) / 2) * width, r["evaluations"], width, color=f"C{j}",
+                   hatch="//" if r["stop"] == "time cap" else None, label=key if i == keys.index(
+                       next(k for k in keys if k in rows)) else None)
+    ax.set_xticks(range(len(keys)), [TUNING_SETTINGS[k][0].replace(", ", ",\n") for k in keys], fontsize=7)
+    ax.set_ylabel("evaluations to the stopping rule (hatched: capped)")
+    d = tuning["defaults"]
+    ax.set_title(f"Burer-Monteiro's phi and preconditioner eta, K = {tuning['K']}, r = {tuning['rank']}\n"
+                 f"(defaults: phi {d['phi']:g}, eta {d['precondition']:g}), from one start per data set")
+    ax.legend(fontsize=7)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="step,million,mnist,quality")
+    ap.add_argument("--only", default="step,million,mnist,quality,tuning")
     ap.add_argument("--inner", type=int, default=100)
     ap.add_argument("--step-rows", default=None,
                     help="comma-separated names of the step part's rows to (re)run; the others are kept")
@@ -441,6 +541,12 @@ def main():
     ap.add_argument("--quality-rows", default=None,
                     help="comma-separated Burer-Monteiro variants of the quality part to (re)run: "
                          + ", ".join(QUALITY_VARIANTS) + "; the others are kept")
+    ap.add_argument("--tuning-sets", default=None,
+                    help="comma-separated data:size entries of the tuning part to (re)run: " + ", ".join(TUNING_SETS))
+    ap.add_argument("--tuning-rows", default=None,
+                    help="comma-separated settings to run on each of them (default each set's own): "
+                         + ", ".join(TUNING_SETTINGS))
+    ap.add_argument("--tuning-max-seconds", type=float, default=600)
     ap.add_argument("--plot-only", action="store_true")
     args = ap.parse_args()
     if args.plot_only:
@@ -454,7 +560,10 @@ def main():
              "mnist": lambda: part_mnist(args.max_seconds),
              "quality": lambda: part_quality(max_seconds=args.max_seconds,
                                              keys=args.quality_rows and args.quality_rows.split(","),
-                                             previous=result.get("quality"))}
+                                             previous=result.get("quality")),
+             "tuning": lambda: part_tuning(args.tuning_sets and args.tuning_sets.split(","),
+                                           args.tuning_rows and args.tuning_rows.split(","),
+                                           max_seconds=args.tuning_max_seconds, previous=result.get("tuning"))}
     for name in args.only.split(","):
         result[name] = parts[name]()
         write_result(HERE, NAME, result, plot)
