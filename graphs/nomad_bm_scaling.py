@@ -524,8 +524,8 @@ def _plot_tuning(ax, tuning):
     ax.set_xticks(range(len(keys)), [TUNING_SETTINGS[k][0].replace(", ", ",\n") for k in keys], fontsize=7)
     ax.set_ylabel("evaluations to the stopping rule (hatched: capped)")
     d = tuning["defaults"]
-    ax.set_title(f"Burer-Monteiro's phi and preconditioner eta, K = {tuning['K']}, r = {tuning['rank']}\n"
-                 f"(defaults: phi {d['phi']:g}, eta {d['precondition']:g}), from one start per data set")
+    ax.set_title(f"phi and eta (defaults {d['phi']:g}, {d['precondition']:g}), K = {tuning['K']}, "
+                 f"r = {tuning['rank']}:\nevaluations from one start per data set")
     ax.legend(fontsize=7)
 
 

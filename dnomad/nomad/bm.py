@@ -234,8 +234,9 @@ class BurerMonteiroParams:
     resolved_sigma), phi and the preconditioner.  phi = 0.1, not 1: the trace penalty's
     curvature along Y is 4 phi K, with phi = 1 the Hessian's one outlier (66 at K = 16 on
     1,000 MNIST digits, the rest <= 4), which sets L-BFGS's curvature scale; with the
-    preconditioner, 7,000 and 3,500 MNIST digits (K = 16) met the stopping rule in 971
-    and 1,024 evaluations at phi = 0.1, 1,137 and 1,331 at 0.156, 1,899 and 1,682 at 1."""
+    preconditioner, 7,000 and 3,500 MNIST digits (K = 16) met the stopping rule in 970
+    and 989 evaluations at phi = 0.1, 1,268 and 1,608 at 0.156, 1,932 and 1,542 at 1
+    (``python graphs/nomad_bm_scaling.py --only tuning``; README)."""
 
     n_clusters: int
     rank: int | None = None          # r; None: min(8 K, n)
