@@ -104,10 +104,6 @@ class _Timed:
         bm._AugmentedLagrangian.evaluate = self.orig
 
 
-def _mnist(n=None):
-    return _dataset("mnist", n)
-
-
 def _dataset(name, n=None):
     """``name``'s images (mnist or fashion-mnist), or a seed-0 subset of n of them in their order."""
     from dnomad.data.real import fashion_mnist, mnist
@@ -127,7 +123,7 @@ STEP_VARIANTS = (("scipy", "scipy", False), ("lbfgs", "lbfgs", False),
 def part_step(inner=100, names=None, previous=()):
     """The variants named (all by default), each for ``inner`` iterations of one
     multiplier step from the same start; rows of ``previous`` not rerun are kept."""
-    X, _ = _mnist()
+    X, _ = _dataset("mnist")
     n, K = len(X), 16
     r = 8 * K
     # One start for all: symmetric NMF would take minutes; a scaled random Y does here.
@@ -228,7 +224,7 @@ def part_million(n=1_000_000, K=8, outer=2, inner=20):
 def part_mnist(max_seconds=1800):
     """The default solver on all of MNIST until its stopping rule or ``max_seconds``
     (checked at every evaluation: one multiplier step may outlast the cap)."""
-    X, y = _mnist()
+    X, y = _dataset("mnist")
     n, K = len(X), 16
     rows = []
 
@@ -294,7 +290,7 @@ def part_quality(n=7000, K=16, max_seconds=1500, keys=None, previous=None):
     unknown = set(keys or ()) - set(QUALITY_VARIANTS)
     if unknown:
         raise SystemExit(f"--quality-rows: unknown {sorted(unknown)}; choose from {list(QUALITY_VARIANTS)}")
-    X, y = _mnist(n)
+    X, y = _dataset("mnist", n)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -498,17 +498,8 @@ class _BlockDirection:
             # GPU): with the decomposition on the H200 machine's host (47b9087) the 6,903
             # MNIST zeros' outer iterations took 58-101 s from the first one that went
             # dense (k = 2,004), 1.3 s just before.
-            Md = blocks.dense(group, "M").astype(np.float64, copy=False)
+            Md = self._centred_dense(L)
             xp = array_module(Md)
-            if gram is not None:
-                # D never changes: formed once (n^2 d flops, 75 GFLOP on the zeros), on
-                # the blocks' device, which a run keeps.
-                if self._gram_dense is None:
-                    self._gram_dense = gram.data.gram_matrix(Md)
-                Md += self._gram_dense / L
-            Md = 0.5 * (Md + Md.T)
-            Md -= Md.mean(axis=0)
-            Md -= Md.mean(axis=1)[:, None]
             Md -= (2.0 * xp.abs(Md).sum(axis=1).max() + 1.0) / n
             # Every pair (syevd): LAPACK's syevr for only the k wanted took 1.3-1.4x longer
             # at n = 6,903, k = 2,004 (the same benchmark).
@@ -534,6 +525,21 @@ class _BlockDirection:
     def _dense(self):
         """Whether the step's eigenproblem is solved densely (k >= (n - 1) / 5)."""
         return 5 * self.k >= self.n - 1
+
+    def _centred_dense(self, L):
+        """J M J in full, float64, on the blocks' device (J = I - 1 1^T / n), with D / L
+        added from D's factor when the blocks leave D out; symmetrized."""
+        Md = blocks.dense(self.group, "M").astype(np.float64, copy=False)
+        if self.gram is not None:
+            # D never changes: formed once (n^2 d flops, 75 GFLOP on the zeros), on the
+            # blocks' device, which a run keeps.
+            if self._gram_dense is None:
+                self._gram_dense = self.gram.data.gram_matrix(Md)
+            Md += self._gram_dense / L
+        Md = 0.5 * (Md + Md.T)
+        Md -= Md.mean(axis=0)
+        Md -= Md.mean(axis=1)[:, None]
+        return Md
 
     def outer_iteration(self, t, gamma, k_total):
         params, group, gram, K = self.params, self.group, self.gram, self.K
