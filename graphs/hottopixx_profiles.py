@@ -195,18 +195,29 @@ def summarize(result, lp_seconds=LP_SECONDS):
     print(f"{'metric':8s} {'method':18s} {'median ratio':>13s} {'<= 1.5 LP':>10s} {'best':>6s} {'median':>10s}")
     for key, m, med, within, best, median in table:
         print(f"{key:8s} {m:18s} {med:13.3g} {within:10.2f} {best:6.2f} {median:10.3g}")
-    recovered = {}
+    recovered, recovered_over = {}, {}
     for m in METHODS:
         low = [r for r in rows if r["case"][4] <= 0.95 and finished(r, m, lp_seconds)]
         rec = float(np.mean([r[m]["recovered"] for r in low])) if low else float("nan")
-        recovered[m] = rec
+        recovered[m], recovered_over[m] = rec, len(low)
         print(f"hott rows recovered (eta <= 0.95): {m:18s} {rec:.2f} of {len(low)}")
+    # Past eta = 1 AGKM finds fewer hott rows than the rank (its clusters merge): its error range there.
+    agkm_high = [r["AGKM"]["error"] for r in rows if r["case"][4] > 1]
+    lp_done = [r["LP"]["seconds"] for r in rows if finished(r, "LP", lp_seconds)]
+    extremes = {"lp_max_finished_seconds": max(lp_done, default=float("nan")),
+                "agkm_max_seconds": max((r["AGKM"]["seconds"] for r in timed), default=float("nan")),
+                "agkm_eta_gt_1": {"instances": len(agkm_high), "error_min": min(agkm_high, default=float("nan")),
+                                  "error_max": max(agkm_high, default=float("nan"))}}
+    print(f"longest finished LP {extremes['lp_max_finished_seconds']:.0f} s; longest AGKM (timed rows) "
+          f"{extremes['agkm_max_seconds']:.0f} s; AGKM's error past eta = 1: "
+          f"{extremes['agkm_eta_gt_1']['error_min']:.2f}-{extremes['agkm_eta_gt_1']['error_max']:.2f} "
+          f"on {len(agkm_high)}")
     return {"instances_done": len(rows), "instances_total": total, "by_shape": done, "by_commit": codes,
             "seconds_over": len(timed), "lp_seconds": lp_seconds, "lp_finished": n_lp,
             "lp_unfinished_by_shape": lp_unfinished,
             "table": [dict(zip(("metric", "method", "median_ratio_to_LP", "within_1.5_LP", "best", "median"), t))
                       for t in table],
-            "recovered_eta_le_0.95": recovered}
+            "recovered_eta_le_0.95": recovered, "recovered_eta_le_0.95_over": recovered_over, **extremes}
 
 
 def plot(result, path, lp_seconds=LP_SECONDS):
