@@ -127,10 +127,13 @@ def separable_nmf(n_features=40, n_samples=400, rank=3, *, duplicates=0, noise=0
     ``rank`` hott topics drawn uniformly from the unit simplex in R^n_samples, each
     repeated ``duplicates`` more times; the other ``n_features - rank (duplicates + 1)``
     rows are convex combinations of the hott topics with weights uniform on the simplex;
-    rows shuffled.  With ``noise`` = eta > 0, each row moves toward a random point u of
-    the simplex, X_i <- X_i + min(eps / 2, 1)(u - X_i) with eps = eta alpha^2 / (20 + 13 alpha),
-    alpha the robust-simplicial constant of the hott topics: the noise has
-    (inf,1)-norm <= eps and X stays nonnegative with rows summing to 1.
+    rows shuffled.  With ``noise`` = eta > 0, the noise is at the paper's bound: every row
+    moves toward a random point u_i of the simplex, X_i <- X_i + s (u_i - X_i), with one step
+    s for all rows such that the noise's (inf,1)-norm (its largest row l1 norm) is
+    eps = eta alpha^2 / (20 + 13 alpha), alpha the robust-simplicial constant of the hott
+    topics; X stays nonnegative with rows summing to 1.  Where eps exceeds the largest
+    ||u_i - X_i||_1 (about 1, so eta = 100 on most instances) s is 1: X is the noise alone,
+    with (inf,1)-norm below eps.
 
     Returns a dict: ``X`` (n_features x n_samples), ``hott`` (indices of the hott rows,
     one per topic, in topic order), ``copies`` (for each row, its topic, or -1), ``F``
@@ -163,8 +166,10 @@ def separable_nmf(n_features=40, n_samples=400, rank=3, *, duplicates=0, noise=0
     X = X0
     if eps > 0:
         U = rng.dirichlet(np.ones(n), size=f)
-        # Points of the simplex are at most 2 apart in l1: past eps = 2 (eta = 100) the
-        # row is replaced by u, which keeps X nonnegative and the noise within eps.
-        X = X0 + min(eps / 2, 1.0) * (U - X0)
+        # Scaled by the realized (inf,1)-norm, not the simplex's diameter 2: random points
+        # of the simplex are about 1 apart in l1, so a step of eps / 2 put in half the noise
+        # eta names.  s <= 1 keeps every row a convex combination (nonnegative, sum 1).
+        gap = np.abs(U - X0).sum(axis=1).max()
+        X = X0 + min(eps / gap, 1.0) * (U - X0)
     hott = np.array([np.flatnonzero(topic == t)[0] for t in range(r)])
     return {"X": X, "hott": hott, "copies": topic, "F": F, "W": W, "alpha": alpha, "epsilon": eps}
