@@ -189,7 +189,7 @@ def test_generator_matches_the_papers_model(noise):
         # The noise sits at the paper's bound, so eta is the noise level (not half of it).
         assert noise_norm == pytest.approx(inst["epsilon"], rel=1e-12)
     else:
-        # eta = 100 asks for more than the simplex holds: X is the noise alone, inside eps.
+        # No noise; or eta = 100, more than the simplex holds: X is the noise alone, inside eps.
         assert noise_norm <= inst["epsilon"] + 1e-12
 
 
