@@ -147,7 +147,7 @@ def separable_nmf(n_features=40, n_samples=400, rank=3, *, duplicates=0, noise=0
     if r < 1 or n_hott_rows > f:
         raise InputValueError(f"need 1 <= rank and rank * (duplicates + 1) <= n_features; got rank={r}, "
                               f"duplicates={duplicates}, n_features={f}")
-    from ..metrics import robust_simplicial_constant
+    from ..metrics import inf1_norm, robust_simplicial_constant
 
     W = rng.dirichlet(np.ones(n), size=r)
     F = np.zeros((f, r))
@@ -169,7 +169,7 @@ def separable_nmf(n_features=40, n_samples=400, rank=3, *, duplicates=0, noise=0
         # Scaled by the realized (inf,1)-norm, not the simplex's diameter 2: random points
         # of the simplex are about 1 apart in l1, so a step of eps / 2 put in half the noise
         # eta names.  s <= 1 keeps every row a convex combination (nonnegative, sum 1).
-        gap = np.abs(U - X0).sum(axis=1).max()
-        X = X0 + min(eps / gap, 1.0) * (U - X0)
+        toward = U - X0
+        X = X0 + min(eps / inf1_norm(toward), 1.0) * toward
     hott = np.array([np.flatnonzero(topic == t)[0] for t in range(r)])
     return {"X": X, "hott": hott, "copies": topic, "F": F, "W": W, "alpha": alpha, "epsilon": eps}
