@@ -209,6 +209,7 @@ def summarize(result, lp_seconds=LP_SECONDS):
                 "agkm_max_seconds": max((r["AGKM"]["seconds"] for r in rows), default=float("nan")),
                 "agkm_eta_gt_1": {"instances": len(agkm_high), "error_min": min(agkm_high, default=float("nan")),
                                   "error_max": max(agkm_high, default=float("nan"))}}
+    by_shape = shape_table(rows, lp_seconds)
     print(f"longest finished LP {extremes['lp_max_finished_seconds']:.0f} s; longest AGKM "
           f"{extremes['agkm_max_seconds']:.0f} s; AGKM's error past eta = 1: "
           f"{extremes['agkm_eta_gt_1']['error_min']:.2f}-{extremes['agkm_eta_gt_1']['error_max']:.2f} "
@@ -218,7 +219,37 @@ def summarize(result, lp_seconds=LP_SECONDS):
             "lp_unfinished_by_shape": lp_unfinished,
             "table": [dict(zip(("metric", "method", "median_ratio_to_LP", "within_1.5_LP", "best", "median"), t))
                       for t in table],
-            "recovered_eta_le_0.95": recovered, "recovered_eta_le_0.95_over": recovered_over, **extremes}
+            "recovered_eta_le_0.95": recovered, "recovered_eta_le_0.95_over": recovered_over, **extremes,
+            "by_shape_table": by_shape}
+
+
+def shape_table(rows, lp_seconds):
+    """How each method's time grows with the shape (f x n), and what the LP's limit costs
+    there: per shape, the median seconds of each method (the LP's over the instances it
+    finished), how many it finished, and the median error of hott over AGKM's where the
+    LP did and did not finish."""
+    out = {}
+    for f, n in sorted({tuple(r["case"][:2]) for r in rows}):
+        here = [r for r in rows if r["case"][:2] == [f, n]]
+        lp_done = [r for r in here if finished(r, "LP", lp_seconds)]
+        entry = {"instances": len(here), "lp_finished": len(lp_done)}
+        for m in METHODS:
+            times = [r[m]["seconds"] for r in (lp_done if m == "LP" else here)]
+            entry[f"{m} median seconds"] = float(np.median(times)) if times else float("nan")
+        for name, subset in (("lp finished", lp_done), ("lp unfinished", [r for r in here if r not in lp_done])):
+            # eta <= 0.95, where the hott rows are identifiable and AGKM is guaranteed.
+            low = [r for r in subset if r["case"][4] <= 0.95]
+            entry[f"hott / AGKM error, median ({name}, eta <= 0.95)"] = (
+                float(np.median([r["hott"]["error"] / max(r["AGKM"]["error"], 1e-300) for r in low]))
+                if low else float("nan"))
+            entry[f"hott recovered ({name}, eta <= 0.95)"] = (
+                f"{sum(r['hott']['recovered'] for r in low)} of {len(low)}")
+        out[f"{f}x{n}"] = entry
+    print(f"{'shape':9s} {'done':>5s} {'LP done':>8s} " + " ".join(f"{m + ' s':>18s}" for m in METHODS))
+    for shape, e in out.items():
+        print(f"{shape:9s} {e['instances']:5d} {e['lp_finished']:8d} "
+              + " ".join(f"{e[m + ' median seconds']:18.3g}" for m in METHODS))
+    return out
 
 
 def plot(result, path, lp_seconds=LP_SECONDS):
