@@ -224,31 +224,34 @@ def summarize(result, lp_seconds=LP_SECONDS):
 
 
 def shape_table(rows, lp_seconds):
-    """How each method's time grows with the shape (f x n), and what the LP's limit costs
-    there: per shape, the median seconds of each method (the LP's over the instances it
-    finished), how many it finished, and the median error of hott over AGKM's where the
-    LP did and did not finish."""
+    """Per shape (f x n): the instances done and how many the LP finished; each method's
+    median seconds over them all (the LP's unfinished ones count as past its limit, so its
+    median is exact where it is under the limit, and None where more than half did not
+    finish); and, at eta <= 0.95 (where the hott rows are identifiable and AGKM is
+    guaranteed), the median over instances of hott's error over AGKM's and how many
+    instances hott recovered, apart for the instances where the LP finished and where it
+    did not."""
     out = {}
     for f, n in sorted({tuple(r["case"][:2]) for r in rows}):
         here = [r for r in rows if r["case"][:2] == [f, n]]
-        lp_done = [r for r in here if finished(r, "LP", lp_seconds)]
-        entry = {"instances": len(here), "lp_finished": len(lp_done)}
-        for m in METHODS:
-            times = [r[m]["seconds"] for r in (lp_done if m == "LP" else here)]
-            entry[f"{m} median seconds"] = float(np.median(times)) if times else float("nan")
-        for name, subset in (("lp finished", lp_done), ("lp unfinished", [r for r in here if r not in lp_done])):
-            # eta <= 0.95, where the hott rows are identifiable and AGKM is guaranteed.
-            low = [r for r in subset if r["case"][4] <= 0.95]
-            entry[f"hott / AGKM error, median ({name}, eta <= 0.95)"] = (
+        seconds = values(here, "seconds", lp_seconds)
+        medians = np.median(seconds, axis=0)
+        entry = {"instances": len(here), "lp_finished": int(np.isfinite(seconds[:, METHODS.index("LP")]).sum()),
+                 "median_seconds": {m: float(t) if np.isfinite(t) else None for m, t in zip(METHODS, medians)},
+                 "hott_over_agkm_error_median": {}, "hott_recovered": {}}
+        for name, lp_done in (("lp_finished", True), ("lp_unfinished", False)):
+            low = [r for r in here if r["case"][4] <= 0.95 and finished(r, "LP", lp_seconds) == lp_done]
+            entry["hott_over_agkm_error_median"][name] = (
                 float(np.median([r["hott"]["error"] / max(r["AGKM"]["error"], 1e-300) for r in low]))
-                if low else float("nan"))
-            entry[f"hott recovered ({name}, eta <= 0.95)"] = (
-                f"{sum(r['hott']['recovered'] for r in low)} of {len(low)}")
+                if low else None)
+            entry["hott_recovered"][name] = f"{sum(r['hott']['recovered'] for r in low)} of {len(low)}"
         out[f"{f}x{n}"] = entry
-    print(f"{'shape':9s} {'done':>5s} {'LP done':>8s} " + " ".join(f"{m + ' s':>18s}" for m in METHODS))
+    print("median seconds by shape (the LP's unfinished counted as past its limit):")
+    print(f"{'shape':9s} {'instances':>9s} {'LP done':>8s} " + " ".join(f"{m:>16s}" for m in METHODS))
     for shape, e in out.items():
-        print(f"{shape:9s} {e['instances']:5d} {e['lp_finished']:8d} "
-              + " ".join(f"{e[m + ' median seconds']:18.3g}" for m in METHODS))
+        print(f"{shape:9s} {e['instances']:9d} {e['lp_finished']:8d} " + " ".join(
+            f"{t:16.3g}" if t is not None else f"{'> ' + format(lp_seconds, 'g'):>16s}"
+            for t in e["median_seconds"].values()))
     return out
 
 
