@@ -226,7 +226,7 @@ def summarize(result, lp_seconds=LP_SECONDS):
 def shape_table(rows, lp_seconds):
     """Per shape (f x n): the instances done and how many the LP finished; each method's
     median seconds over them all (the LP's unfinished ones count as past its limit, so its
-    median is exact where it is under the limit, and None where more than half did not
+    median is exact where it is under the limit, and None where half or more did not
     finish); and, at eta <= 0.95 (where the hott rows are identifiable and AGKM is
     guaranteed), the median over instances of hott's error over AGKM's and how many
     instances hott recovered, apart for the instances where the LP finished and where it
