@@ -34,13 +34,16 @@ state) and stops after the segment in which --hours runs out.  Its row then says
 "resumable"; "seconds" counts the solver's time over every session (the history's),
 "segments" which commit and device ran which outer iterations, in how many wall seconds.
 A store whose run has finished is loaded, not recomputed (the script says so).  The rows
-of parts not rerun are kept from the saved JSON.
+of parts not rerun are kept from the saved JSON; a part rerun on other devices than its
+saved row (--device cuda beside a CPU row) keeps that row and files the new one under
+"earlier" (merge_saved).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import resource
 import sys
 import time
@@ -223,6 +226,44 @@ def run(parts, max_iter, device=None, store=None, segment=40, hours=None, overwr
     return {"copy_bandwidth_GB_per_s": bandwidth, "peak_rss_GB": peak, "rows": rows}
 
 
+def _devices(row):
+    device = row.get("device", ["cpu"])        # Burer-Monteiro rows run on the host, unrecorded
+    return set([device] if isinstance(device, str) else device)
+
+
+def merge_saved(result, saved):
+    """``result``'s rows merged into the saved JSON's.  A fresh row replaces the saved row
+    of its data set where it ran on that row's devices (a resumed store run adds devices:
+    the same run gone on); on other devices only (a GPU fit beside the 2-core row the
+    figure draws) the saved row stays and the fresh one goes under "earlier" as
+    "<data>_<devices>_<commit>", without its embedding but with the Procrustes disparity
+    of that embedding to the kept row's.  Saved rows of parts not rerun keep their order."""
+    from scipy.spatial import procrustes
+
+    rows, earlier = list(saved["rows"]), dict(saved.get("earlier") or {})
+    for fresh in result["rows"]:
+        at = next((i for i, r in enumerate(rows) if r["data"] == fresh["data"]), None)
+        if at is None:
+            rows.append(fresh)
+        elif _devices(rows[at]) <= _devices(fresh):
+            rows[at] = fresh
+        else:
+            kept = rows[at]
+            beside = {k: v for k, v in fresh.items() if k != "embedding"}
+            A, B = np.asarray(kept["embedding"]), np.asarray(fresh["embedding"])
+            beside["procrustes_to_row"] = float(procrustes(A, B)[2]) if A.shape == B.shape else None
+            beside["note"] = (f"run on {', '.join(sorted(_devices(fresh)))} beside the row of "
+                              f"{', '.join(sorted(_devices(kept)))} (code {kept.get('code')}), which the "
+                              "figure draws; embedding not kept")
+            key = "_".join([re.sub(r"\W+", "_", fresh["data"]).strip("_"), *sorted(_devices(fresh)),
+                            str(fresh.get("code"))])
+            earlier[key] = beside
+            print(f"{fresh['data']}: ran on {sorted(_devices(fresh))}, the saved row on "
+                  f"{sorted(_devices(kept))}: kept as earlier[{key!r}] (Procrustes disparity to the "
+                  f"row's embedding {beside['procrustes_to_row']})")
+    return {**result, "rows": rows, **({"earlier": earlier} if earlier else {})}
+
+
 def plot(result, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -286,11 +327,5 @@ if __name__ == "__main__":
         path = os.path.join(HERE, f"{NAME}.json")
         if os.path.exists(path):
             with open(path) as f:
-                saved = json.load(f)
-            if set(parts) != set(PARTS):
-                # Keep the saved rows of the parts not rerun, in their order.
-                fresh = {r["data"]: r for r in result["rows"]}
-                result["rows"] = [fresh.pop(r["data"], r) for r in saved["rows"]] + list(fresh.values())
-            if saved.get("earlier"):                     # rows of earlier solvers, kept for comparison
-                result["earlier"] = saved["earlier"]
+                result = merge_saved(result, json.load(f))
         write_result(HERE, NAME, result, plot)
