@@ -171,12 +171,10 @@ def summarize(result, lp_seconds=LP_SECONDS):
             done = V[np.isfinite(V[:, j]), j]
             table.append((key, m, float(np.median(ratio)), float(np.mean(ratio <= 1.5)),
                           float(profile(V, [1.0])[0, j]), float(np.median(done)) if len(done) else float("nan")))
-    shapes = {}
-    for r in rows:
-        shapes[tuple(r["case"][:2])] = shapes.get(tuple(r["case"][:2]), 0) + 1
-    done = ", ".join(f"{f}x{n}: {c}" for (f, n), c in sorted(shapes.items()))
-    lp_unfinished = dict(Counter("x".join(map(str, r["case"][:2])) for r in rows
-                                 if not finished(r, "LP", lp_seconds)))
+    by_shape = shape_table(rows, lp_seconds)
+    done = ", ".join(f"{shape}: {e['instances']}" for shape, e in by_shape.items())
+    lp_unfinished = {shape: e["instances"] - e["lp_finished"] for shape, e in by_shape.items()
+                     if e["lp_finished"] < e["instances"]}
     total = len(grid())
     codes = dict(Counter(r.get("code") or "unrecorded" for r in rows))
     n_lp = len(rows) - sum(lp_unfinished.values())
@@ -209,7 +207,7 @@ def summarize(result, lp_seconds=LP_SECONDS):
                 "agkm_max_seconds": max((r["AGKM"]["seconds"] for r in rows), default=float("nan")),
                 "agkm_eta_gt_1": {"instances": len(agkm_high), "error_min": min(agkm_high, default=float("nan")),
                                   "error_max": max(agkm_high, default=float("nan"))}}
-    by_shape = shape_table(rows, lp_seconds)
+    print_shape_table(by_shape, lp_seconds)
     print(f"longest finished LP {extremes['lp_max_finished_seconds']:.0f} s; longest AGKM "
           f"{extremes['agkm_max_seconds']:.0f} s; AGKM's error past eta = 1: "
           f"{extremes['agkm_eta_gt_1']['error_min']:.2f}-{extremes['agkm_eta_gt_1']['error_max']:.2f} "
@@ -246,13 +244,16 @@ def shape_table(rows, lp_seconds):
                 if low else None)
             entry["hott_recovered"][name] = f"{sum(r['hott']['recovered'] for r in low)} of {len(low)}"
         out[f"{f}x{n}"] = entry
+    return out
+
+
+def print_shape_table(table, lp_seconds):
     print("median seconds by shape (the LP's unfinished counted as past its limit):")
     print(f"{'shape':9s} {'instances':>9s} {'LP done':>8s} " + " ".join(f"{m:>16s}" for m in METHODS))
-    for shape, e in out.items():
+    for shape, e in table.items():
         print(f"{shape:9s} {e['instances']:9d} {e['lp_finished']:8d} " + " ".join(
             f"{t:16.3g}" if t is not None else f"{'> ' + format(lp_seconds, 'g'):>16s}"
             for t in e["median_seconds"].values()))
-    return out
 
 
 def plot(result, path, lp_seconds=LP_SECONDS):
