@@ -250,8 +250,8 @@ def merge_saved(result, saved):
         else:
             kept = rows[at]
             beside = {k: v for k, v in fresh.items() if k != "embedding"}
-            A, B = np.asarray(kept["embedding"]), np.asarray(fresh["embedding"])
-            beside["procrustes_to_row"] = float(procrustes(A, B)[2]) if A.shape == B.shape else None
+            A, B = np.asarray(kept.get("embedding")), np.asarray(fresh.get("embedding"))
+            beside["procrustes_to_row"] = float(procrustes(A, B)[2]) if A.ndim == 2 and A.shape == B.shape else None
             beside["note"] = (f"run on {', '.join(sorted(_devices(fresh)))} beside the row of "
                               f"{', '.join(sorted(_devices(kept)))} (code {kept.get('code')}), which the "
                               "figure draws; embedding not kept")
