@@ -249,15 +249,15 @@ def merge_saved(result, saved):
             rows[at] = fresh
         else:
             kept = rows[at]
-            fresh_on, kept_on = ", ".join(sorted(_devices(fresh))), ", ".join(sorted(_devices(kept)))
+            fresh_devices = sorted(_devices(fresh))
+            fresh_on, kept_on = ", ".join(fresh_devices), ", ".join(sorted(_devices(kept)))
             beside = {k: v for k, v in fresh.items() if k != "embedding"}
             A, B = np.asarray(kept.get("embedding")), np.asarray(fresh.get("embedding"))
             beside["procrustes_to_row"] = float(procrustes(A, B)[2]) if A.ndim == 2 and A.shape == B.shape \
                 else None
             beside["note"] = (f"run on {fresh_on} beside the row of {kept_on} (code {kept.get('code')}), "
                               "which the figure draws; embedding not kept")
-            key = "_".join([re.sub(r"\W+", "_", fresh["data"]).strip("_"), *sorted(_devices(fresh)),
-                            str(fresh.get("code"))])
+            key = "_".join([re.sub(r"\W+", "_", fresh["data"]).strip("_"), *fresh_devices, str(fresh.get("code"))])
             earlier[key] = beside
             print(f"{fresh['data']}: ran on {fresh_on}, the saved row on {kept_on}: kept as earlier[{key!r}] "
                   f"(Procrustes disparity to the row's embedding {beside['procrustes_to_row']})")
