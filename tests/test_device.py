@@ -173,3 +173,47 @@ def test_gpu_check_script_stops_at_once_without_a_gpu_and_says_why(tmp_path):
     log = (tmp_path / "check.log").read_text()
     assert dev.cuda_status()[1] in log and "the environment check failed" in log
     assert sorted(p.name for p in tmp_path.iterdir()) == ["check.log"]
+
+
+def _nomad_fit_with_the_workers_default_device(X, **params):
+    """Runs on a worker: ``dnomad.fit`` with no device given (the worker's dask config
+    picks it), the device that resolved to, and the bytes CuPy's pool holds after it."""
+    import dnomad
+
+    est = dnomad.fit(X, method="nomad", **params)
+    device = dev.resolve_device()
+    return est, device, dev.cupy().get_default_memory_pool().total_bytes() if device == "cuda" else 0
+
+
+def test_fit_submitted_to_a_cuda_worker_runs_on_its_gpu_or_says_why_not():
+    """A user's fit submitted with ``resources={"GPU": 1}`` to a worker of gpu_cluster's
+    layout (no device given: the worker's ``dnomad.device`` config says "cuda").  With a
+    GPU it runs on the worker's GPU and the fitted estimator comes back to the client
+    with the host fit's answer; without one the worker's error reaches the client and
+    names the config that asked for CUDA and why it cannot."""
+    from distributed import Client
+    from sklearn.metrics import adjusted_rand_score
+
+    import dnomad
+    from dnomad.blocks import prepare_gram_data
+    from dnomad.data import two_rings
+
+    X, y = two_rings(120)
+    params = dict(n_clusters=8, dtype=np.float64)
+    with dev.gpu_cluster(1, prefer_dask_cuda=False, dashboard_address=None) as cluster, Client(cluster) as client:
+        future = client.submit(_nomad_fit_with_the_workers_default_device, X, resources={"GPU": 1}, pure=False,
+                               **params)
+        if not dev.cuda_available():
+            with pytest.raises(InputValueError, match="dask config 'dnomad.device' asks for 'cuda', but"):
+                future.result()
+            return
+        est, device, pool_bytes = future.result()
+    assert device == "cuda" and pool_bytes > 0
+    host = dnomad.fit(X, method="nomad", device="cpu", **params)
+    assert est.stop_reason_ == host.stop_reason_ == "tolerance"
+    Q, Qh = np.asarray(est.Q_), np.asarray(host.Q_)
+    F = prepare_gram_data(X)
+    D = F @ F.T
+    assert np.sum(D * Q) == pytest.approx(np.sum(D * Qh), rel=1e-2)
+    assert np.linalg.norm(Q - Qh) / np.linalg.norm(Qh) <= 0.05
+    assert adjusted_rand_score(est.labels_, host.labels_) == 1.0
