@@ -198,7 +198,7 @@ def test_fit_submitted_to_a_cuda_worker_runs_on_its_gpu_or_says_why_not():
     from dnomad.blocks import prepare_gram_data
     from dnomad.data import two_rings
 
-    X, y = two_rings(120)
+    X = two_rings(120)[0]
     params = dict(n_clusters=8, dtype=np.float64)
     with dev.gpu_cluster(1, prefer_dask_cuda=False, dashboard_address=None) as cluster, Client(cluster) as client:
         future = client.submit(_nomad_fit_with_the_workers_default_device, X, resources={"GPU": 1}, pure=False,
