@@ -228,7 +228,8 @@ def shape_table(rows, lp_seconds):
     finish); and, at eta <= 0.95 (where the hott rows are identifiable and AGKM is
     guaranteed), the median over instances of hott's error over AGKM's and how many
     instances hott recovered, apart for the instances where the LP finished and where it
-    did not."""
+    did not; and each method's range of seconds apart at eta <= 0.95 and past it (AGKM's
+    time depends on eta: a median can fall among either)."""
     out = {}
     for f, n in sorted({tuple(r["case"][:2]) for r in rows}):
         here = [r for r in rows if r["case"][:2] == [f, n]]
@@ -243,6 +244,13 @@ def shape_table(rows, lp_seconds):
                 float(np.median([r["hott"]["error"] / max(r["AGKM"]["error"], 1e-300) for r in low]))
                 if low else None)
             entry["hott_recovered"][name] = f"{sum(r['hott']['recovered'] for r in low)} of {len(low)}"
+        entry["seconds_range_by_eta"] = {}
+        for m in METHODS:
+            entry["seconds_range_by_eta"][m] = {}
+            for name, low_eta in (("eta_le_0.95", True), ("eta_gt_0.95", False)):
+                t = [r[m]["seconds"] for r in here
+                     if (r["case"][4] <= 0.95) == low_eta and finished(r, m, lp_seconds)]
+                entry["seconds_range_by_eta"][m][name] = [min(t), max(t)] if t else None
         out[f"{f}x{n}"] = entry
     return out
 
