@@ -5,6 +5,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from scipy.special import comb
 
+from .linalg.lp import HIGHS_METHODS, linprog_highs
+
 
 def _contingency(labels_true, labels_pred):
     _, t = np.unique(np.asarray(labels_true), return_inverse=True)
@@ -50,11 +52,11 @@ def inf1_norm(A):
     return float(np.abs(A).sum(axis=1).max()) if A.size else 0.0
 
 
-def l1_fits(X, V, *, simplex=False):
+def l1_fits(X, V, *, simplex=False, methods=HIGHS_METHODS):
     """For each row x of X: lambda = argmin ||x - lambda^T V||_1 over lambda >= 0 (on the
-    simplex sum(lambda) = 1 with ``simplex``), and its value; one LP a row (scipy HiGHS).
+    simplex sum(lambda) = 1 with ``simplex``), and its value; one LP a row (scipy HiGHS,
+    the ``methods`` in turn where one fails, see :func:`dnomad.linalg.lp.linprog_highs`).
     Returns (Lambda (rows of X x rows of V), values)."""
-    from scipy.optimize import linprog
     from scipy.sparse import csr_matrix, hstack, identity, vstack
 
     V = np.atleast_2d(np.asarray(V, dtype=np.float64))
@@ -71,7 +73,8 @@ def l1_fits(X, V, *, simplex=False):
         A_eq = vstack([A_eq, csr_matrix(np.r_[np.ones(m), np.zeros(2 * n)][None])], format="csr")
     Lam, values = np.zeros((len(X), m)), np.zeros(len(X))
     for i, x in enumerate(X):
-        res = linprog(c, A_eq=A_eq, b_eq=np.r_[x, 1.0] if simplex else x, bounds=(0, None), method="highs")
+        res = linprog_highs(c, A_eq=A_eq, b_eq=np.r_[x, 1.0] if simplex else x, bounds=(0, None),
+                            methods=methods)
         if res.status != 0:
             raise RuntimeError(f"the l1 fit of row {i} ({'on the simplex' if simplex else 'nonnegative'}) "
                                f"failed: {res.message}")

@@ -19,6 +19,9 @@ holds, X is the noise alone and its norm below the bound).  Methods:
   paper ran it (it cannot run without them); it finds as many hott rows as its clusters,
   which past eta = 1 is fewer than the rank.
 
+A method that fails on an instance (an LP HiGHS solves by neither simplex nor interior
+point) is recorded as not finishing there, with the message, and the run goes on.
+
 Every method's F is fitted the same way (dnomad's cleaning epochs), as the paper did
 for all of its methods, so the profiles compare the hott rows chosen; time is the whole
 run.  The profile of a method at t is the fraction of instances whose value is within a
@@ -104,29 +107,47 @@ def run_case(case, lp_seconds=LP_SECONDS):
            "noise_norm": float(inf1_norm(X - inst["F"] @ inst["W"]))}
     settings = {"hott": {}, "hott (fast)": {"n_epochs": 4}, "hott (diag rule)": {"selection": "diagonal"}}
     for name, kw in settings.items():
-        t = time.perf_counter()
-        res = H.hottopixx(data, H.HottopixxParams(rank=r, **kw), random_state=seed)
-        out[name] = _scores(res.hott_rows, res.F, X, inst, time.perf_counter() - t, inf1_norm)
-    t = time.perf_counter()
+        def run_hott(kw=kw):
+            res = H.hottopixx(data, H.HottopixxParams(rank=r, **kw), random_state=seed)
+            return res.hott_rows, res.F
+        out[name] = _timed(run_hott, X, inst, inf1_norm)
     cost = np.random.default_rng(seed).permutation(f) / f
-    try:
+
+    def run_lp():
         C = H.exact_lp(X, r, 2 * inst["epsilon"], cost, time_limit=lp_seconds)
-    except TimeLimitError:
-        out["LP"] = {"finished": False, "error": None, "rmse": None, "seconds": time.perf_counter() - t,
-                     "recovered": False, "n_hott": 0, "time_limit": lp_seconds}
-    else:
         hott = H.hott_rows_from_diagonal(np.diagonal(C), r)
-        F = H.fit_components(data, hott, H.HottopixxParams(rank=r), C=C, rng=np.random.default_rng(seed))
-        out["LP"] = _scores(hott, F, X, inst, time.perf_counter() - t, inf1_norm)
-        out["LP"]["time_limit"] = lp_seconds
-    t = time.perf_counter()
-    hott = agkm(X, inst["epsilon"], inst["alpha"]).hott_rows
-    F = H.fit_components(data, hott, H.HottopixxParams(rank=max(len(hott), 1)), rng=np.random.default_rng(seed))
-    out["AGKM"] = _scores(hott, F, X, inst, time.perf_counter() - t, inf1_norm)
+        return hott, H.fit_components(data, hott, H.HottopixxParams(rank=r), C=C, rng=np.random.default_rng(seed))
+
+    def run_agkm():
+        hott = agkm(X, inst["epsilon"], inst["alpha"]).hott_rows
+        return hott, H.fit_components(data, hott, H.HottopixxParams(rank=max(len(hott), 1)),
+                                      rng=np.random.default_rng(seed))
+
+    out["LP"] = _timed(run_lp, X, inst, inf1_norm, TimeLimitError)
+    out["LP"]["time_limit"] = lp_seconds
+    out["AGKM"] = _timed(run_agkm, X, inst, inf1_norm)
     print(f"f={f} n={n} r={r} d={d} eta={eta:g}: " + "  ".join(
         f"{m} {out[m]['error']:.3g}/{out[m]['seconds']:.2f}s" if finished(out, m, lp_seconds)
+        else f"{m} failed ({out[m]['failure']})" if "failure" in out[m]
         else f"{m} did not finish in {lp_seconds:g} s" for m in METHODS), flush=True)
     return out
+
+
+def _timed(run, X, inst, inf1_norm, *stops):
+    """Score ``run`` () -> (hott rows, F), timed.  A solver's failure (RuntimeError: an LP
+    HiGHS could not solve) or one of ``stops`` (the LP's time limit) is recorded as the
+    method not finishing on this instance (with the failure's message), not the end of
+    the grid run."""
+    t = time.perf_counter()
+    try:
+        hott, F = run()
+    except (RuntimeError, *stops) as exc:
+        unfinished = {"finished": False, "error": None, "rmse": None, "seconds": time.perf_counter() - t,
+                      "recovered": False, "n_hott": 0}
+        if not isinstance(exc, stops):
+            unfinished["failure"] = f"{type(exc).__name__}: {exc}"
+        return unfinished
+    return _scores(hott, F, X, inst, time.perf_counter() - t, inf1_norm)
 
 
 def _scores(hott, F, X, inst, seconds, inf1_norm):
@@ -138,11 +159,11 @@ def _scores(hott, F, X, inst, seconds, inf1_norm):
 
 
 def finished(row, method, lp_seconds):
-    """Whether ``method`` finished on an instance (``row``): the others always do, the LP
+    """Whether ``method`` finished on an instance (``row``): unless it failed, the LP
     within ``lp_seconds`` (rows timed under a longer limit, or none, are cut to it, so
-    every row has the same limit)."""
+    every row has the same limit), the others always."""
     score = row[method]
-    return method != "LP" or (score.get("finished", True) and score["seconds"] <= lp_seconds)
+    return score.get("finished", True) and (method != "LP" or score["seconds"] <= lp_seconds)
 
 
 def values(rows, key, lp_seconds):
@@ -201,7 +222,11 @@ def summarize(result, lp_seconds=LP_SECONDS):
         recovered[m], recovered_over[m] = rec, len(low)
         print(f"hott rows recovered (eta <= 0.95): {m:18s} {rec:.2f} of {len(low)}")
     # Past eta = 1 AGKM finds fewer hott rows than the rank (its clusters merge): its error range there.
-    agkm_high = [r["AGKM"]["error"] for r in rows if r["case"][4] > 1]
+    agkm_high = [r["AGKM"]["error"] for r in rows if r["case"][4] > 1 and finished(r, "AGKM", lp_seconds)]
+    failures = {m: sum("failure" in r[m] for r in rows) for m in METHODS}
+    if any(failures.values()):
+        print("failed (an LP HiGHS could not solve; counted as not finishing): "
+              + ", ".join(f"{m}: {k}" for m, k in failures.items() if k))
     lp_done = [r["LP"]["seconds"] for r in rows if finished(r, "LP", lp_seconds)]
     extremes = {"lp_max_finished_seconds": max(lp_done, default=float("nan")),
                 "agkm_max_seconds": max((r["AGKM"]["seconds"] for r in rows), default=float("nan")),
@@ -218,6 +243,7 @@ def summarize(result, lp_seconds=LP_SECONDS):
             "table": [dict(zip(("metric", "method", "median_ratio_to_LP", "within_1.5_LP", "best", "median"), t))
                       for t in table],
             "recovered_eta_le_0.95": recovered, "recovered_eta_le_0.95_over": recovered_over, **extremes,
+            "failures": failures,
             "by_shape_table": by_shape}
 
 
@@ -240,9 +266,10 @@ def shape_table(rows, lp_seconds):
                  "hott_over_agkm_error_median": {}, "hott_recovered": {}}
         for name, lp_done in (("lp_finished", True), ("lp_unfinished", False)):
             low = [r for r in here if r["case"][4] <= 0.95 and finished(r, "LP", lp_seconds) == lp_done]
+            both = [r for r in low if finished(r, "hott", lp_seconds) and finished(r, "AGKM", lp_seconds)]
             entry["hott_over_agkm_error_median"][name] = (
-                float(np.median([r["hott"]["error"] / max(r["AGKM"]["error"], 1e-300) for r in low]))
-                if low else None)
+                float(np.median([r["hott"]["error"] / max(r["AGKM"]["error"], 1e-300) for r in both]))
+                if both else None)
             entry["hott_recovered"][name] = f"{sum(r['hott']['recovered'] for r in low)} of {len(low)}"
         entry["seconds_range_by_eta"] = {}
         for m in METHODS:

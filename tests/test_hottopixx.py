@@ -8,6 +8,7 @@ import pytest
 from dnomad.hottopixx import kernels
 from dnomad.data import separable_nmf
 from dnomad.errors import InputValueError
+from dnomad.linalg.lp import HIGHS_METHODS, linprog_highs
 from dnomad.metrics import inf1_norm, l1_distance_to_hull, l1_fits, robust_simplicial_constant
 from dnomad.hottopixx import solver as H
 
@@ -149,19 +150,21 @@ def test_exact_lp_time_limit():
             H.exact_lp(X, 5, tau, cost, time_limit=bad)
 
 
+@pytest.mark.parametrize("methods", [HIGHS_METHODS, ("highs-ipm",)], ids=["default", "ipm"])
 @pytest.mark.parametrize("simplex", [False, True])
 @pytest.mark.parametrize("seed", range(3))
-def test_l1_fits_match_the_inequality_form(simplex, seed):
+def test_l1_fits_match_the_inequality_form(simplex, seed, methods):
     """Each row's fit (equality form, residual split in two) against the same LP written
     with |x - V^T lambda| <= e as 2 n inequalities: equal values, feasible weights whose
-    residual is the value."""
+    residual is the value; by the default methods and by interior point alone (the
+    fallback where the simplex fails)."""
     from scipy.optimize import linprog
     from scipy.sparse import bmat, csr_matrix, identity
 
     rng = np.random.default_rng(seed)
     V, X = rng.random((4, 30)), rng.random((3, 30))
     X[0] = 0.3 * V[0] + 0.7 * V[2]                 # one row in the hull: value 0
-    Lam, values = l1_fits(X, V, simplex=simplex)
+    Lam, values = l1_fits(X, V, simplex=simplex, methods=methods)
     m, n = V.shape
     Vt, eye = csr_matrix(V.T), identity(n, format="csr")
     for x, lam, value in zip(X, Lam, values):
@@ -172,6 +175,46 @@ def test_l1_fits_match_the_inequality_form(simplex, seed):
         assert lam.min() >= -1e-12 and (not simplex or lam.sum() == pytest.approx(1.0, abs=1e-9))
         assert np.abs(x - lam @ V).sum() == pytest.approx(value, rel=1e-7, abs=1e-9)
     assert values[0] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_l1_fit_where_the_simplex_stops_at_unknown():
+    """AGKM's hull LP for row 134 of a 160 x 1,600 instance at eta = 0.95 (entries near
+    1e-3): HiGHS's simplex stops at model status Unknown (scipy status 4) on this LP,
+    which is feasible and bounded; the fit falls back to interior point and returns the
+    optimum of the same LP written with 2 n inequalities.  With the simplex alone the
+    error names the method and HiGHS's status."""
+    from scipy.sparse import bmat, csr_matrix, identity
+    from scipy.spatial.distance import cdist
+
+    inst = separable_nmf(160, 1600, 5, duplicates=1, noise=0.95, random_state=1908)
+    X, eps, alpha = inst["X"], inst["epsilon"], inst["alpha"]
+    k = 134
+    D = cdist(X[k][None], X, "cityblock")[0]
+    V = X[(D >= 5 * eps / alpha + 2 * eps) & (D > 0)]      # AGKM's rows far from row k
+    m, n = V.shape
+    Vt, eye = csr_matrix(V.T), identity(n, format="csr")
+    ref = linprog_highs(np.r_[np.zeros(m), np.ones(n)], A_ub=bmat([[-Vt, -eye], [Vt, -eye]]),
+                        b_ub=np.r_[-X[k], X[k]], A_eq=np.r_[np.ones(m), np.zeros(n)][None], b_eq=[1.0],
+                        bounds=(0, None))
+    assert ref.status == 0 and ref.fun > 0.01            # x is outside the hull
+    Lam, values = l1_fits(X[k], V, simplex=True)
+    assert values[0] == pytest.approx(ref.fun, rel=1e-7)
+    assert Lam.min() >= -1e-12 and Lam.sum() == pytest.approx(1.0, abs=1e-9)
+    assert np.abs(X[k] - Lam[0] @ V).sum() == pytest.approx(values[0], rel=1e-7)
+    with pytest.raises(RuntimeError, match=r"row 0 \(on the simplex\) failed: highs: .*Status 15"):
+        l1_fits(X[k], V, simplex=True, methods=("highs",))
+
+
+def test_linprog_highs_refuses_unknown_methods_and_keeps_answers():
+    """Only HiGHS methods; an answer that is not an optimum (here infeasible) is returned
+    as is, not retried."""
+    from dnomad.errors import InputValueError
+
+    for bad in ((), ("simplex",), "highs"):
+        with pytest.raises(InputValueError, match="methods must name HiGHS methods"):
+            linprog_highs(np.ones(2), methods=bad)
+    res = linprog_highs(np.ones(2), A_eq=np.ones((1, 2)), b_eq=[-1.0], bounds=(0, None))
+    assert res.status == 2 and "after" not in res.message
 
 
 @pytest.mark.parametrize("noise", [0.0, 0.95, 100.0])

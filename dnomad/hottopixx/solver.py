@@ -43,6 +43,7 @@ import numpy as np
 from .. import blocks
 from .._checks import check_choices, check_solver_params, generator_from_state, check_count, check_ints, check_numbers
 from ..errors import InputValueError, TimeLimitError
+from ..linalg.lp import linprog_highs
 from ..metrics import l1_fits
 from . import kernels
 
@@ -395,7 +396,6 @@ def exact_lp(X, rank, tau, cost, *, time_limit=None):
     if time_limit is not None and not (isinstance(time_limit, (int, float, np.integer, np.floating))
                                        and not isinstance(time_limit, bool) and time_limit > 0):
         raise InputValueError(f"time_limit must be None or a positive number of seconds; got {time_limit!r}")
-    from scipy.optimize import linprog
     from scipy.sparse import coo_matrix, eye, hstack, kron, vstack
 
     X = np.asarray(X, dtype=np.float64)
@@ -426,8 +426,8 @@ def exact_lp(X, rank, tau, cost, *, time_limit=None):
     bounds = np.zeros((nc + 2 * ne, 2))
     bounds[:, 1] = np.inf
     bounds[diag_idx, 1] = 1
-    options = {} if time_limit is None else {"time_limit": float(time_limit)}
-    res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds, method="highs", options=options)
+    res = linprog_highs(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds,
+                        time_limit=None if time_limit is None else float(time_limit))
     if res.status == 1 and time_limit is not None:
         raise TimeLimitError(f"the LP of Alg. 3 (f = {f}, n = {n}) did not finish in {time_limit:g} s: {res.message}")
     if res.status != 0:
