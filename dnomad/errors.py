@@ -80,3 +80,8 @@ def warn_convergence(message):
 
 class TimeLimitError(DnomadError, RuntimeError):
     """A solver stopped at the time limit it was given, before it had an answer."""
+
+
+class LPFailedError(DnomadError, RuntimeError):
+    """A linear program that has an optimum was not solved: every HiGHS method tried
+    gave up on it (numerical trouble), not an infeasible or unbounded LP."""

@@ -5,6 +5,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from scipy.special import comb
 
+from .errors import LPFailedError
 from .linalg.lp import HIGHS_METHODS, linprog_highs
 
 
@@ -56,7 +57,8 @@ def l1_fits(X, V, *, simplex=False, methods=HIGHS_METHODS):
     """For each row x of X: lambda = argmin ||x - lambda^T V||_1 over lambda >= 0 (on the
     simplex sum(lambda) = 1 with ``simplex``), and its value; one LP a row (scipy HiGHS,
     the ``methods`` in turn where one fails, see :func:`dnomad.linalg.lp.linprog_highs`).
-    Returns (Lambda (rows of X x rows of V), values)."""
+    Returns (Lambda (rows of X x rows of V), values); raises
+    :class:`dnomad.errors.LPFailedError` where every method fails on a row."""
     from scipy.sparse import csr_matrix, hstack, identity, vstack
 
     V = np.atleast_2d(np.asarray(V, dtype=np.float64))
@@ -76,8 +78,8 @@ def l1_fits(X, V, *, simplex=False, methods=HIGHS_METHODS):
         res = linprog_highs(c, A_eq=A_eq, b_eq=np.r_[x, 1.0] if simplex else x, bounds=(0, None),
                             methods=methods)
         if res.status != 0:
-            raise RuntimeError(f"the l1 fit of row {i} ({'on the simplex' if simplex else 'nonnegative'}) "
-                               f"failed: {res.message}")
+            raise LPFailedError(f"the l1 fit of row {i} ({'on the simplex' if simplex else 'nonnegative'}) "
+                                f"failed: {res.message}")
         Lam[i], values[i] = res.x[:m], res.fun
     return Lam, values
 

@@ -93,7 +93,7 @@ def load_runs():
 
 def run_case(case, lp_seconds=LP_SECONDS):
     from dnomad import blocks
-    from dnomad.errors import TimeLimitError
+    from dnomad.errors import LPFailedError, TimeLimitError
     from dnomad.data import separable_nmf
     from dnomad.metrics import inf1_norm
     from dnomad.hottopixx import solver as H
@@ -110,7 +110,7 @@ def run_case(case, lp_seconds=LP_SECONDS):
         def run_hott(kw=kw):
             res = H.hottopixx(data, H.HottopixxParams(rank=r, **kw), random_state=seed)
             return res.hott_rows, res.F
-        out[name] = _timed(run_hott, X, inst, inf1_norm)
+        out[name] = _timed(run_hott, X, inst, inf1_norm, LPFailedError)
     cost = np.random.default_rng(seed).permutation(f) / f
 
     def run_lp():
@@ -123,9 +123,9 @@ def run_case(case, lp_seconds=LP_SECONDS):
         return hott, H.fit_components(data, hott, H.HottopixxParams(rank=max(len(hott), 1)),
                                       rng=np.random.default_rng(seed))
 
-    out["LP"] = _timed(run_lp, X, inst, inf1_norm, TimeLimitError)
+    out["LP"] = _timed(run_lp, X, inst, inf1_norm, LPFailedError, TimeLimitError)
     out["LP"]["time_limit"] = lp_seconds
-    out["AGKM"] = _timed(run_agkm, X, inst, inf1_norm)
+    out["AGKM"] = _timed(run_agkm, X, inst, inf1_norm, LPFailedError)
     print(f"f={f} n={n} r={r} d={d} eta={eta:g}: " + "  ".join(
         f"{m} {out[m]['error']:.3g}/{out[m]['seconds']:.2f}s" if finished(out, m, lp_seconds)
         else f"{m} failed ({out[m]['failure']})" if "failure" in out[m]
@@ -133,20 +133,19 @@ def run_case(case, lp_seconds=LP_SECONDS):
     return out
 
 
-def _timed(run, X, inst, inf1_norm, *stops):
-    """Score ``run`` () -> (hott rows, F), timed.  A solver's failure (RuntimeError: an LP
-    HiGHS could not solve) or one of ``stops`` (the LP's time limit) is recorded as the
-    method not finishing on this instance (with the failure's message), not the end of
-    the grid run."""
+def _timed(run, X, inst, inf1_norm, failed, stopped=None):
+    """Score ``run`` () -> (hott rows, F), timed.  ``failed`` (an LP HiGHS could not solve)
+    or ``stopped`` (the LP's time limit) is recorded as the method not finishing on this
+    instance, not the end of the grid run: a failure with its message (``failure``, which
+    the summary counts), a stop with its own (``stopped``).  Any other error is a bug and
+    ends the run, so no row records it and a later run retries the instance."""
     t = time.perf_counter()
     try:
         hott, F = run()
-    except (RuntimeError, *stops) as exc:
-        unfinished = {"finished": False, "error": None, "rmse": None, "seconds": time.perf_counter() - t,
-                      "recovered": False, "n_hott": 0}
-        if not isinstance(exc, stops):
-            unfinished["failure"] = f"{type(exc).__name__}: {exc}"
-        return unfinished
+    except (failed,) + ((stopped,) if stopped else ()) as exc:
+        key = "failure" if isinstance(exc, failed) else "stopped"
+        return {"finished": False, "error": None, "rmse": None, "seconds": time.perf_counter() - t,
+                "recovered": False, "n_hott": 0, key: f"{type(exc).__name__}: {exc}"}
     return _scores(hott, F, X, inst, time.perf_counter() - t, inf1_norm)
 
 
@@ -159,9 +158,9 @@ def _scores(hott, F, X, inst, seconds, inf1_norm):
 
 
 def finished(row, method, lp_seconds):
-    """Whether ``method`` finished on an instance (``row``): unless it failed, the LP
-    within ``lp_seconds`` (rows timed under a longer limit, or none, are cut to it, so
-    every row has the same limit), the others always."""
+    """Whether ``method`` finished on an instance (``row``): not where it failed, and the
+    LP only within ``lp_seconds`` (rows timed under a longer limit, or none, are cut to it,
+    so every row has the same limit)."""
     score = row[method]
     return score.get("finished", True) and (method != "LP" or score["seconds"] <= lp_seconds)
 
@@ -229,7 +228,8 @@ def summarize(result, lp_seconds=LP_SECONDS):
               + ", ".join(f"{m}: {k}" for m, k in failures.items() if k))
     lp_done = [r["LP"]["seconds"] for r in rows if finished(r, "LP", lp_seconds)]
     extremes = {"lp_max_finished_seconds": max(lp_done, default=float("nan")),
-                "agkm_max_seconds": max((r["AGKM"]["seconds"] for r in rows), default=float("nan")),
+                "agkm_max_seconds": max((r["AGKM"]["seconds"] for r in rows if finished(r, "AGKM", lp_seconds)),
+                                        default=float("nan")),
                 "agkm_eta_gt_1": {"instances": len(agkm_high), "error_min": min(agkm_high, default=float("nan")),
                                   "error_max": max(agkm_high, default=float("nan"))}}
     print_shape_table(by_shape, lp_seconds)
@@ -287,8 +287,8 @@ def print_shape_table(table, lp_seconds):
     print(f"{'shape':9s} {'instances':>9s} {'LP done':>8s} " + " ".join(f"{m:>16s}" for m in METHODS))
     for shape, e in table.items():
         print(f"{shape:9s} {e['instances']:9d} {e['lp_finished']:8d} " + " ".join(
-            f"{t:16.3g}" if t is not None else f"{'> ' + format(lp_seconds, 'g'):>16s}"
-            for t in e["median_seconds"].values()))
+            f"{t:16.3g}" if t is not None else f"{'> ' + format(lp_seconds, 'g') if m == 'LP' else 'failed':>16s}"
+            for m, t in e["median_seconds"].items()))
 
 
 def plot(result, path, lp_seconds=LP_SECONDS):

@@ -1,13 +1,14 @@
 """HOTTOPIXX's pieces: the projection onto Phi_0, the exact LP of Alg. 3, the components
 LP, the block-nested epoch, the synthetic generator, and bad input."""
 import itertools
+import re
 
 import numpy as np
 import pytest
 
 from dnomad.hottopixx import kernels
 from dnomad.data import separable_nmf
-from dnomad.errors import InputValueError
+from dnomad.errors import InputValueError, LPFailedError
 from dnomad.linalg.lp import HIGHS_METHODS, linprog_highs
 from dnomad.metrics import inf1_norm, l1_distance_to_hull, l1_fits, robust_simplicial_constant
 from dnomad.hottopixx import solver as H
@@ -179,10 +180,10 @@ def test_l1_fits_match_the_inequality_form(simplex, seed, methods):
 
 def test_l1_fit_where_the_simplex_stops_at_unknown():
     """AGKM's hull LP for row 134 of a 160 x 1,600 instance at eta = 0.95 (entries near
-    1e-3): HiGHS's simplex stops at model status Unknown (scipy status 4) on this LP,
-    which is feasible and bounded; the fit falls back to interior point and returns the
-    optimum of the same LP written with 2 n inequalities.  With the simplex alone the
-    error names the method and HiGHS's status."""
+    1e-3), on which HiGHS 1.16's simplex stops at model status Unknown (scipy status 4)
+    though the LP is feasible and bounded: the fit returns the optimum of the same LP
+    written with 2 n inequalities; by the simplex alone, the same optimum where a HiGHS
+    solves it, and where it does not an error naming the method and HiGHS's status."""
     from scipy.sparse import bmat, csr_matrix, identity
     from scipy.spatial.distance import cdist
 
@@ -201,20 +202,82 @@ def test_l1_fit_where_the_simplex_stops_at_unknown():
     assert values[0] == pytest.approx(ref.fun, rel=1e-7)
     assert Lam.min() >= -1e-12 and Lam.sum() == pytest.approx(1.0, abs=1e-9)
     assert np.abs(X[k] - Lam[0] @ V).sum() == pytest.approx(values[0], rel=1e-7)
-    with pytest.raises(RuntimeError, match=r"row 0 \(on the simplex\) failed: highs: .*Status 15"):
-        l1_fits(X[k], V, simplex=True, methods=("highs",))
+    try:
+        simplex_alone = l1_fits(X[k], V, simplex=True, methods=("highs",))[1][0]
+    except LPFailedError as exc:
+        assert re.search(r"row 0 \(on the simplex\) failed: highs: .*Status 15", str(exc)), str(exc)
+    else:
+        assert simplex_alone == pytest.approx(ref.fun, rel=1e-7)
 
 
-def test_linprog_highs_refuses_unknown_methods_and_keeps_answers():
-    """Only HiGHS methods; an answer that is not an optimum (here infeasible) is returned
-    as is, not retried."""
-    from dnomad.errors import InputValueError
+def _failing_simplex(monkeypatch, status, seconds=0.0):
+    """Make scipy's linprog answer ``status`` for method "highs" (after ``seconds``), as
+    a HiGHS that gives up would; the other methods run.  Returns the calls' (method,
+    options) list."""
+    import time
 
+    import scipy.optimize
+    from scipy.optimize import OptimizeResult
+
+    real, calls = scipy.optimize.linprog, []
+
+    def linprog(c, *, method, options, **constraints):
+        calls.append((method, dict(options)))
+        if method != "highs":
+            return real(c, method=method, options=options, **constraints)
+        time.sleep(seconds)
+        return OptimizeResult(status=status, message=f"gave up ({status})", x=None, fun=None)
+
+    monkeypatch.setattr(scipy.optimize, "linprog", linprog)
+    return calls
+
+
+def test_linprog_highs_falls_back_on_failures_only(monkeypatch):
+    """Where the first method fails (status 4) the next solves the LP, and the message
+    says what failed; a time limit reached (status 1) is an answer, not retried; the
+    time limit covers both methods, and a failure with none of it left ends the turn."""
+    rng = np.random.default_rng(0)
+    V, x = rng.random((4, 30)), rng.random(30)
+    expected = l1_fits(x, V, simplex=True)[1][0]
+    calls = _failing_simplex(monkeypatch, status=4)
+    assert l1_fits(x, V, simplex=True)[1][0] == pytest.approx(expected, rel=1e-9)
+    assert [m for m, _ in calls] == ["highs", "highs-ipm"]
+    res = linprog_highs(np.ones(2), A_eq=np.ones((1, 2)), b_eq=[1.0], bounds=(0, None), time_limit=60)
+    assert res.status == 0 and res.message.endswith("(after highs: gave up (4))")
+    assert 0 < calls[-1][1]["time_limit"] <= calls[-2][1]["time_limit"] <= 60
+    assert calls[-2][1]["time_limit"] == pytest.approx(60, abs=5)       # the first method had it all
+    with pytest.raises(LPFailedError, match=r"failed: highs: gave up \(4\)$"):
+        l1_fits(x, V, simplex=True, methods=("highs",))
+
+    calls = _failing_simplex(monkeypatch, status=1)
+    assert linprog_highs(np.ones(2), A_eq=np.ones((1, 2)), b_eq=[1.0], bounds=(0, None)).status == 1
+    assert [m for m, _ in calls] == ["highs"]
+
+    calls = _failing_simplex(monkeypatch, status=4, seconds=0.05)
+    res = linprog_highs(np.ones(2), A_eq=np.ones((1, 2)), b_eq=[1.0], bounds=(0, None), time_limit=0.01)
+    assert res.status == 4 and res.message == "highs: gave up (4)" and [m for m, _ in calls] == ["highs"]
+
+
+def test_linprog_highs_refuses_bad_arguments_and_keeps_answers():
+    """Only HiGHS methods and a positive time limit; an answer that is not an optimum
+    (here infeasible) is returned as is, not retried."""
     for bad in ((), ("simplex",), "highs"):
         with pytest.raises(InputValueError, match="methods must name HiGHS methods"):
             linprog_highs(np.ones(2), methods=bad)
+    for bad in (0, -1.0, float("nan"), float("inf"), "10", True):
+        with pytest.raises(InputValueError, match="time_limit must be None or a positive number"):
+            linprog_highs(np.ones(2), time_limit=bad)
     res = linprog_highs(np.ones(2), A_eq=np.ones((1, 2)), b_eq=[-1.0], bounds=(0, None))
     assert res.status == 2 and "after" not in res.message
+
+
+def test_exact_lp_refuses_a_tau_no_c_meets():
+    """tau = 0 on a noisy instance: only C = I fits X exactly, whose trace is f, not the
+    rank: the LP is infeasible, and the error says to give a larger tau."""
+    inst = separable_nmf(12, 40, 3, duplicates=0, noise=4.0, random_state=5)
+    X = H.check_data(inst["X"])
+    with pytest.raises(InputValueError, match=r"infeasible: no C of trace 3 fits X within tau = 0; give a larger tau"):
+        H.exact_lp(X, 3, 0.0, np.arange(12) / 12)
 
 
 @pytest.mark.parametrize("noise", [0.0, 0.95, 100.0])

@@ -42,7 +42,7 @@ import numpy as np
 
 from .. import blocks
 from .._checks import check_choices, check_solver_params, generator_from_state, check_count, check_ints, check_numbers
-from ..errors import InputValueError, TimeLimitError
+from ..errors import InputValueError, LPFailedError, TimeLimitError
 from ..linalg.lp import linprog_highs
 from ..metrics import l1_fits
 from . import kernels
@@ -390,8 +390,9 @@ def exact_lp(X, rank, tau, cost, *, time_limit=None):
     |C X - X| <= E: E = E+ + E- bounds the residual).  Written so, the residual takes f n
     equality rows instead of 2 f n inequalities, and HiGHS runs 1.4-1.8x faster (40 -> 23 s
     at f = 80, n = 800); for small f and n only.  ``time_limit``: seconds HiGHS may take
-    (default none); past them it raises :class:`dnomad.errors.TimeLimitError`.
-    Returns C (f x f).
+    (default none); past them it raises :class:`dnomad.errors.TimeLimitError`.  Raises
+    InputValueError where no C fits X within tau, and :class:`dnomad.errors.LPFailedError`
+    where HiGHS gives up (by simplex and by interior point).  Returns C (f x f).
     """
     if time_limit is not None and not (isinstance(time_limit, (int, float, np.integer, np.floating))
                                        and not isinstance(time_limit, bool) and time_limit > 0):
@@ -430,6 +431,9 @@ def exact_lp(X, rank, tau, cost, *, time_limit=None):
                         time_limit=None if time_limit is None else float(time_limit))
     if res.status == 1 and time_limit is not None:
         raise TimeLimitError(f"the LP of Alg. 3 (f = {f}, n = {n}) did not finish in {time_limit:g} s: {res.message}")
+    if res.status == 2:
+        raise InputValueError(f"the LP of Alg. 3 (f = {f}, n = {n}) is infeasible: no C of trace {rank} "
+                              f"fits X within tau = {tau:g}; give a larger tau ({res.message})")
     if res.status != 0:
-        raise RuntimeError(f"the LP of Alg. 3 failed: {res.message}")
+        raise LPFailedError(f"the LP of Alg. 3 (f = {f}, n = {n}) failed: {res.message}")
     return res.x[:nc].reshape(f, f)

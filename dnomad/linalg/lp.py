@@ -1,6 +1,7 @@
 """Linear programs by scipy's HiGHS, with a second method where the first gives up."""
 from __future__ import annotations
 
+import math
 import time
 
 from ..errors import InputValueError
@@ -8,22 +9,29 @@ from ..errors import InputValueError
 # HiGHS's simplex (scipy's "highs" picks it for these LPs) can stop at model status
 # Unknown on an LP that is feasible and bounded: AGKM's hull LP at f = 160, n = 1,600,
 # eta = 0.95 (entries near 1e-3; scipy status 4, "HiGHS Status 15").  Interior point
-# with crossover solved that LP to the simplex's optimum elsewhere, in a third of the time.
+# with crossover solves that LP, to the optimum of its inequality form, in a third of
+# the simplex's time.
 HIGHS_METHODS = ("highs", "highs-ipm")
 # scipy's statuses that are the LP's answer (optimal, limit reached, infeasible,
-# unbounded); any other is the method failing, and the next method tries.
+# unbounded); any other (4: numerical trouble, and also HiGHS's "infeasible or
+# unbounded", which the next method then settles) fails the method, and the next tries.
 _ANSWERS = (0, 1, 2, 3)
 
 
 def linprog_highs(c, *, methods=HIGHS_METHODS, time_limit=None, **constraints):
     """scipy.optimize.linprog by the HiGHS ``methods`` in turn, until one returns an answer
-    (status 0-3); ``time_limit`` (seconds) covers them all.  ``constraints``: linprog's
-    A_ub, b_ub, A_eq, b_eq, bounds.  Returns the last method's OptimizeResult, its message
-    prefixed with what the methods before it said."""
+    (status 0-3); ``time_limit`` (seconds) covers them all, and a method that fails with
+    none of it left ends the turn.  ``constraints``: linprog's A_ub, b_ub, A_eq, b_eq,
+    bounds.  Returns the last method's OptimizeResult; where a method failed, its message
+    says so: the answer's message followed by "(after <method>: <message>)", or, if no
+    method answered, every method's failure."""
     from scipy.optimize import linprog
 
-    if not methods or any(m not in ("highs", "highs-ds", "highs-ipm") for m in methods):
+    if isinstance(methods, str) or not methods or any(m not in ("highs", "highs-ds", "highs-ipm") for m in methods):
         raise InputValueError(f"methods must name HiGHS methods ('highs', 'highs-ds', 'highs-ipm'); got {methods!r}")
+    if time_limit is not None and not (isinstance(time_limit, (int, float)) and not isinstance(time_limit, bool)
+                                       and math.isfinite(time_limit) and time_limit > 0):
+        raise InputValueError(f"time_limit must be None or a positive number of seconds; got {time_limit!r}")
     start, failures = time.perf_counter(), []
     for method in methods:
         options = {}
