@@ -9,8 +9,8 @@ from ..errors import InputValueError
 # HiGHS's simplex (scipy's "highs" picks it for these LPs) can stop at model status
 # Unknown on an LP that is feasible and bounded: AGKM's hull LP at f = 160, n = 1,600,
 # eta = 0.95 (entries near 1e-3; scipy status 4, "HiGHS Status 15").  Interior point
-# with crossover solves that LP, to the optimum of its inequality form, in a third of
-# the simplex's time.
+# with crossover solves that LP, to the optimum of its inequality form, in 0.4 s where
+# the simplex took 1.1 s to give up.
 HIGHS_METHODS = ("highs", "highs-ipm")
 # scipy's statuses that are the LP's answer (optimal, limit reached, infeasible,
 # unbounded); any other (4: numerical trouble, and also HiGHS's "infeasible or
