@@ -151,6 +151,19 @@ def test_exact_lp_time_limit():
             H.exact_lp(X, 5, tau, cost, time_limit=bad)
 
 
+def _l1_fit_by_inequalities(x, V, simplex):
+    """min ||x - lambda^T V||_1 over lambda >= 0 (on the simplex with ``simplex``) written
+    with |x - V^T lambda| <= e as 2 n inequalities: scipy's linprog result."""
+    from scipy.optimize import linprog
+    from scipy.sparse import bmat, csr_matrix, identity
+
+    m, n = V.shape
+    Vt, eye = csr_matrix(V.T), identity(n, format="csr")
+    return linprog(np.r_[np.zeros(m), np.ones(n)], A_ub=bmat([[-Vt, -eye], [Vt, -eye]]), b_ub=np.r_[-x, x],
+                   A_eq=np.r_[np.ones(m), np.zeros(n)][None] if simplex else None,
+                   b_eq=[1.0] if simplex else None, bounds=(0, None), method="highs")
+
+
 @pytest.mark.parametrize("methods", [HIGHS_METHODS, ("highs-ipm",)], ids=["default", "ipm"])
 @pytest.mark.parametrize("simplex", [False, True])
 @pytest.mark.parametrize("seed", range(3))
@@ -159,19 +172,12 @@ def test_l1_fits_match_the_inequality_form(simplex, seed, methods):
     with |x - V^T lambda| <= e as 2 n inequalities: equal values, feasible weights whose
     residual is the value; by the default methods and by interior point alone (the
     fallback where the simplex fails)."""
-    from scipy.optimize import linprog
-    from scipy.sparse import bmat, csr_matrix, identity
-
     rng = np.random.default_rng(seed)
     V, X = rng.random((4, 30)), rng.random((3, 30))
     X[0] = 0.3 * V[0] + 0.7 * V[2]                 # one row in the hull: value 0
     Lam, values = l1_fits(X, V, simplex=simplex, methods=methods)
-    m, n = V.shape
-    Vt, eye = csr_matrix(V.T), identity(n, format="csr")
     for x, lam, value in zip(X, Lam, values):
-        ref = linprog(np.r_[np.zeros(m), np.ones(n)], A_ub=bmat([[-Vt, -eye], [Vt, -eye]]), b_ub=np.r_[-x, x],
-                      A_eq=np.r_[np.ones(m), np.zeros(n)][None] if simplex else None,
-                      b_eq=[1.0] if simplex else None, bounds=(0, None), method="highs")
+        ref = _l1_fit_by_inequalities(x, V, simplex)
         assert value == pytest.approx(ref.fun, rel=1e-9, abs=1e-9)
         assert lam.min() >= -1e-12 and (not simplex or lam.sum() == pytest.approx(1.0, abs=1e-9))
         assert np.abs(x - lam @ V).sum() == pytest.approx(value, rel=1e-7, abs=1e-9)
@@ -184,19 +190,15 @@ def test_l1_fit_where_the_simplex_stops_at_unknown():
     though the LP is feasible and bounded: the fit returns the optimum of the same LP
     written with 2 n inequalities; by the simplex alone, the same optimum where a HiGHS
     solves it, and where it does not an error naming the method and HiGHS's status."""
-    from scipy.sparse import bmat, csr_matrix, identity
     from scipy.spatial.distance import cdist
 
+    from dnomad.hottopixx.agkm import agkm_radii
+
     inst = separable_nmf(160, 1600, 5, duplicates=1, noise=0.95, random_state=1908)
-    X, eps, alpha = inst["X"], inst["epsilon"], inst["alpha"]
-    k = 134
+    X, k = inst["X"], 134
     D = cdist(X[k][None], X, "cityblock")[0]
-    V = X[(D >= 5 * eps / alpha + 2 * eps) & (D > 0)]      # AGKM's rows far from row k
-    m, n = V.shape
-    Vt, eye = csr_matrix(V.T), identity(n, format="csr")
-    ref = linprog_highs(np.r_[np.zeros(m), np.ones(n)], A_ub=bmat([[-Vt, -eye], [Vt, -eye]]),
-                        b_ub=np.r_[-X[k], X[k]], A_eq=np.r_[np.ones(m), np.zeros(n)][None], b_eq=[1.0],
-                        bounds=(0, None))
+    V = X[(D >= agkm_radii(inst["epsilon"], inst["alpha"])[0]) & (D > 0)]      # AGKM's N_k
+    ref = _l1_fit_by_inequalities(X[k], V, simplex=True)
     assert ref.status == 0 and ref.fun > 0.01            # x is outside the hull
     Lam, values = l1_fits(X[k], V, simplex=True)
     assert values[0] == pytest.approx(ref.fun, rel=1e-7)

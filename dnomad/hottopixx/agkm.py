@@ -47,6 +47,12 @@ class AgkmResult:
     merge: float
 
 
+def agkm_radii(epsilon, alpha):
+    """AGKM's two radii (Alg. 1): rows at l1 distance >= ``far`` from row k form N_k, whose
+    hull row k is tested against; rows of R within ``merge`` of each other share a cluster."""
+    return 5 * epsilon / alpha + 2 * epsilon, 10 * epsilon / alpha + 6 * epsilon
+
+
 def agkm(X, epsilon, alpha):
     """Alg. 1 (AGKM) on X (f x n, nonnegative rows summing to 1) with the noise level
     ``epsilon`` >= 0 and the robust-simplicial constant ``alpha`` > 0; returns an
@@ -64,8 +70,7 @@ def agkm(X, epsilon, alpha):
 
     f = X.shape[0]
     D = cdist(X, X, "cityblock")
-    far = 5 * epsilon / alpha + 2 * epsilon
-    merge = 10 * epsilon / alpha + 6 * epsilon
+    far, merge = agkm_radii(epsilon, alpha)
     delta = np.full(f, np.inf)
     for k in range(f):
         away = np.flatnonzero((D[k] >= far) & (D[k] > 0))

@@ -43,7 +43,7 @@ import numpy as np
 from .. import blocks
 from .._checks import check_choices, check_solver_params, generator_from_state, check_count, check_ints, check_numbers
 from ..errors import InputValueError, LPFailedError, TimeLimitError
-from ..linalg.lp import linprog_highs
+from ..linalg.lp import check_time_limit, linprog_highs
 from ..metrics import l1_fits
 from . import kernels
 
@@ -394,9 +394,7 @@ def exact_lp(X, rank, tau, cost, *, time_limit=None):
     InputValueError where no C fits X within tau, and :class:`dnomad.errors.LPFailedError`
     where HiGHS gives up (by simplex and by interior point).  Returns C (f x f).
     """
-    if time_limit is not None and not (isinstance(time_limit, (int, float, np.integer, np.floating))
-                                       and not isinstance(time_limit, bool) and time_limit > 0):
-        raise InputValueError(f"time_limit must be None or a positive number of seconds; got {time_limit!r}")
+    check_time_limit(time_limit)
     from scipy.sparse import coo_matrix, eye, hstack, kron, vstack
 
     X = np.asarray(X, dtype=np.float64)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 import time
 
+import numpy as np
+
 from ..errors import InputValueError
 
 # HiGHS's simplex (scipy's "highs" picks it for these LPs) can stop at model status
@@ -18,6 +20,14 @@ HIGHS_METHODS = ("highs", "highs-ipm")
 _ANSWERS = (0, 1, 2, 3)
 
 
+def check_time_limit(time_limit):
+    """``time_limit`` is None or a finite number of seconds > 0."""
+    if time_limit is not None and not (isinstance(time_limit, (int, float, np.integer, np.floating))
+                                       and not isinstance(time_limit, bool)
+                                       and math.isfinite(time_limit) and time_limit > 0):
+        raise InputValueError(f"time_limit must be None or a positive number of seconds; got {time_limit!r}")
+
+
 def linprog_highs(c, *, methods=HIGHS_METHODS, time_limit=None, **constraints):
     """scipy.optimize.linprog by the HiGHS ``methods`` in turn, until one returns an answer
     (status 0-3); ``time_limit`` (seconds) covers them all, and a method that fails with
@@ -29,9 +39,7 @@ def linprog_highs(c, *, methods=HIGHS_METHODS, time_limit=None, **constraints):
 
     if isinstance(methods, str) or not methods or any(m not in ("highs", "highs-ds", "highs-ipm") for m in methods):
         raise InputValueError(f"methods must name HiGHS methods ('highs', 'highs-ds', 'highs-ipm'); got {methods!r}")
-    if time_limit is not None and not (isinstance(time_limit, (int, float)) and not isinstance(time_limit, bool)
-                                       and math.isfinite(time_limit) and time_limit > 0):
-        raise InputValueError(f"time_limit must be None or a positive number of seconds; got {time_limit!r}")
+    check_time_limit(time_limit)
     start, failures = time.perf_counter(), []
     for method in methods:
         options = {}
