@@ -270,7 +270,9 @@ def shape_table(rows, lp_seconds):
             entry["hott_over_agkm_error_median"][name] = (
                 float(np.median([r["hott"]["error"] / max(r["AGKM"]["error"], 1e-300) for r in both]))
                 if both else None)
-            entry["hott_recovered"][name] = f"{sum(r['hott']['recovered'] for r in low)} of {len(low)}"
+            # Over the instances where hott finished, as the summary's recovered fraction counts.
+            ran = [r for r in low if finished(r, "hott", lp_seconds)]
+            entry["hott_recovered"][name] = f"{sum(r['hott']['recovered'] for r in ran)} of {len(ran)}"
         entry["seconds_range_by_eta"] = {}
         for m in METHODS:
             entry["seconds_range_by_eta"][m] = {}
