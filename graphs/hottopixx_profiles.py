@@ -252,8 +252,8 @@ def shape_table(rows, lp_seconds):
     median seconds over them all (the LP's unfinished ones count as past its limit, so its
     median is exact where it is under the limit, and None where half or more did not
     finish); and, at eta <= 0.95 (where the hott rows are identifiable and AGKM is
-    guaranteed), the median over instances of hott's error over AGKM's and how many
-    instances hott recovered, apart for the instances where the LP finished and where it
+    guaranteed), the median over instances of hott's error over AGKM's and, of the
+    instances hott finished on, how many it recovered, apart for the instances where the LP finished and where it
     did not; and each method's range of seconds apart at eta <= 0.95 and past it (AGKM's
     time depends on eta: a median can fall among either)."""
     out = {}
