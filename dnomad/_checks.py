@@ -24,15 +24,24 @@ def check_ints(params, names, minimum=1):
             raise InputValueError(f"{name} must be {kind}; got {val!r}")
 
 
+def _is_finite_number(val, *, positive):
+    return not isinstance(val, bool) and isinstance(val, (int, float, np.number)) \
+        and math.isfinite(val) and (val > 0 if positive else val >= 0)
+
+
 def check_numbers(params, names, *, positive):
     """Each attribute in ``names`` is a finite number, > 0 (``positive``) or >= 0."""
     for name in names:
         val = getattr(params, name)
-        ok = not isinstance(val, bool) and isinstance(val, (int, float, np.number)) \
-            and math.isfinite(val) and (val > 0 if positive else val >= 0)
-        if not ok:
+        if not _is_finite_number(val, positive=positive):
             raise InputValueError(f"{name} must be a finite number {'>' if positive else '>='} 0; "
                                   f"got {val!r}")
+
+
+def check_time_limit(time_limit):
+    """``time_limit`` is None or a finite number of seconds > 0."""
+    if time_limit is not None and not _is_finite_number(time_limit, positive=True):
+        raise InputValueError(f"time_limit must be None or a positive number of seconds; got {time_limit!r}")
 
 
 def check_choices(params, allowed_by_name):

@@ -253,8 +253,8 @@ def shape_table(rows, lp_seconds):
     median is exact where it is under the limit, and None where half or more did not
     finish); and, at eta <= 0.95 (where the hott rows are identifiable and AGKM is
     guaranteed), the median over instances of hott's error over AGKM's and, of the
-    instances hott finished on, how many it recovered, apart for the instances where the LP finished and where it
-    did not; and each method's range of seconds apart at eta <= 0.95 and past it (AGKM's
+    instances hott finished on, how many it recovered, apart for the instances where the
+    LP finished and where it did not; and each method's range of seconds apart at eta <= 0.95 and past it (AGKM's
     time depends on eta: a median can fall among either)."""
     out = {}
     for f, n in sorted({tuple(r["case"][:2]) for r in rows}):

@@ -41,9 +41,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import blocks
-from .._checks import check_choices, check_solver_params, generator_from_state, check_count, check_ints, check_numbers
+from .._checks import (check_choices, check_solver_params, generator_from_state, check_count, check_ints,
+                       check_numbers, check_time_limit)
 from ..errors import InputValueError, LPFailedError, TimeLimitError
-from ..linalg.lp import check_time_limit, linprog_highs
+from ..linalg.lp import linprog_highs
 from ..metrics import l1_fits
 from . import kernels
 

@@ -1,11 +1,9 @@
 """Linear programs by scipy's HiGHS, with a second method where the first gives up."""
 from __future__ import annotations
 
-import math
 import time
 
-import numpy as np
-
+from .._checks import check_time_limit
 from ..errors import InputValueError
 
 # HiGHS's simplex (scipy's "highs" picks it for these LPs) can stop at model status
@@ -18,14 +16,6 @@ HIGHS_METHODS = ("highs", "highs-ipm")
 # unbounded); any other (4: numerical trouble, and also HiGHS's "infeasible or
 # unbounded", which the next method then settles) fails the method, and the next tries.
 _ANSWERS = (0, 1, 2, 3)
-
-
-def check_time_limit(time_limit):
-    """``time_limit`` is None or a finite number of seconds > 0."""
-    if time_limit is not None and not (isinstance(time_limit, (int, float, np.integer, np.floating))
-                                       and not isinstance(time_limit, bool)
-                                       and math.isfinite(time_limit) and time_limit > 0):
-        raise InputValueError(f"time_limit must be None or a positive number of seconds; got {time_limit!r}")
 
 
 def linprog_highs(c, *, methods=HIGHS_METHODS, time_limit=None, **constraints):
