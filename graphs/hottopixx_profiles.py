@@ -165,6 +165,18 @@ def finished(row, method, lp_seconds):
     return score.get("finished", True) and (method != "LP" or score["seconds"] <= lp_seconds)
 
 
+def identifiable(row):
+    """eta <= 0.95: the hott rows are identifiable and AGKM is guaranteed (Theorem 2.3)."""
+    return row["case"][4] <= 0.95
+
+
+def recovered_count(rows, method, lp_seconds):
+    """Of the ``rows`` with identifiable hott rows that ``method`` finished on: how many
+    it recovered every hott topic on, and how many there were."""
+    ran = [r for r in rows if identifiable(r) and finished(r, method, lp_seconds)]
+    return sum(r[method]["recovered"] for r in ran), len(ran)
+
+
 def values(rows, key, lp_seconds):
     """(instances, methods) array of ``key``; inf where a method did not finish."""
     return np.array([[r[m][key] if finished(r, m, lp_seconds) else np.inf for m in METHODS] for r in rows],
@@ -216,10 +228,10 @@ def summarize(result, lp_seconds=LP_SECONDS):
         print(f"{key:8s} {m:18s} {med:13.3g} {within:10.2f} {best:6.2f} {median:10.3g}")
     recovered, recovered_over = {}, {}
     for m in METHODS:
-        low = [r for r in rows if r["case"][4] <= 0.95 and finished(r, m, lp_seconds)]
-        rec = float(np.mean([r[m]["recovered"] for r in low])) if low else float("nan")
-        recovered[m], recovered_over[m] = rec, len(low)
-        print(f"hott rows recovered (eta <= 0.95): {m:18s} {rec:.2f} of {len(low)}")
+        count, over = recovered_count(rows, m, lp_seconds)
+        rec = count / over if over else float("nan")
+        recovered[m], recovered_over[m] = rec, over
+        print(f"hott rows recovered (eta <= 0.95): {m:18s} {rec:.2f} of {over}")
     # Past eta = 1 AGKM finds fewer hott rows than the rank (its clusters merge): its error range there.
     agkm_high = [r["AGKM"]["error"] for r in rows if r["case"][4] > 1 and finished(r, "AGKM", lp_seconds)]
     failures = {m: sum("failure" in r[m] for r in rows) for m in METHODS}
@@ -254,8 +266,8 @@ def shape_table(rows, lp_seconds):
     finish); and, at eta <= 0.95 (where the hott rows are identifiable and AGKM is
     guaranteed), the median over instances of hott's error over AGKM's and, of the
     instances hott finished on, how many it recovered, apart for the instances where the
-    LP finished and where it did not; and each method's range of seconds apart at eta <= 0.95 and past it (AGKM's
-    time depends on eta: a median can fall among either)."""
+    LP finished and where it did not; and each method's range of seconds apart at
+    eta <= 0.95 and past it (AGKM's time depends on eta: a median can fall among either)."""
     out = {}
     for f, n in sorted({tuple(r["case"][:2]) for r in rows}):
         here = [r for r in rows if r["case"][:2] == [f, n]]
@@ -265,20 +277,18 @@ def shape_table(rows, lp_seconds):
                  "median_seconds": {m: float(t) if np.isfinite(t) else None for m, t in zip(METHODS, medians)},
                  "hott_over_agkm_error_median": {}, "hott_recovered": {}}
         for name, lp_done in (("lp_finished", True), ("lp_unfinished", False)):
-            low = [r for r in here if r["case"][4] <= 0.95 and finished(r, "LP", lp_seconds) == lp_done]
+            low = [r for r in here if identifiable(r) and finished(r, "LP", lp_seconds) == lp_done]
             both = [r for r in low if finished(r, "hott", lp_seconds) and finished(r, "AGKM", lp_seconds)]
             entry["hott_over_agkm_error_median"][name] = (
                 float(np.median([r["hott"]["error"] / max(r["AGKM"]["error"], 1e-300) for r in both]))
                 if both else None)
-            # Over the instances where hott finished, as the summary's recovered fraction counts.
-            ran = [r for r in low if finished(r, "hott", lp_seconds)]
-            entry["hott_recovered"][name] = f"{sum(r['hott']['recovered'] for r in ran)} of {len(ran)}"
+            entry["hott_recovered"][name] = "{} of {}".format(*recovered_count(low, "hott", lp_seconds))
         entry["seconds_range_by_eta"] = {}
         for m in METHODS:
             entry["seconds_range_by_eta"][m] = {}
             for name, low_eta in (("eta_le_0.95", True), ("eta_gt_0.95", False)):
                 t = [r[m]["seconds"] for r in here
-                     if (r["case"][4] <= 0.95) == low_eta and finished(r, m, lp_seconds)]
+                     if identifiable(r) == low_eta and finished(r, m, lp_seconds)]
                 entry["seconds_range_by_eta"][m][name] = [min(t), max(t)] if t else None
         out[f"{f}x{n}"] = entry
     return out
