@@ -44,10 +44,11 @@ def cmd_demo(args):
     os.makedirs(args.output, exist_ok=True)
     store = os.path.join(args.output, "nomad.zarr")
     where = "on an embedded 2-worker LocalCluster" if args.cluster else "in this process"
-    print(f"dnomad demo: NOMAD (conditional gradient, K={args.n_clusters}) on two rings, n={args.n_samples}, "
-          f"{where}; Q, history and checkpoints to {store}", flush=True)
+    print(f"dnomad demo: NOMAD (conditional gradient, {args.n_clusters} clusters) on two rings, "
+          f"n={args.n_samples}, {where}; Q, history and checkpoints to {store}", flush=True)
     X, y = two_rings(args.n_samples)
-    est = dnomad.NOMAD(n_clusters=args.n_clusters, backend="distributed" if args.cluster else "local",
+    est = dnomad.NOMAD(n_clusters=args.n_clusters, sdp_k=args.sdp_k,
+                       backend="distributed" if args.cluster else "local",
                        store=store, overwrite=True, block_size=args.block_size, verbose=args.progress)
     if args.cluster:
         from dnomad.blocks.cluster import cluster_client
@@ -62,9 +63,9 @@ def cmd_demo(args):
     png = os.path.join(args.output, "nomad_demo.png")
     dnomad.plot(est, png, X=X)
     ari = dnomad.metrics.adjusted_rand_score(y, est.labels_)
-    print(f"NOMAD on two rings: n={len(X)}, K={args.n_clusters}, {est.n_iter_} outer iterations "
-          f"({est.stop_reason_}), objective {est.objective_:.6g}, {len(np.unique(est.labels_))} groups, "
-          f"ARI vs the rings {ari:.3f}")
+    print(f"NOMAD on two rings: n={len(X)}, K={est.sdp_k_}, {est.n_iter_} outer iterations "
+          f"({est.stop_reason_}), objective {est.objective_:.6g}, {len(np.unique(est.labels_))} groups "
+          f"({est.label_method_used_}), ARI vs the rings {ari:.3f}")
     print(f"Q and history: {store}\nplot: {png}")
     return 0
 
@@ -615,7 +616,7 @@ def cmd_info(args):
     print(f"params      {' '.join(f'{k}={v}' for k, v in params.items())}")
     print(f"versions    {' '.join(f'{k} {v}' for k, v in run['versions'].items())}")
     for i, layer in enumerate(info["layers"]):
-        print(f"layer {i}     K={layer['n_clusters']} {layer['n_iter']} iterations ({layer['stop_reason']}), "
+        print(f"layer {i}     K={layer['sdp_k']} {layer['n_iter']} iterations ({layer['stop_reason']}), "
               f"objective {layer['objective']:.6g}")
     if ck is not None:
         where = f" of layer {ck['layer']}" if info["layers"] or ck.get("layer") else ""
@@ -674,7 +675,9 @@ def build_parser():
                                     "writes Q, the history and a PNG")
     p.add_argument("--output", default="demo_out", help="folder for the run store and the PNG (default demo_out)")
     p.add_argument("--n-samples", type=int, default=200, help="points on the two rings (default 200)")
-    p.add_argument("--n-clusters", type=int, default=8, help="NOMAD's K (default 8)")
+    p.add_argument("--n-clusters", type=int, default=2, help="the clusters to return (default 2, the rings)")
+    p.add_argument("--sdp-k", type=int, default=None, help="NOMAD's K, the trace of Q (default: NOMAD's rule "
+                   "from n and n_clusters)")
     p.add_argument("--block-size", type=int, default=None, help="the blocks' size (default: one block per "
                    "worker thread's share)")
     p.add_argument("--cluster", action="store_true",
@@ -686,8 +689,9 @@ def build_parser():
     p.add_argument("--input", help="data: .npy, .csv, or a Zarr path or URL (required)")
     p.add_argument("--method", choices=METHODS, help="default nomad")
     p.add_argument("--n-clusters", "--rank", dest="n_clusters", type=int,
-                   help="K (nomad), k (symnmf) or the rank r (hottopixx: features x samples input); "
-                        "required")
+                   help="the number of clusters (nomad, symnmf, the k-means methods, bregman) or the "
+                        "rank r (hottopixx: features x samples input); required; NOMAD's K is "
+                        "--params '{\"sdp_k\": K}'")
     p.add_argument("--store", help="the run store, a Zarr path or URL (required)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace another run's store (default: a store holding another run is refused)")

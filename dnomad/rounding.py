@@ -1,8 +1,13 @@
-"""Lloyd's k-means on the rows of a thin matrix: the rounding step that turns a relaxed
-solution (an embedding, the factor U of Z = U U^T) into group labels."""
+"""Rounding: hard labels from a relaxed solution.  Lloyd's k-means on the rows of a thin
+matrix (an embedding, the factor U of Z = U U^T), the connected components of a NOMAD
+solution Q, and normalized spectral clustering of Q as an affinity."""
 from __future__ import annotations
 
 import numpy as np
+
+from .blocks.operators import LowRankGram
+from .errors import InputValueError
+from .linalg import top_eigenvectors
 
 
 def kmeans_rows(Y, k, random_state=None, *, n_init=10, max_iter=300, init=None):
@@ -82,3 +87,44 @@ def component_labels(Q, fraction=COMPONENT_FRACTION):
     """
     d = np.clip(np.asarray(Q.diag(), dtype=np.float64), 0.0, None)
     return Q.threshold_components(fraction * d)
+
+
+# Degrees below this fraction of the mean count as this fraction: a row of an iterate
+# with (almost) no mass would otherwise get an unbounded weight D^-1/2.
+MIN_DEGREE_FRACTION = 1e-6
+
+
+def spectral_labels(Q, n_clusters, random_state=None, *, tol=1e-8):
+    """``n_clusters`` labels of a nonnegative affinity Q by normalized spectral clustering
+    (Ng, Jordan & Weiss 2002): the top ``n_clusters`` eigenvectors of D^-1/2 Q D^-1/2
+    (D = diag(Q 1)), rows scaled to unit length, then k-means.
+
+    Q is a :class:`dnomad.linalg.SymmetricOperator` (a BlockMatrix: one pass for the
+    degrees and one per Lanczos product; nothing n x n beyond Q's blocks), a
+    LowRankGram Q = Y Y^T (the exact thin SVD of D^-1/2 Y: two products with Y, O(n r^2)),
+    or a dense array.  For NOMAD's Q the degrees are 1 up to the row-sum constraint's
+    residual, so this is the spectral clustering of Q itself, and on Q's exact solution for
+    separated groups (block diagonal) it returns the groups.  Unlike the components of Q,
+    it returns exactly ``n_clusters`` groups whatever K was, and it splits manifolds that
+    touch at a few points, where a band of Q links them weakly.
+    """
+    n = int(Q.shape[0])
+    if not isinstance(n_clusters, (int, np.integer)) or not 2 <= n_clusters < n:
+        raise InputValueError(f"n_clusters must be an integer in [2, {n}) (n = {n} points); got {n_clusters!r}")
+    if isinstance(Q, np.ndarray):
+        dense = np.asarray(Q, dtype=np.float64)
+        matmat = dense.__matmul__
+    else:
+        matmat = Q.matmat
+    degrees = np.asarray(matmat(np.ones((n, 1))), dtype=np.float64).ravel()
+    floor = MIN_DEGREE_FRACTION * max(float(degrees.mean()), np.finfo(float).tiny)
+    scale = 1.0 / np.sqrt(np.maximum(degrees, floor))
+    if isinstance(Q, LowRankGram):
+        U, _, _ = np.linalg.svd(Q.Y * scale[:, None], full_matrices=False)
+        V = U[:, :n_clusters]
+    else:
+        _, V = top_eigenvectors(lambda W: scale[:, None] * np.asarray(matmat(scale[:, None] * W)), n,
+                                n_clusters, tol=tol)
+    norms = np.linalg.norm(V, axis=1, keepdims=True)
+    V = V / np.where(norms > 0, norms, 1.0)
+    return kmeans_rows(V, n_clusters, random_state)

@@ -26,7 +26,7 @@ def test_demo_writes_store_and_png_and_says_what_it_does(tmp_path, cluster):
     LocalCluster (--cluster): it says what it runs before it runs it, shows its
     progress, keeps distributed's INFO chatter out of the terminal, and writes Q, the
     history and the PNG."""
-    out = run("demo", "--output", str(tmp_path), "--n-samples", "160", "--n-clusters", "8",
+    out = run("demo", "--output", str(tmp_path), "--n-samples", "160", "--n-clusters", "2",
               *(["--cluster"] if cluster else []))
     first = out.stdout.splitlines()[0]
     assert first.startswith("dnomad demo: NOMAD") and ("LocalCluster" in first) == cluster

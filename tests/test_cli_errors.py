@@ -271,7 +271,7 @@ def test_resume_under_tls_needs_the_config_and_works_with_it(tmp_path):
 
     X = np.random.default_rng(0).normal(size=(30, 2))
     store = str(tmp_path / "run.zarr")
-    dnomad.fit(X, n_clusters=2, store=store, backend="local", max_iter=20)
+    dnomad.fit(X, n_clusters=2, sdp_k=2, store=store, backend="local", max_iter=20)
     unfinish(store)
     temp = Security.temporary()
     files = {}

@@ -123,6 +123,6 @@ def test_cancelled_batch_job_resumes_in_a_new_allocation(slurm, tmp_path):
     assert res.returncode == 0, (res.stderr, job_out, slurm.log_tail())
     assert "resumed: 20 iterations" in job_out
     with pytest.warns(dnomad.ConvergenceWarning):
-        ref = dnomad.NOMAD(n_clusters=8, dtype=np.float64, max_iter=20, block_size=100).fit(X)
+        ref = dnomad.NOMAD(n_clusters=2, sdp_k=8, dtype=np.float64, max_iter=20, block_size=100).fit(X)
     Q = np.asarray(dnomad.blocks.from_zarr(store, "result/Q"))
     np.testing.assert_allclose(Q, np.asarray(ref.Q_), rtol=0, atol=1e-10)

@@ -215,7 +215,7 @@ def test_passes_on_a_cluster_are_in_its_event_log_while_the_fit_runs(cluster_cli
         return [msg for t, msg in cluster_client.get_events(PASS_EVENTS) if t > stamp]
 
     start, during = last_stamp(), []
-    dnomad.NOMAD(6, backend="distributed", max_iter=3,
+    dnomad.NOMAD(6, sdp_k=6, backend="distributed", max_iter=3,
                  callback=lambda row: during.append(len(since(start)))).fit(two_rings(120)[0])
     events = since(start)
     assert 0 < during[0] < during[1] < during[2] <= len(events)

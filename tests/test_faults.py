@@ -16,7 +16,7 @@ from dnomad.data import two_rings
 from dnomad.errors import StoreError
 
 # Runs every iteration (no tolerance stop), so that runs compare iteration for iteration.
-EXACT = dict(n_clusters=6, dtype=np.float64, rmse_tol=0, min_tol=0, objective_tol=0)
+EXACT = dict(n_clusters=6, sdp_k=6, dtype=np.float64, rmse_tol=0, min_tol=0, objective_tol=0)
 
 
 def reference_Q(X, **kw):
@@ -225,6 +225,6 @@ def test_full_disk_during_the_out_of_core_first_pass_is_a_store_error(small_file
     with open(small_filesystem / "filler", "wb") as f:
         f.write(b"\0" * (free - 96 * 1024))
     with pytest.raises(StoreError) as err:
-        dnomad.NOMAD(n_clusters=4, backend="zarr", block_size=100, store=store).fit(X)
+        dnomad.NOMAD(n_clusters=4, sdp_k=4, backend="zarr", block_size=100, store=store).fit(X)
     message = str(err.value)
     assert "no space left" in message and "of pass" in message and "run.zarr" in message

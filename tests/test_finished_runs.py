@@ -20,12 +20,12 @@ def blobs():
 # Small runs to each stop: NOMAD's by its tolerances, SymNMF's at max_iter (a finished run
 # whatever made it stop).
 RUNS = {
-    "cgm": (blobs, dict(method="nomad", n_clusters=3)),
-    "cgm-float64-every-7": (blobs, dict(method="nomad", n_clusters=3, dtype=np.float64, checkpoint_every=7)),
-    "bm": (blobs, dict(method="nomad", solver="bm", n_clusters=3, random_state=0)),
-    "layers": (blobs, dict(method="nomad", layers=[6, 3])),
-    "symnmf": (blobs, dict(method="symnmf", n_clusters=3, max_iter=30, random_state=0)),
-    "symnmf-pgd": (blobs, dict(method="symnmf", solver="pgd", n_clusters=3, max_iter=30, random_state=0)),
+    "cgm": (blobs, dict(method="nomad", n_clusters=3, sdp_k=3)),
+    "cgm-float64-every-7": (blobs, dict(method="nomad", n_clusters=3, sdp_k=3, dtype=np.float64, checkpoint_every=7)),
+    "bm": (blobs, dict(method="nomad", solver="bm", n_clusters=3, sdp_k=3, random_state=0)),
+    "layers": (blobs, dict(method="nomad", n_clusters=3, layers=[6, 3])),
+    "symnmf": (blobs, dict(method="symnmf", n_clusters=3, init="random", max_iter=30, random_state=0)),
+    "symnmf-pgd": (blobs, dict(method="symnmf", solver="pgd", n_clusters=3, init="random", max_iter=30, random_state=0)),
 }
 pytestmark = pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
 
@@ -65,7 +65,7 @@ def test_resume_of_a_finished_run_changes_nothing(case, tmp_path):
     if kw["method"] == "nomad":
         np.testing.assert_array_equal(np.asarray(again.Q_), np.asarray(est.Q_))
         np.testing.assert_array_equal(again.embedding_, est.embedding_)
-        assert [layer["n_clusters"] for layer in again.layers_] == [layer["n_clusters"] for layer in est.layers_]
+        assert [layer["sdp_k"] for layer in again.layers_] == [layer["sdp_k"] for layer in est.layers_]
         assert [layer["n_iter"] for layer in again.layers_] == [layer["n_iter"] for layer in est.layers_]
     # fit(..., resume=True) on the finished store is the same no-op
     refit = dnomad.fit(make(), store=store, resume=True, **kw)
@@ -118,7 +118,7 @@ def test_a_run_stopped_by_its_callback_stays_stopped_on_resume(tmp_path, monkeyp
     with monkeypatch.context() as m:
         m.setattr(runs, "write_result", crash)
         with pytest.raises(Crash):
-            dnomad.NOMAD(n_clusters=6, store=store, callback=lambda row: row["iteration"] == 30).fit(X)
+            dnomad.NOMAD(n_clusters=6, sdp_k=6, store=store, callback=lambda row: row["iteration"] == 30).fit(X)
     resumed = dnomad.resume(store)
     assert resumed.n_iter_ == 30 and resumed.stop_reason_ == "callback"
 
@@ -126,10 +126,10 @@ def test_a_run_stopped_by_its_callback_stays_stopped_on_resume(tmp_path, monkeyp
 def test_a_run_stopped_at_max_iter_goes_on_when_resumed_with_a_larger_max_iter(tmp_path):
     X = blobs()
     store = str(tmp_path / "run.zarr")
-    dnomad.NOMAD(n_clusters=3, max_iter=20, checkpoint_every=7, store=store).fit(X)
+    dnomad.NOMAD(n_clusters=3, sdp_k=3, max_iter=20, checkpoint_every=7, store=store).fit(X)
     assert dnomad.resume(store).n_iter_ == 20                       # as it was: nothing to resume
     longer = dnomad.resume(store, max_iter=30)
-    whole = dnomad.NOMAD(n_clusters=3, max_iter=30).fit(X)
+    whole = dnomad.NOMAD(n_clusters=3, sdp_k=3, max_iter=30).fit(X)
     assert longer.n_iter_ == whole.n_iter_ == 30
     np.testing.assert_array_equal(np.asarray(longer.Q_), np.asarray(whole.Q_))
 
@@ -138,7 +138,7 @@ def test_cli_resume_of_a_finished_run_reports_it_and_changes_nothing(tmp_path, c
     from dnomad.cli import main
 
     store = str(tmp_path / "run.zarr")
-    dnomad.fit(blobs(), method="nomad", n_clusters=3, store=store)
+    dnomad.fit(blobs(), method="nomad", n_clusters=3, sdp_k=3, store=store)
     before = store_digest(store)
     assert main(["resume", store]) == 0
     out = capsys.readouterr().out
@@ -151,8 +151,8 @@ def test_a_max_iter_stop_resumed_with_the_default_max_iter_goes_on_to_the_tolera
     the 20 the run stopped at: it goes on; while it does, the old result is withdrawn."""
     X = blobs()
     store = str(tmp_path / "run.zarr")
-    dnomad.NOMAD(n_clusters=3, max_iter=20, store=store).fit(X)
-    est = dnomad.NOMAD(n_clusters=3, store=store).fit(X, resume=True)
+    dnomad.NOMAD(n_clusters=3, sdp_k=3, max_iter=20, store=store).fit(X)
+    est = dnomad.NOMAD(n_clusters=3, sdp_k=3, store=store).fit(X, resume=True)
     assert est.stop_reason_ == "tolerance" and est.n_iter_ > 20
     assert run_store.read_json(store, "result")["n_iter"] == est.n_iter_
     assert run_store.read_json(store, "dnomad_run")["estimator_params"]["max_iter"] == 2000
@@ -161,5 +161,5 @@ def test_a_max_iter_stop_resumed_with_the_default_max_iter_goes_on_to_the_tolera
 def test_resume_of_a_store_without_a_run_is_refused_and_writes_nothing(tmp_path):
     store = tmp_path / "empty.zarr"
     with pytest.raises(dnomad.StoreError, match="holds no dnomad run to resume"):
-        dnomad.NOMAD(n_clusters=3, store=str(store)).fit(blobs(), resume=True)
+        dnomad.NOMAD(n_clusters=3, sdp_k=3, store=str(store)).fit(blobs(), resume=True)
     assert not store.exists()

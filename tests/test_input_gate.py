@@ -76,7 +76,7 @@ ISSUE_CASES = [
     ("nomad", {"solver_options": {"sigma": 2.0}}, "solver_options"),
     ("symnmf", {"init": "kmeans++"}, "init"), ("symnmf", {"init": np.ones((3, 2))}, "init"),
     ("riemannian-kmeans", {"mu": [0.1, 0.2]}, "mu"), ("riemannian-kmeans", {"mu": -1.0}, "mu"),
-    ("nlr", {"rank": 1}, "rank"), ("nomad", {"label_method": "spectral"}, "n_groups"),
+    ("nlr", {"rank": 1}, "rank"), ("nomad", {"sdp_k": 2, "n_clusters": 3}, "sdp_k"),
     ("nlr", {"tol": 10**400}, "tol"), ("nomad", {"random_state": np.random.RandomState(0)}, "random_state"),
 ]
 
@@ -222,7 +222,7 @@ def test_the_table_is_large_and_covers_every_method():
 def test_good_values_of_every_kind_pass_the_gate():
     """The gate refuses what it must and no more: NumPy ints and bools, path-likes,
     Generators and dtype spellings are accepted."""
-    est = dnomad.NOMAD(np.int64(3), overwrite=np.bool_(False), store=None, random_state=np.random.default_rng(0),
+    est = dnomad.NOMAD(np.int64(3), sdp_k=np.int64(3), overwrite=np.bool_(False), store=None, random_state=np.random.default_rng(0),
                        dtype="float64", block_size=np.int32(16), component_threshold=np.float32(0.5),
                        callback=lambda row: None)
     validation.validate_params(est)
@@ -260,8 +260,8 @@ def test_a_store_claimed_for_a_run_refused_late_is_released(tmp_path):
 
 @pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
 @pytest.mark.parametrize("method,params_class,params", [
-    ("nomad", "dnomad.nomad.cgm.NomadParams", {"n_clusters": 2, "max_iter": 3}),
-    ("nomad", "dnomad.nomad.bm.BurerMonteiroParams", {"n_clusters": 2, "solver": "bm", "rank": 4, "max_iter": 2}),
+    ("nomad", "dnomad.nomad.cgm.NomadParams", {"n_clusters": 2, "sdp_k": 2, "max_iter": 3}),
+    ("nomad", "dnomad.nomad.bm.BurerMonteiroParams", {"n_clusters": 2, "sdp_k": 2, "solver": "bm", "rank": 4, "max_iter": 2}),
     ("nomad", "dnomad.nomad.cgm.NomadParams", {"n_clusters": 2, "layers": [3, 2], "max_iter": 3}),
     ("symnmf", "dnomad.symnmf.solvers.SymNMFParams", {"n_clusters": 2, "max_iter": 3}),
     ("hottopixx", "dnomad.hottopixx.solver.HottopixxParams", {"rank": 3, "n_epochs": 2}),

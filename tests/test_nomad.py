@@ -61,7 +61,7 @@ CASES = {
 @pytest.mark.parametrize("make,K,options,q_bound", list(CASES.values()), ids=list(CASES))
 def test_matches_exact_sdp(make, K, options, q_bound, device):
     X = make()
-    est = dnomad.NOMAD(n_clusters=K, dtype=np.float64, device=device, **options).fit(X)
+    est = dnomad.NOMAD(n_clusters=K, sdp_k=K, dtype=np.float64, device=device, **options).fit(X)
     Q = np.asarray(est.Q_)
     D = blocks.prepare_gram_data(X) @ blocks.prepare_gram_data(X).T
     Qs = exact_nomad(D, K)
@@ -105,7 +105,7 @@ def test_scale_penalty_is_n_rms_of_centered_gram_over_k():
     assert resolve_penalty(NomadParams(n_clusters=K, penalty=2.0, tau=3.0), D.group) == (2.0, 3.0)
     assert resolve_penalty(NomadParams(n_clusters=K, penalty=2.0), D.group) == (2.0, None)
     with pytest.warns(dnomad.ConvergenceWarning):
-        est = dnomad.NOMAD(n_clusters=K, dtype=np.float64, max_iter=2, tau="scale").fit(X)
+        est = dnomad.NOMAD(n_clusters=K, sdp_k=K, dtype=np.float64, max_iter=2, tau="scale").fit(X)
     assert (est.penalty_, est.tau_) == pytest.approx((want, want), rel=1e-6)
 
 
@@ -114,7 +114,7 @@ def test_objective_tol_means_relative_change():
     objective_tol bounds the relative change of Tr(D Q) in that iteration."""
     X = two_rings(80)[0]
     tol = 1e-4
-    est = dnomad.NOMAD(n_clusters=6, dtype=np.float64, objective_tol=tol).fit(X)
+    est = dnomad.NOMAD(n_clusters=6, sdp_k=6, dtype=np.float64, objective_tol=tol).fit(X)
     assert est.stop_reason_ == "tolerance"
     h = est.history_
 
@@ -129,9 +129,9 @@ def test_objective_tol_means_relative_change():
 @pytest.mark.parametrize("n_centers", [3, 5])
 def test_separated_blobs_are_recovered_exactly(n_centers):
     X, y = gaussian_blobs(150, n_centers=n_centers, separation=12.0, random_state=1)
-    est = dnomad.NOMAD(n_clusters=n_centers).fit(X)
+    est = dnomad.NOMAD(n_clusters=n_centers, sdp_k=n_centers).fit(X)
     assert adjusted_rand_score(y, est.labels_) == 1.0
-    spec = dnomad.NOMAD(n_clusters=n_centers, label_method="spectral", n_groups=n_centers,
+    spec = dnomad.NOMAD(n_clusters=n_centers, sdp_k=n_centers, label_method="spectral",
                         random_state=0).fit(X)
     assert adjusted_rand_score(y, spec.labels_) == 1.0
     assert est.embedding_.shape == (150, 2)
@@ -153,7 +153,7 @@ def unequal_blobs(sizes, separation=12.0, random_state=0):
 @pytest.mark.parametrize("sizes", [(12, 240), (40, 95, 60, 45), (10, 200, 50, 25)], ids=str)
 def test_hard_labels_of_unequal_blobs_are_the_blobs(sizes, solver):
     X, y = unequal_blobs(sizes)
-    est = dnomad.NOMAD(n_clusters=len(sizes), solver=solver, random_state=0).fit(X)
+    est = dnomad.NOMAD(n_clusters=len(sizes), sdp_k=len(sizes), solver=solver, random_state=0).fit(X)
     assert est.stop_reason_ == "tolerance"
     assert len(np.unique(est.labels_)) == len(sizes)
     assert adjusted_rand_score(y, est.labels_) == 1.0
@@ -162,8 +162,9 @@ def test_hard_labels_of_unequal_blobs_are_the_blobs(sizes, solver):
 @pytest.mark.parametrize("solver", ["cgm", "bm"])
 def test_hard_labels_with_k_above_the_manifolds_are_the_manifolds(solver):
     X, y = two_rings(300)
-    est = dnomad.NOMAD(n_clusters=12, solver=solver, random_state=0).fit(X)
+    est = dnomad.NOMAD(n_clusters=2, sdp_k=12, solver=solver, random_state=0).fit(X)
     assert adjusted_rand_score(y, est.labels_) == 1.0
+    assert est.label_method_used_ == "components"
 
 
 def test_component_labels_ignore_scale_and_read_each_ends_diagonal(rng):
@@ -195,6 +196,96 @@ def test_component_labels_ignore_scale_and_read_each_ends_diagonal(rng):
         assert adjusted_rand_score(ref, ours) == 1.0 and ours.max() == ref.max()
 
 
+def _band_factor(sizes, width, rng):
+    """Y >= 0 whose Q = Y Y^T is, per group, a band along a path (a sampled manifold):
+    row i of a group overlaps the ``width`` rows on either side; consecutive groups touch
+    through one link (the last row of one and the first of the next share a column)."""
+    blocks_ = []
+    for size in sizes:
+        Y = np.zeros((size, size))
+        for i in range(size):
+            Y[i, max(0, i - width):i + width + 1] = 1.0
+        blocks_.append(Y)
+    n = sum(sizes)
+    Y = np.zeros((n, sum(sizes) + len(sizes)))
+    r = c = 0
+    for g, B in enumerate(blocks_):
+        Y[r:r + len(B), c:c + len(B)] = B
+        r, c = r + len(B), c + len(B)
+    for g in range(len(sizes) - 1):                    # one link between consecutive groups
+        end = sum(sizes[:g + 1])
+        Y[end - 1, -1 - g] = Y[end, -1 - g] = 1.0
+    Y += 1e-3 * rng.random(Y.shape)
+    return Y / np.sqrt(Y @ Y.sum(axis=0))[:, None]     # rows of Q sum to about 1
+
+
+def test_spectral_labels_split_linked_bands_the_same_on_every_operator(rng):
+    """Bands of unequal lengths linked end to end (one connected affinity): normalized
+    spectral clustering returns the bands, the same labels from a dense Q, a BlockMatrix
+    (Lanczos over its blocks, b dividing n or not) and the factor Y (thin SVD)."""
+    from dnomad.blocks.operators import LowRankGram
+    from dnomad.rounding import spectral_labels
+
+    sizes = (70, 40, 90)
+    truth = np.repeat(np.arange(3), sizes)
+    Y = _band_factor(sizes, 4, rng)
+    Q = Y @ Y.T
+    dense = spectral_labels(Q, 3, random_state=0)
+    assert adjusted_rand_score(truth, dense) == 1.0
+    np.testing.assert_array_equal(spectral_labels(LowRankGram(Y), 3, random_state=0), dense)
+    for b in (200, 64):
+        np.testing.assert_array_equal(
+            spectral_labels(blocks.from_array(Q, block_size=b, dtype=np.float64), 3, random_state=0), dense)
+    for bad in (1, 200, 2.0):
+        with pytest.raises(InputValueError, match=r"n_clusters must be an integer in \[2, 200\)"):
+            spectral_labels(Q, bad)
+
+
+def test_labels_take_the_components_where_there_are_n_clusters_of_them_else_spectral(rng):
+    """label_method="auto": Q of separated blocks gives its components; the same Q asked
+    for fewer clusters than components gets n_clusters spectral groups; asked
+    for "components" it keeps the components whatever their number."""
+    from dnomad.blocks.operators import LowRankGram
+    from dnomad.nomad.estimator import nomad_labels
+
+    sizes = (30, 50, 20, 40)
+    truth = np.repeat(np.arange(4), sizes)
+    Y = np.zeros((140, 4))
+    Y[np.arange(140), truth] = 1 / np.sqrt(np.array(sizes)[truth])
+    Q = LowRankGram(Y)
+    labels, used = nomad_labels(Q, 4)
+    assert used == "components" and adjusted_rand_score(truth, labels) == 1.0
+    for k in (2, 3):
+        labels, used = nomad_labels(Q, k, random_state=0)
+        assert used == "spectral" and len(np.unique(labels)) == k
+    labels, used = nomad_labels(Q, 2, "components")
+    assert used == "components" and labels.max() == 3
+
+
+def test_default_sdp_k_rule():
+    from dnomad.nomad.estimator import default_sdp_k
+
+    assert [default_sdp_k(n, c) for n, c in [(3000, 2), (3000, 3), (1797, 10), (70000, 10), (200, 2),
+                                             (40, 2), (30, 3)]] == [24, 24, 40, 40, 20, 4, 3]
+
+
+@pytest.mark.parametrize("solver", ["cgm", "bm"])
+@pytest.mark.parametrize("data", ["rings", "half-moons", "unequal blobs"])
+def test_defaults_find_noisy_manifolds_and_unequal_blobs(data, solver):
+    """What a user gets from NOMAD(n_clusters=true count) and nothing else: noisy rings and
+    half-moons exactly (one layer with K = n_clusters mixes them: ARI 0.00 and 0.25 at
+    n = 3,000), and blobs of sizes 10:3:1 with unequal spreads."""
+    from dnomad.data import noisy_semicircles
+
+    X, y = {"rings": lambda: two_rings(600, noise=0.05, random_state=1),
+            "half-moons": lambda: noisy_semicircles(600, noise=0.08, random_state=1),
+            "unequal blobs": lambda: unequal_blobs((300, 90, 30), separation=9.0)}[data]()
+    k = len(np.unique(y))
+    est = dnomad.NOMAD(k, solver=solver, random_state=0).fit(X)
+    assert est.sdp_k_ == 24 and len(np.unique(est.labels_)) == k
+    assert adjusted_rand_score(y, est.labels_) >= (0.99 if data != "unequal blobs" else 0.95)
+
+
 class Interrupt(Exception):
     pass
 
@@ -202,7 +293,7 @@ class Interrupt(Exception):
 @pytest.mark.parametrize("device", DEVICES)
 def test_resume_after_kill_matches_uninterrupted(tmp_path, device):
     X = two_rings(100)[0]
-    kw = dict(n_clusters=6, dtype=np.float64, max_iter=25, checkpoint_every=5, rmse_tol=0, min_tol=0,
+    kw = dict(n_clusters=6, sdp_k=6, dtype=np.float64, max_iter=25, checkpoint_every=5, rmse_tol=0, min_tol=0,
               objective_tol=0, device=device)
     with pytest.warns(dnomad.ConvergenceWarning):
         full = dnomad.NOMAD(**kw).fit(X)
@@ -227,10 +318,10 @@ def test_resume_after_kill_matches_uninterrupted(tmp_path, device):
 def test_store_holding_another_run_is_refused(tmp_path):
     store = str(tmp_path / "run.zarr")
     X = gaussian_blobs(40, n_centers=2)[0]
-    dnomad.fit(X, n_clusters=2, store=store)
+    dnomad.fit(X, n_clusters=2, sdp_k=2, store=store)
     with pytest.raises(StoreError, match="already holds a dnomad run"):
-        dnomad.fit(X, n_clusters=3, store=store)
-    dnomad.fit(X, n_clusters=3, store=store, overwrite=True)
+        dnomad.fit(X, n_clusters=3, sdp_k=3, store=store)
+    dnomad.fit(X, n_clusters=3, sdp_k=3, store=store, overwrite=True)
 
 
 def _read_only_dir(tmp_path):
@@ -251,14 +342,14 @@ def test_store_not_writable(tmp_path):
     ro = _read_only_dir(tmp_path)
     try:
         with pytest.raises(StoreError, match="not writable"):
-            dnomad.fit(gaussian_blobs(40, n_centers=2)[0], n_clusters=2, store=f"{ro}/x.zarr")
+            dnomad.fit(gaussian_blobs(40, n_centers=2)[0], n_clusters=2, sdp_k=2, store=f"{ro}/x.zarr")
     finally:
         (tmp_path / "ro").chmod(0o700)
 
 
 def test_store_path_with_missing_parent(tmp_path):
     with pytest.raises(StoreError, match="does not exist"):
-        dnomad.fit(gaussian_blobs(40, n_centers=2)[0], n_clusters=2,
+        dnomad.fit(gaussian_blobs(40, n_centers=2)[0], n_clusters=2, sdp_k=2,
                    store=str(tmp_path / "no" / "such" / "x.zarr"))
 
 
@@ -311,11 +402,11 @@ def test_precomputed_gram_and_zarr_input(tmp_path):
     inputs = [(X, False), (D, True), (url, True)]
     short = dict(max_iter=5, rmse_tol=0, min_tol=0, objective_tol=0)
     with pytest.warns(dnomad.ConvergenceWarning):
-        Qs = [np.asarray(dnomad.NOMAD(n_clusters=3, dtype=np.float64, precomputed=pre, **short)
+        Qs = [np.asarray(dnomad.NOMAD(n_clusters=3, sdp_k=3, dtype=np.float64, precomputed=pre, **short)
                          .fit(inp).Q_) for inp, pre in inputs]
     for Q in Qs[1:]:
         np.testing.assert_allclose(Q, Qs[0], rtol=0, atol=1e-6)
-    full = [dnomad.NOMAD(n_clusters=3, dtype=np.float64, precomputed=pre).fit(inp)
+    full = [dnomad.NOMAD(n_clusters=3, sdp_k=3, dtype=np.float64, precomputed=pre).fit(inp)
             for inp, pre in inputs]
     Q0 = np.asarray(full[0].Q_)
     for est in full[1:]:
@@ -465,7 +556,7 @@ def test_block_steps_converge_the_kept_pairs_and_the_first_cut(monkeypatch):
     monkeypatch.setattr(cgm, "lobpcg_top", spy)
     X, _ = two_rings(300)
     K = 8                                           # k = 2K + 8 = 24, 5k < n - 1: LOBPCG, not eigh
-    est = dnomad.NOMAD(n_clusters=K, backend="local").fit(X)
+    est = dnomad.NOMAD(n_clusters=K, sdp_k=K, backend="local").fit(X)
     assert est.stop_reason_ == "tolerance" and calls and all(w is not None for w in calls)
     wanted = calls[-1]
     w = np.array([9.0, 4.0, 3.5, 1.0, 0.5, 0.1])     # onto {sum = K - 1 = 7}: 9 - 1 = 8 > 7, keeps 1, 2 ...

@@ -26,13 +26,13 @@ def test_multilayer_separates_manifolds_that_one_layer_and_kmeans_do_not(make, t
     X, y = make()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        deep = dnomad.NOMAD(layers="halving", n_clusters=16, n_groups=2,
+        deep = dnomad.NOMAD(2, layers="halving", sdp_k=16,
                             store=str(tmp_path / "ml.zarr")).fit(X)
         # One layer with K = 2 is far slower to converge (rings: past 2000 steps); 150 steps
         # show the mixing, which sets in early.
-        single = dnomad.NOMAD(n_clusters=2, max_iter=150).fit(X)
+        single = dnomad.NOMAD(n_clusters=2, sdp_k=2, max_iter=150).fit(X)
     assert all(r["stop_reason"] == "tolerance" for r in deep.layers_)
-    assert [r["n_clusters"] for r in deep.layers_] == [16, 8, 4, 2]
+    assert [r["sdp_k"] for r in deep.layers_] == [16, 8, 4, 2]
     assert adjusted_rand_score(y, deep.labels_) == 1.0
     assert adjusted_rand_score(y, single.labels_) < 0.3
     assert adjusted_rand_score(y, KMeans(2, n_init=10, random_state=0).fit_predict(X)) < 0.3
@@ -41,7 +41,7 @@ def test_multilayer_separates_manifolds_that_one_layer_and_kmeans_do_not(make, t
     for layer, record in enumerate(deep.layers_[:-1]):
         Q = np.asarray(zarr.open_array(store=str(tmp_path / "ml.zarr"), path=f"layers/{layer}/Q", mode="r"))
         np.testing.assert_allclose(Q, np.asarray(record["Q"]))
-        assert np.trace(Q) == pytest.approx(record["n_clusters"], rel=1e-3)
+        assert np.trace(Q) == pytest.approx(record["sdp_k"], rel=1e-3)
         np.testing.assert_allclose(Q.sum(axis=1), 1, atol=1e-3)
     assert run_store.read_json(str(tmp_path / "ml.zarr"), "result")["layers"] == [16, 8, 4, 2]
 
@@ -52,7 +52,7 @@ def test_multilayer_resumes_in_the_layer_it_stopped(tmp_path, steps):
     """A run stopped in layer 2 of 3 resumes there (layer 1's Q from the store, layer 2
     from its checkpoint) and ends with the uninterrupted run's Q, bit for bit."""
     X, _ = two_rings(120)
-    kw = dict(layers=[8, 4, 2], max_iter=40, checkpoint_every=5, dtype=np.float64, **steps)
+    kw = dict(layers=[8, 4, 2], n_clusters=2, max_iter=40, checkpoint_every=5, dtype=np.float64, **steps)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         whole = dnomad.NOMAD(**kw).fit(X)
@@ -69,7 +69,7 @@ def test_multilayer_resumes_in_the_layer_it_stopped(tmp_path, steps):
         assert run_store.read_json(store, "layers/1") is None
         resumed = dnomad.resume(store)
     np.testing.assert_array_equal(np.asarray(resumed.Q_), np.asarray(whole.Q_))
-    assert [r["n_clusters"] for r in resumed.layers_] == [8, 4, 2]
+    assert [r["sdp_k"] for r in resumed.layers_] == [8, 4, 2]
 
 
 def _raising(predicate):
@@ -86,14 +86,14 @@ def test_burer_monteiro_estimator_gives_the_shared_result(tmp_path):
     store as a row-chunked n x r array, Q = Y Y^T feasible."""
     X, y = gaussian_blobs(300, n_centers=4, separation=12.0)
     store = str(tmp_path / "bm.zarr")
-    bm = dnomad.fit(X, method="nomad", solver="bm", n_clusters=4, rank=4, random_state=0, store=store)
-    cgm = dnomad.fit(X, method="nomad", n_clusters=4)
+    bm = dnomad.fit(X, method="nomad", solver="bm", n_clusters=4, sdp_k=4, rank=4, random_state=0, store=store)
+    cgm = dnomad.fit(X, method="nomad", n_clusters=4, sdp_k=4)
     for est in (bm, cgm):
         assert adjusted_rand_score(y, est.labels_) == 1.0
         assert est.embedding_.shape == (300, 2) and np.isfinite(est.embedding_).all()
         assert {"iteration", "objective", "seconds"} <= set(est.history_[-1])
         assert est.Q_.shape == (300, 300) and est.Q_.diag().shape == (300,)
-        assert [r["n_clusters"] for r in est.layers_] == [4]
+        assert [r["sdp_k"] for r in est.layers_] == [4]
     assert isinstance(bm.Q_, LowRankGram) and bm.Y_.shape == (300, 4) and bm.stop_reason_ == "tolerance"
     Q = np.asarray(bm.Q_)
     np.testing.assert_allclose(Q, bm.Y_ @ bm.Y_.T)
@@ -117,7 +117,7 @@ def test_burer_monteiro_resumes_exactly_from_its_checkpoint(tmp_path):
     """Checkpoints hold (Y, mu, lambda, history): a run killed after outer step 3 and
     resumed ends with the uninterrupted run's Y, bit for bit."""
     X, _ = two_rings(200)
-    kw = dict(solver="bm", n_clusters=4, rank=16, random_state=1, checkpoint_every=1)
+    kw = dict(solver="bm", n_clusters=4, sdp_k=4, rank=16, random_state=1, checkpoint_every=1)
     whole = dnomad.NOMAD(**kw).fit(X)
     assert whole.n_iter_ > 3
     store = str(tmp_path / "bm.zarr")
@@ -142,7 +142,7 @@ def test_burer_monteiro_reads_data_from_zarr_chunk_by_chunk(tmp_path):
     url = str(tmp_path / "X.zarr")
     arr = zarr.create_array(store=url, shape=X.shape, dtype="f8", chunks=(64, 2))
     arr[...] = X
-    kw = dict(solver="bm", n_clusters=3, rank=6, random_state=0,
+    kw = dict(solver="bm", n_clusters=3, sdp_k=3, rank=6, random_state=0,
               solver_options={"tol": 1e-7, "feasibility_tol": 1e-6})
     from_zarr = dnomad.NOMAD(**kw, store=str(tmp_path / "s.zarr")).fit(url)
     in_memory = dnomad.NOMAD(**kw).fit(X)
@@ -162,7 +162,7 @@ def test_burer_monteiro_on_two_workers_from_zarr_equals_the_run_in_this_process(
     url = str(tmp_path / "X.zarr")
     arr = zarr.create_array(store=url, shape=X.shape, dtype="f8", chunks=(64, 2))
     arr[...] = X
-    kw = dict(solver="bm", n_clusters=3, rank=6, random_state=0)
+    kw = dict(solver="bm", n_clusters=3, sdp_k=3, rank=6, random_state=0)
     here = dnomad.NOMAD(**kw, backend="local").fit(url)
     workers = dnomad.NOMAD(**kw, backend="distributed").fit(url)
     assert workers.backend_used_ == "distributed" and here.backend_used_ == "local"
@@ -196,8 +196,12 @@ def test_low_rank_components_match_dense_components(rng):
     ({"solver_options": {"sigma": 2.0}}, "not options of solver='cgm'"),
     ({"solver": "bm", "rank": 2, "n_clusters": 4}, r"rank must be an integer in \[n_clusters, n\]"),
     ({"layers": [4, 8, 2]}, "strictly decreasing"),
-    ({"layers": [8, 4, 2], "n_groups": 3}, r"last layer's K \(2\) must equal n_groups \(3\)"),
-    ({"layers": "halving", "n_clusters": 8}, 'needs integers 1 < n_groups < n_clusters'),
+    ({"layers": [8, 4, 2], "n_clusters": 3}, r"last layer's K \(2\) must be at least n_clusters \(3\)"),
+    ({"layers": [8, 4], "n_clusters": 2, "sdp_k": 8}, "either as sdp_k or as layers"),
+    ({"layers": [8, True], "n_clusters": 2}, "list of integers"),
+    ({"layers": [8.0, 4.0], "n_clusters": 2}, "list of integers"),
+    ({"sdp_k": 4, "n_clusters": 6}, r"sdp_k \(4\) must be at least n_clusters \(6\)"),
+    ({"n_clusters": 40}, r"n_clusters must be below the number of samples \(40\)"),
     ({"layers": "thirds"}, "layers must be None or one of 'halving' or a list"),
     ({"layers": [8, "x"]}, "list of integers"),
     ({"solver": "bm", "checkpoint_every": 0}, r"checkpoint_every must be None or an int in \[1, inf\)"),
@@ -215,7 +219,7 @@ def test_burer_monteiro_multilayer_keeps_each_layers_factor(tmp_path):
     store."""
     X, y = noisy_semicircles(200)
     store = str(tmp_path / "bm.zarr")
-    est = dnomad.NOMAD(solver="bm", layers=[8, 4, 2], random_state=0, store=store).fit(X)
+    est = dnomad.NOMAD(2, solver="bm", layers=[8, 4, 2], random_state=0, store=store).fit(X)
     assert adjusted_rand_score(y, est.labels_) == 1.0
     for layer, K in enumerate([8, 4]):
         Y = zarr.open_array(store=store, path=f"layers/{layer}/Y", mode="r")[...]

@@ -26,7 +26,7 @@ def small_memory_client():
 
 
 def _fit(n, store):
-    kw = dict(n_clusters=8, dtype=np.float64, backend="zarr", store=store, block_size=BLOCK,
+    kw = dict(n_clusters=8, sdp_k=8, dtype=np.float64, backend="zarr", store=store, block_size=BLOCK,
               max_iter=2, n_inner=3, rmse_tol=0, min_tol=0, objective_tol=0)
     with pytest.warns(dnomad.ConvergenceWarning):
         return dnomad.NOMAD(**kw).fit(two_rings(n)[0])

@@ -45,14 +45,14 @@ def blobs():
 # ---------------------------------------------------------------------------- pickle
 # case -> (method, parameters (a function of tmp_path), input, learned attributes compared)
 FITS = {
-    "nomad-cgm": ("nomad", lambda tmp: dict(n_clusters=4, max_iter=30, random_state=np.random.default_rng(0),
+    "nomad-cgm": ("nomad", lambda tmp: dict(n_clusters=4, sdp_k=4, max_iter=30, random_state=np.random.default_rng(0),
                                             callback=record_row),
                   rings, ["labels_", "Q_", "embedding_", "eigenvalues_"]),
-    "nomad-cgm-store": ("nomad", lambda tmp: dict(n_clusters=4, max_iter=30, store=str(tmp / "run.zarr")),
+    "nomad-cgm-store": ("nomad", lambda tmp: dict(n_clusters=4, sdp_k=4, max_iter=30, store=str(tmp / "run.zarr")),
                         rings, ["labels_", "Q_", "embedding_"]),
-    "nomad-bm": ("nomad", lambda tmp: dict(n_clusters=4, solver="bm", max_iter=5, callback=record_row),
+    "nomad-bm": ("nomad", lambda tmp: dict(n_clusters=4, sdp_k=4, solver="bm", max_iter=5, callback=record_row),
                  rings, ["labels_", "Q_", "Y_", "embedding_"]),
-    "nomad-layers": ("nomad", lambda tmp: dict(n_clusters=4, layers=[4, 2], max_iter=20),
+    "nomad-layers": ("nomad", lambda tmp: dict(n_clusters=2, layers=[4, 2], max_iter=20),
                      rings, ["labels_", "Q_", "embedding_"]),
     "symnmf": ("symnmf", lambda tmp: dict(n_clusters=4, max_iter=20, random_state=np.random.default_rng(0),
                                           callback=record_row),
@@ -130,7 +130,7 @@ def test_store_backed_q_pickles_as_a_reference_to_its_store(tmp_path, monkeypatc
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "run")
     with pytest.warns(ConvergenceWarning):
-        est = dnomad.NOMAD(4, max_iter=10, store="run.zarr").fit(rings())
+        est = dnomad.NOMAD(4, sdp_k=4, max_iter=10, store="run.zarr").fit(rings())
     assert est.Q_.backend == "zarr"
     Q = np.asarray(est.Q_)
     data = pickle.dumps(est)
@@ -182,7 +182,7 @@ def test_group_with_blocks_in_workers_refuses_to_pickle(in_process_client):
 def test_distributed_fit_leaves_a_picklable_q_in_this_process(in_process_client):
     X = rings()
     with pytest.warns(ConvergenceWarning):
-        est = dnomad.NOMAD(4, max_iter=5, backend="distributed").fit(X)
+        est = dnomad.NOMAD(4, sdp_k=4, max_iter=5, backend="distributed").fit(X)
     assert est.backend_used_ == "distributed" and est.Q_.backend == "local"
     loaded = pickle.loads(pickle.dumps(est))
     np.testing.assert_array_equal(np.asarray(loaded.Q_), np.asarray(est.Q_))
@@ -192,9 +192,9 @@ def test_distributed_fit_leaves_a_picklable_q_in_this_process(in_process_client)
 # ------------------------------------------------------------------ ConvergenceWarning
 # case -> (method, parameters, input): capped at max_iter 1 or 2 with tol > 0.
 CAPPED = {
-    "nomad-cgm": ("nomad", dict(n_clusters=4, max_iter=2), rings),
-    "nomad-bm": ("nomad", dict(n_clusters=4, solver="bm", max_iter=1), rings),
-    "nomad-layers": ("nomad", dict(n_clusters=4, layers=[4, 2], max_iter=2), rings),
+    "nomad-cgm": ("nomad", dict(n_clusters=4, sdp_k=4, max_iter=2), rings),
+    "nomad-bm": ("nomad", dict(n_clusters=4, sdp_k=4, solver="bm", max_iter=1), rings),
+    "nomad-layers": ("nomad", dict(n_clusters=2, layers=[4, 2], max_iter=2), rings),
     "symnmf": ("symnmf", dict(n_clusters=4, max_iter=2), rings),
     "symnmf-objective-rule": ("symnmf", dict(n_clusters=4, max_iter=2, stop_rule="objective"), rings),
     "riemannian-kmeans": ("riemannian-kmeans", dict(n_clusters=2, max_iter=1, random_state=0), rings),
@@ -268,10 +268,10 @@ def test_direct_solver_calls_warn_at_the_callers_line():
 
 # case -> (method, parameters, input): settings that meet the tolerance well before max_iter.
 CONVERGING = {
-    "nomad-cgm": ("nomad", dict(n_clusters=3, dtype=np.float64, max_iter=500, rmse_tol=1e-3, min_tol=0.1,
+    "nomad-cgm": ("nomad", dict(n_clusters=3, sdp_k=3, dtype=np.float64, max_iter=500, rmse_tol=1e-3, min_tol=0.1,
                                 objective_tol=1e-2),
                   lambda: gaussian_blobs(60, n_centers=3, separation=12.0, random_state=1)[0]),
-    "nomad-bm": ("nomad", dict(n_clusters=3, solver="bm", max_iter=50), blobs),
+    "nomad-bm": ("nomad", dict(n_clusters=3, sdp_k=3, solver="bm", max_iter=50), blobs),
     "symnmf": ("symnmf", dict(n_clusters=3, tol=1e-2, max_iter=300, dtype=np.float64, bandwidth=4.0,
                               random_state=0),
                lambda: gaussian_blobs(60, n_centers=3, separation=4.0, random_state=2)[0]),

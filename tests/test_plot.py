@@ -11,9 +11,9 @@ BLOBS = gaussian_blobs(60, n_centers=3, separation=8.0, random_state=0)[0] + 5.0
 
 # method -> (parameters, data, the panels' titles, beginnings)
 CASES = {
-    "nomad": ({"n_clusters": 6}, two_rings(120)[0],
+    "nomad": ({"n_clusters": 6, "sdp_k": 6}, two_rings(120)[0],
               ["data by predicted label", "Q sorted by label", "2-D embedding", "history"]),
-    "nomad-bm": ({"n_clusters": 6, "solver": "bm", "rank": 8}, two_rings(120)[0],
+    "nomad-bm": ({"n_clusters": 6, "sdp_k": 6, "solver": "bm", "rank": 8}, two_rings(120)[0],
                  ["data by predicted label", "Q sorted by label", "2-D embedding", "history"]),
     "symnmf": ({"n_clusters": 3, "max_iter": 30}, BLOBS, ["data by predicted label", "W, rows", "history"]),
     "hottopixx": ({"rank": 3, "n_epochs": 4}, separable_nmf(12, 60, 3, random_state=0)["X"],
@@ -65,7 +65,7 @@ def test_plot_leaves_pyplot_alone_and_skips_what_a_result_lacks(tmp_path):
 
     open_before = plt.get_fignums()
     X = two_rings(100)[0]
-    est = dnomad.NOMAD(4, n_components=1).fit(X)
+    est = dnomad.NOMAD(4, sdp_k=4, n_components=1).fit(X)
     fig = dnomad.plot(est, str(tmp_path / "one.png"), X=X)
     assert plt.get_fignums() == open_before
     assert not any(t.startswith("2-D embedding") for t in titles(fig))

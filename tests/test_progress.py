@@ -18,8 +18,8 @@ RINGS = two_rings(120)[0]
 
 # method -> (estimator parameters, data, the report's name, a target it shows or None)
 CASES = {
-    "nomad-cgm": ({"n_clusters": 6}, RINGS, "NOMAD (conditional gradient)", "rmse_neg"),
-    "nomad-bm": ({"n_clusters": 6, "solver": "bm", "rank": 8}, RINGS, "NOMAD (Burer-Monteiro)", "change"),
+    "nomad-cgm": ({"n_clusters": 6, "sdp_k": 6}, RINGS, "NOMAD (conditional gradient)", "rmse_neg"),
+    "nomad-bm": ({"n_clusters": 6, "sdp_k": 6, "solver": "bm", "rank": 8}, RINGS, "NOMAD (Burer-Monteiro)", "change"),
     "symnmf": ({"n_clusters": 3, "max_iter": 30}, BLOBS, "SymNMF (fw)", "gap"),
     "hottopixx": ({"rank": 3, "n_epochs": 6}, separable_nmf(12, 60, 3, random_state=0)["X"], "HOTTOPIXX", None),
     "riemannian-kmeans": ({"n_clusters": 3}, BLOBS, "Riemannian K-means", "grad_norm"),
@@ -69,7 +69,7 @@ def test_the_live_line_is_rewritten_in_place_on_a_terminal(monkeypatch):
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))    # 40 rows, 200 columns
     terminal = os.fdopen(slave, "w")
     monkeypatch.setattr(sys, "stderr", terminal)
-    est = dnomad.NOMAD(6, verbose=1).fit(RINGS)
+    est = dnomad.NOMAD(6, sdp_k=6, verbose=1).fit(RINGS)
     terminal.flush()
     monkeypatch.undo()
     terminal.close()
@@ -127,7 +127,7 @@ def test_a_progress_report_never_stops_a_run_and_the_callback_still_can():
         stops.append(row["iteration"])
         return row["iteration"] == 3
 
-    est = dnomad.NOMAD(6, verbose=1, callback=stop_at_3).fit(RINGS)
+    est = dnomad.NOMAD(6, sdp_k=6, verbose=1, callback=stop_at_3).fit(RINGS)
     assert est.stop_reason_ == "callback" and est.n_iter_ == 3 and stops == [1, 2, 3]
     assert "_fit_progress" not in vars(est) and "_fit_callback" not in vars(est)   # it pickles
 
@@ -138,7 +138,7 @@ def test_at_verbose_0_a_logging_program_gets_info_summaries_from_the_package_log
     import logging
 
     with caplog.at_level(logging.INFO, logger="dnomad"):
-        dnomad.NOMAD(6).fit(RINGS)
+        dnomad.NOMAD(6, sdp_k=6).fit(RINGS)
     assert capsys.readouterr().err == ""
     summaries = [r for r in caplog.records if r.name == "dnomad.nomad"]
     assert summaries and summaries[0].getMessage().startswith("NOMAD (conditional gradient): it 1 ")

@@ -97,7 +97,7 @@ def test_run_marker_and_cli_output_hold_no_password(shape, tmp_path, capsys):
     url = f"memory://{USER}:{pw}@bucket/api-{SHAPES.index(shape)}.zarr"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
-        dnomad.fit(X, n_clusters=2, store=url, max_iter=3, backend="local")
+        dnomad.fit(X, n_clusters=2, sdp_k=2, store=url, max_iter=3, backend="local")
     forget()
     np.save(tmp_path / "X.npy", X)
     cli_url = f"memory://{USER}:{pw}@bucket/cli-{SHAPES.index(shape)}.zarr"
@@ -172,7 +172,7 @@ def test_s3_errors_do_not_quote_the_password(shape, bucket, tmp_path, capsys):
 def test_fit_api_store_error_message_holds_no_password(shape, bucket):
     pw = _password(shape, "Ap")
     with pytest.raises(dnomad.errors.StoreError) as info:
-        dnomad.fit(np.random.default_rng(1).normal(size=(10, 2)), n_clusters=2, store=f"s3://{USER}:{pw}@{bucket}/run.zarr")
+        dnomad.fit(np.random.default_rng(1).normal(size=(10, 2)), n_clusters=2, sdp_k=2, store=f"s3://{USER}:{pw}@{bucket}/run.zarr")
     _assert_clean(str(info.value), pw, "the StoreError")
     assert "s3://dnomad-redact/run.zarr" in str(info.value)
 
@@ -180,7 +180,7 @@ def test_fit_api_store_error_message_holds_no_password(shape, bucket):
 def test_fit_api_store_error_cause_holds_no_password(bucket):
     pw = _password(SHAPES[0], "Ca")
     with pytest.raises(dnomad.errors.StoreError) as info:
-        dnomad.fit(np.random.default_rng(1).normal(size=(10, 2)), n_clusters=2, store=f"s3://{USER}:{pw}@{bucket}/run.zarr")
+        dnomad.fit(np.random.default_rng(1).normal(size=(10, 2)), n_clusters=2, sdp_k=2, store=f"s3://{USER}:{pw}@{bucket}/run.zarr")
     # nothing chained that a traceback would show: the backend's error quotes the bucket string
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
@@ -189,7 +189,7 @@ def test_fit_api_store_error_cause_holds_no_password(bucket):
 def test_fit_api_input_error_holds_no_password(shape, bucket, tmp_path):
     pw = _password(shape, "In")
     with pytest.raises(dnomad.errors.InputValueError) as info:
-        dnomad.fit(f"s3://{USER}:{pw}@{bucket}/X.zarr", n_clusters=2, store=str(tmp_path / "r.zarr"))
+        dnomad.fit(f"s3://{USER}:{pw}@{bucket}/X.zarr", n_clusters=2, sdp_k=2, store=str(tmp_path / "r.zarr"))
     _assert_clean(str(info.value), pw, "the error")
     # nothing chained that a traceback would show: the backend's error quotes the bucket string
     assert info.value.__cause__ is None and info.value.__suppress_context__

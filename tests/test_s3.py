@@ -41,7 +41,7 @@ def test_fit_reads_and_writes_s3_on_a_cluster_without_leaking_credentials(s3, s3
     with s3.open(f"{BUCKET}/data/rings.npy", "wb") as f:
         np.save(f, X)
     store = f"s3://{BUCKET}/runs/rings.zarr"
-    params = {"max_iter": 3, "block_size": 100, "checkpoint_every": 2, "rmse_tol": 0, "min_tol": 0,
+    params = {"sdp_k": 6, "max_iter": 3, "block_size": 100, "checkpoint_every": 2, "rmse_tol": 0, "min_tol": 0,
               "objective_tol": 0}
     env = dict(os.environ, **s3_env)
     fit = subprocess.run(

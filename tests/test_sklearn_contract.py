@@ -13,7 +13,7 @@ import dnomad
 from dnomad.data import gaussian_blobs
 
 ESTIMATORS = [
-    dnomad.NOMAD(n_clusters=3, max_iter=50, random_state=0),
+    dnomad.NOMAD(n_clusters=3, sdp_k=3, max_iter=50, random_state=0),
     dnomad.SymNMF(n_clusters=3, random_state=0),
     dnomad.RiemannianKMeans(n_clusters=3, random_state=0),
     dnomad.NLR(n_clusters=3, random_state=0),
@@ -75,4 +75,4 @@ def test_convergence_warning_is_scikit_learns():
 
     X, _ = gaussian_blobs(60, n_centers=3, random_state=0)
     with pytest.warns(ConvergenceWarning):
-        dnomad.NOMAD(n_clusters=3, max_iter=1, random_state=0).fit(X)
+        dnomad.NOMAD(n_clusters=3, sdp_k=3, max_iter=1, random_state=0).fit(X)

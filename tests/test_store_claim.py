@@ -18,7 +18,7 @@ def _fit(store, barrier, results, tag):
     X = two_rings(200)[0]
     barrier.wait()
     try:
-        est = dnomad.NOMAD(n_clusters=8, max_iter=60, rmse_tol=0, min_tol=0, objective_tol=0, store=store)
+        est = dnomad.NOMAD(n_clusters=8, sdp_k=8, max_iter=60, rmse_tol=0, min_tol=0, objective_tol=0, store=store)
         import warnings
 
         with warnings.catch_warnings():
@@ -68,13 +68,13 @@ def test_a_lock_held_by_a_live_process_names_it_and_dies_with_it(tmp_path):
     try:
         assert ready.wait(60)
         with pytest.raises(StoreError, match=f"in use by process {holder.pid} on "):
-            dnomad.NOMAD(n_clusters=2, store=store).fit(np.random.default_rng(0).random((20, 2)))
+            dnomad.NOMAD(n_clusters=2, sdp_k=2, store=store).fit(np.random.default_rng(0).random((20, 2)))
         assert not os.path.exists(os.path.join(store, "zarr.json")), "the refused run wrote the store"
     finally:
         os.kill(holder.pid, signal.SIGKILL)
         holder.join(30)
     # killed, its lock went with it: the store can be claimed again
-    est = dnomad.NOMAD(n_clusters=2, max_iter=5, store=store)
+    est = dnomad.NOMAD(n_clusters=2, sdp_k=2, max_iter=5, store=store)
     with pytest.warns(dnomad.ConvergenceWarning):
         est.fit(np.random.default_rng(0).random((20, 2)))
     assert not os.path.exists(store + ".lock")

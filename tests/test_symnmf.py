@@ -318,3 +318,51 @@ def test_resume_after_kill_matches_uninterrupted(solver, tmp_path):
     # A finished run resumed with a larger max_iter goes on from its last iterate.
     longer = dnomad.resume(store, max_iter=70)
     assert longer.n_iter_ == 70 and longer.objective_ <= resumed.objective_ + 1e-12
+
+
+def test_neighbour_distances_and_locally_scaled_affinity_equal_dense(tmp_path):
+    """s_i = distance to the 7th nearest other row (a duplicate counts, at 0), and
+    exp(-d_ij^2 / (s_i s_j)) built blockwise (b not dividing n; in this process and in a
+    Zarr store) against dense references."""
+    from scipy.spatial.distance import cdist
+
+    X = np.random.default_rng(3).normal(size=(130, 4))
+    X[5] = X[9]                                           # a duplicated row
+    d = cdist(X, X)
+    np.fill_diagonal(d, np.inf)
+    s = blocks.neighbour_distances(X, 7, max_bytes=8 * 130 * 17)   # chunks of 17 rows
+    np.testing.assert_allclose(s, np.sort(d, axis=1)[:, 6], rtol=1e-12)
+    assert blocks.neighbour_distances(X, 1)[5] == 0.0
+    np.fill_diagonal(d, 0.0)
+    ref = np.exp(-d ** 2 / np.outer(s, s))
+    for backend in ("local", "zarr"):
+        P = blocks.gaussian_affinity(X, scales=s, dtype=np.float64, block_size=48, backend=backend,
+                                     store=str(tmp_path / "p.zarr") if backend == "zarr" else None)
+        np.testing.assert_allclose(np.asarray(P), ref, rtol=1e-12, atol=1e-15)
+    with pytest.raises(InputValueError, match="scales must be 130 finite numbers > 0"):
+        blocks.gaussian_affinity(X, scales=np.zeros(130))
+    with pytest.raises(InputValueError, match=r"n_neighbors must be in \[1, 130\)"):
+        blocks.neighbour_distances(X, 130)
+
+
+@pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
+def test_default_affinity_follows_the_datas_scale(scale):
+    """Blobs whose distances are not O(1): the default (local scaling, k-means start) finds
+    them at every scale of X; the paper's bandwidth 1.0 makes P the identity at large
+    scales and all ones at small ones, and its clusters are then arbitrary."""
+    X, y = gaussian_blobs(240, n_centers=4, separation=8.0, random_state=2)
+    est = dnomad.SymNMF(4, random_state=0).fit(scale * X)
+    assert adjusted_rand_score(y, est.labels_) == 1.0
+    if scale != 1.0:
+        paper = dnomad.SymNMF(4, bandwidth=1.0, init="random", random_state=0).fit(scale * X)
+        assert adjusted_rand_score(y, paper.labels_) < 0.5
+
+
+def test_kmeans_start_needs_data_x():
+    X, _ = gaussian_blobs(60, n_centers=2, random_state=0)
+    P = np.exp(-((X[:, None] - X[None]) ** 2).sum(-1) / 4.0)
+    est = dnomad.SymNMF(2, affinity="precomputed", random_state=0).fit(P)      # "auto": random rows
+    assert est.components_.shape == (60, 2)
+    with pytest.raises(InputValueError, match='init="kmeans" clusters the rows of data X'):
+        dnomad.SymNMF(2, affinity="precomputed", init="kmeans").fit(P)

@@ -162,6 +162,10 @@ def _gaussian_builder(key, Xi, Xj, bandwidth, dtype, name):
     return {name: kernels.gaussian_block(Xi, Xj, bandwidth, dtype)}
 
 
+def _scaled_gaussian_builder(key, Xi, Xj, si, sj, dtype, name):
+    return {name: kernels.gaussian_block(Xi, Xj, np.outer(si, sj), dtype)}
+
+
 def _zeros_builder(key, shapes, dtype, names, device="cpu"):
     xp = cupy() if device == "cuda" else np           # device zeros are made there, not copied
     return {name: xp.zeros(shapes[key], dtype) for name in names}
@@ -180,16 +184,48 @@ def gram(X, *, center=True, normalize=True, name="D", **group_kw):
     return BlockMatrix(group, name)
 
 
-def gaussian_affinity(X, bandwidth=1.0, *, name="A", **group_kw):
-    """A_ij = exp(-||x_i - x_j||^2 / bandwidth), built blockwise from X."""
-    if not bandwidth > 0:
-        raise InputValueError(f"bandwidth must be > 0; got {bandwidth!r}")
+def gaussian_affinity(X, bandwidth=1.0, *, scales=None, name="A", **group_kw):
+    """A_ij = exp(-||x_i - x_j||^2 / bandwidth), built blockwise from X; with ``scales``
+    (s, one per row, > 0) instead A_ij = exp(-||x_i - x_j||^2 / (s_i s_j)), the local
+    scaling of Zelnik-Manor & Perona (2004) (``bandwidth`` is then not used)."""
     F = as_data_matrix(X)
-    group = new_group(F.shape[0], **group_kw)
+    n = F.shape[0]
+    if scales is None:
+        if not bandwidth > 0:
+            raise InputValueError(f"bandwidth must be > 0; got {bandwidth!r}")
+    else:
+        scales = np.asarray(scales, dtype=np.float64)
+        if scales.shape != (n,) or not (np.isfinite(scales).all() and scales.min() > 0):
+            raise InputValueError(f"scales must be {n} finite numbers > 0, one per row of X")
+    group = new_group(n, **group_kw)
     panels = DataPanels(group, F).panels
-    group.build([name], _gaussian_builder,
-                lambda k: (panels[k[0]], panels[k[1]], float(bandwidth), group.dtype, name))
+    if scales is None:
+        group.build([name], _gaussian_builder,
+                    lambda k: (panels[k[0]], panels[k[1]], float(bandwidth), group.dtype, name))
+    else:
+        parts = [scales[slice(*group.layout.bounds(i))] for i in range(group.layout.nblocks)]
+        group.build([name], _scaled_gaussian_builder,
+                    lambda k: (panels[k[0]], panels[k[1]], parts[k[0]], parts[k[1]], group.dtype, name))
     return BlockMatrix(group, name)
+
+
+def neighbour_distances(X, n_neighbors, *, max_bytes=1 << 28):
+    """The distance from each row of X to its ``n_neighbors``-th nearest other row (a row's
+    duplicates count, at distance 0).  Exact, over row chunks in this process: O(n^2 d)
+    work, as one pass building a Gaussian affinity, in chunks of at most ``max_bytes``."""
+    F = as_data_matrix(X)
+    n = F.shape[0]
+    if not 1 <= n_neighbors < n:
+        raise InputValueError(f"n_neighbors must be in [1, {n}) for {n} rows; got {n_neighbors!r}")
+    norms = np.einsum("ij,ij->i", F, F)
+    out = np.empty(n)
+    step = max(1, int(max_bytes // (8 * n)))
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        sq = norms[r0:r1, None] + norms[None, :] - 2.0 * (F[r0:r1] @ F.T)
+        sq[np.arange(r1 - r0), np.arange(r0, r1)] = np.inf          # not its own neighbour
+        out[r0:r1] = np.partition(sq, n_neighbors - 1, axis=1)[:, n_neighbors - 1]
+    return np.sqrt(np.maximum(out, 0.0))
 
 
 def zeros_like_layout(group, names):

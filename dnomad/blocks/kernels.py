@@ -112,10 +112,11 @@ def gram_block(Xi, Xj, dtype):
 
 
 def gaussian_block(Xi, Xj, bandwidth, dtype):
-    """exp(-||x_r - x_c||^2 / bandwidth) for the rows of two panels."""
+    """exp(-||x_r - x_c||^2 / bandwidth) for the rows of two panels; ``bandwidth`` a
+    number or a (rows x columns) array (local scaling: s_r s_c)."""
     sq = (Xi * Xi).sum(1)[:, None] + (Xj * Xj).sum(1)[None, :] - 2.0 * (Xi @ Xj.T)
     np.maximum(sq, 0.0, out=sq)
-    sq *= -1.0 / bandwidth
+    sq /= -bandwidth
     return np.exp(sq, out=sq).astype(dtype, copy=False)
 
 

@@ -19,7 +19,7 @@ from ..blocks.inputs import InputSource
 from ..blocks.operators import LowRankGram, ScaledMatrix
 from ..errors import InputValueError
 from ..linalg import top_eigenvectors
-from ..rounding import component_labels, kmeans_rows
+from ..rounding import component_labels, spectral_labels
 from ..validation import Interval, Options
 from . import cgm as nomad_solver
 from .bm import BurerMonteiroParams, burer_monteiro
@@ -28,7 +28,8 @@ from .cgm import NomadParams, nomad_cgm
 
 
 SOLVERS = ("cgm", "bm")
-LABEL_METHODS = ("components", "spectral")
+_OPTIONAL_SDP_K = [None, Interval(numbers.Integral, 2, None)]
+LABEL_METHODS = ("auto", "components", "spectral")
 
 
 class NOMAD(_Clustering, _Estimator):
@@ -44,9 +45,13 @@ class NOMAD(_Clustering, _Estimator):
 
     Parameters
     ----------
-    n_clusters : int
-        K, the trace of Q; 1 < K < n.  Larger K than the number of groups lets
-        NOMAD resolve manifolds (the paper uses K = 8 to 128).
+    n_clusters : int, default 8
+        The number of clusters in ``labels_`` (see ``label_method``).
+    sdp_k : int, optional
+        K, the trace of Q (the SDP's resolution: Q links each point to about n / K
+        neighbours, and a K larger than the number of clusters lets NOMAD follow
+        manifolds; the paper uses K = 8 to 128); n_clusters <= K < n.  Default:
+        :func:`default_sdp_k` of n and n_clusters.
     solver : {"cgm", "bm"}, default "cgm"
         Conditional gradient in the method of multipliers (Sec. 5, Alg. 2; converges
         to the SDP's solution), or Burer-Monteiro (Sec. 4, App. E: the augmented
@@ -61,10 +66,9 @@ class NOMAD(_Clustering, _Estimator):
         (default 8 K_l).
     layers : list of int or "halving", optional
         Multi-layer NOMAD (Sec. 3.1): Q_1 = NOMAD(D, K_1), Q_l = NOMAD(Q_{l-1}, K_l) for a
-        strictly decreasing schedule K_1 > ... > K_L, the last equal to the number of
-        groups (``n_groups`` when given); ``n_clusters`` is then not used.
-        "halving": n_clusters, n_clusters / 2, ... down to n_groups (e.g. 16, 8, 4, 2:
-        separates two rings and two half-moons, where one layer with K = 2 does not).
+        strictly decreasing schedule K_1 > ... > K_L >= n_clusters (``sdp_k`` is then
+        not used); the labels come from the last layer's Q.  "halving": sdp_k,
+        sdp_k / 2, ... while above n_clusters, then n_clusters.
         Q_l of the inner layers is kept in ``store`` (``layers/<l>/Q``, or ``/Y`` for
         bm) and in ``layers_``.  A layer's D is the previous Q as it is (bm: divided by
         its Frobenius norm).
@@ -161,31 +165,30 @@ class NOMAD(_Clustering, _Estimator):
     checkpoint_every : int, optional
         Outer iterations between checkpoints to ``store``; default 20 (cgm), 1 (bm: an
         outer step is a whole inner solve, and a checkpoint only writes Y and mu).
-    label_method : {"components", "spectral"}, default "components"
-        Hard labels: connected components of the graph that links i and j where
-        Q_ij > component_threshold * max(Q_ii, Q_jj) (Sec. 3;
-        :func:`dnomad.rounding.component_labels`), or k-means on the spectral
-        embedding into ``n_groups`` groups.  The components rule is the same for
-        cgm, bm and every layer, and depends neither on the groups' sizes nor on Q's
-        scale: on separated groups the SDP's Q is block diagonal with entries
-        1 / |group|, and the components are the groups.  With ``n_clusters`` larger
-        than the number of groups or manifolds (the paper's use), Q is a band along
-        each manifold and ``labels_`` are the manifolds, not K clusters (two rings with
-        K = 16: two labels); a manifold sampled too sparsely for its band to connect
-        comes out in pieces.  For exactly ``n_groups`` labels use "spectral".
+    label_method : {"auto", "components", "spectral"}, default "auto"
+        Hard labels from Q, the same rule for cgm, bm and every layer.  "components":
+        the paper's (Sec. 3), connected components of the graph that links i and j
+        where Q_ij > component_threshold * max(Q_ii, Q_jj)
+        (:func:`dnomad.rounding.component_labels`): on separated groups the SDP's Q
+        is block diagonal with entries 1 / |group| and the components are the
+        groups; with K larger than the number of groups Q is a band along each
+        manifold and the components are the manifolds; their number need not be
+        n_clusters (a manifold sampled too sparsely for its band to connect comes out
+        in pieces, two that touch come out as one).  "spectral": n_clusters groups by
+        normalized spectral clustering of Q as an affinity
+        (:func:`dnomad.rounding.spectral_labels`: Q's top n_clusters eigenvectors, by
+        Lanczos over Q's blocks, or the thin SVD of Y for bm).  "auto": the
+        components where there are exactly n_clusters of them, else "spectral".
     component_threshold : float, default 0.5
         The fraction in (0, 1) above.  On the exact solution any value in (0, 1) gives
         the groups; conditional-gradient iterates stopped by the stopping rule keep
         Frank-Wolfe residue between groups of up to 0.17 of the larger diagonal and
         links above 0.76 of it inside each group (blobs with sizes up to 20:1, two
         rings), hence 0.5.
-    n_groups : int, optional
-        Groups for spectral rounding (required with label_method="spectral"), and the
-        last layer's K of a multi-layer run.
     n_components : int, default 2
         Dimensions of ``embedding_``.
     random_state : int or Generator, optional
-        Seeds the k-means of spectral rounding (and bm's start).
+        Seeds the k-means of spectral labels (and bm's start).
     callback : callable, optional
         Called with each history row; returning True stops the run.
     verbose : int, default 0
@@ -203,11 +206,15 @@ class NOMAD(_Clustering, _Estimator):
     Y_ : ndarray (n, r)
         (bm) The factor: Q = Y Y^T (in the store: ``result/Y``, row-chunked).
     layers_ : list of dict
-        Per layer: n_clusters, n_iter, stop_reason, objective, seconds, and Q (the
+        Per layer: sdp_k, n_iter, stop_reason, objective, seconds, and Q (the
         inner layers' Q when kept, else None; the last layer's is ``Q_``).
     embedding_ : ndarray (n, n_components)
         Leading eigenvectors of Q (after the constant one) scaled by sqrt(eigenvalue).
     labels_ : ndarray (n,)
+    label_method_used_ : {"components", "spectral"}
+        The rule that gave ``labels_``.
+    sdp_k_ : int
+        The K solved for (the first layer's, in a multi-layer run).
     history_ : list of dict
     penalty_, tau_ : float
         (cgm) The gamma and tau used (resolved from "scale").
@@ -227,7 +234,8 @@ class NOMAD(_Clustering, _Estimator):
 
     _checkpoints = True
     _parameter_constraints = {
-        "n_clusters": [Interval(numbers.Integral, 2, None)], "solver": [Options(*SOLVERS)],
+        "n_clusters": [Interval(numbers.Integral, 2, None)], "sdp_k": _OPTIONAL_SDP_K,
+        "solver": [Options(*SOLVERS)],
         "rank": _OPTIONAL_POSITIVE_INT, "layers": [None, Options("halving"), list, tuple, range, np.ndarray],
         "solver_options": [None, "dict"], "max_iter": _OPTIONAL_POSITIVE_INT, "n_inner": _POSITIVE_INT,
         "penalty": [Options("scale")] + _POSITIVE, "penalty_schedule": [Options(*nomad_solver.PENALTY_SCHEDULES)],
@@ -241,19 +249,20 @@ class NOMAD(_Clustering, _Estimator):
         "device": [None, str], "checkpoint_every": _OPTIONAL_POSITIVE_INT,
         "label_method": [Options(*LABEL_METHODS)],
         "component_threshold": [Interval(numbers.Real, 0, 1, closed="neither")],
-        "n_groups": [None, Interval(numbers.Integral, 2, None)], "n_components": _POSITIVE_INT,
+        "n_components": _POSITIVE_INT,
         "callback": [None, "callback"], **_RUN_CONSTRAINTS}
 
-    def __init__(self, n_clusters=8, *, solver="cgm", rank=None, layers=None, solver_options=None,
+    def __init__(self, n_clusters=8, *, sdp_k=None, solver="cgm", rank=None, layers=None, solver_options=None,
                  max_iter=None, n_inner=2, penalty="scale",
                  penalty_schedule="sqrt", tau="auto", direction="block", block_rank=None,
                  lagrangian="shifted", step_rule="global", eigen_tol="inner",
                  eigen_ncv=4, rmse_tol=1e-4, min_tol=1e-2, objective_tol=1e-3, precomputed=False,
                  center=True, normalize=True, dtype=np.float32, block_size=None, backend="auto",
                  device=None, store=None, overwrite=False, checkpoint_every=None,
-                 label_method="components", component_threshold=0.5, n_groups=None, n_components=2,
+                 label_method="auto", component_threshold=0.5, n_components=2,
                  random_state=None, callback=None, verbose=0):
         self.n_clusters = n_clusters
+        self.sdp_k = sdp_k
         self.solver = solver
         self.rank = rank
         self.layers = layers
@@ -284,7 +293,6 @@ class NOMAD(_Clustering, _Estimator):
         self.checkpoint_every = checkpoint_every
         self.label_method = label_method
         self.component_threshold = component_threshold
-        self.n_groups = n_groups
         self.n_components = n_components
         self.random_state = random_state
         self.callback = callback
@@ -302,7 +310,10 @@ class NOMAD(_Clustering, _Estimator):
                               normalize=self.normalize, keep_zarr=self.solver == "bm", owner="NOMAD",
                               dtype=dtype, not_constant=True)
         n = source.n
+        if self.n_clusters >= n:
+            raise InputValueError(f"n_clusters must be below the number of samples ({n}); got {self.n_clusters}")
         schedule = self._schedule(n)
+        self.sdp_k_ = schedule[0]
         params_list = [self._solver_params_for(K) for K in schedule]
         for params in params_list:
             params.validate(n)
@@ -311,6 +322,8 @@ class NOMAD(_Clustering, _Estimator):
         if self.store is not None:
             extra = {} if self.solver == "cgm" and len(schedule) == 1 else \
                 {"solver": self.solver, "layers": schedule}
+            # The labels are part of the result a finished store hands back.
+            extra["labels"] = [int(self.n_clusters), self.label_method, float(self.component_threshold)]
             run_id = runs.run_identity("nomad", params_list[0], source, dtype, self.block_size, **extra)
             self._claim_store(run_id, resume)
             if resume and self._load_finished(params_list[-1].max_iter):
@@ -338,15 +351,13 @@ class NOMAD(_Clustering, _Estimator):
         done = finished_layers(self.store)
         summary = run_store.read_json(self.store, "result")
         self.layers_ = _layer_records(self.store, done) + [
-            {"n_clusters": summary["layers"][-1], "n_iter": summary["n_iter"], "stop_reason": summary["stop_reason"],
+            {"sdp_k": summary["layers"][-1], "n_iter": summary["n_iter"], "stop_reason": summary["stop_reason"],
              "objective": summary["objective"], "seconds": summary.get("fit_seconds"), "Q": self.Q_}]
+        self.label_method_used_ = summary.get("label_method_used")
         return True
 
     def _check_options(self):
         """What ``_parameter_constraints`` cannot say: parameters that depend on each other."""
-        if self.label_method == "spectral" and self.n_groups is None:
-            raise InputValueError("label_method='spectral' needs n_groups (an int >= 2): the number of "
-                                  "groups k-means rounds the embedding into")
         allowed = BM_OPTIONS if self.solver == "bm" else ()
         bad = sorted(set(self.solver_options or {}) - set(allowed))
         if bad:
@@ -363,31 +374,34 @@ class NOMAD(_Clustering, _Estimator):
             raise InputValueError("rank is the Burer-Monteiro factor's width: it needs solver='bm'")
 
     def _schedule(self, n):
-        """The K of each layer: [n_clusters] for one layer."""
-        layers = self.layers
-        if layers is None:
-            return [self.n_clusters]
-        if isinstance(layers, str):                       # "halving" (_parameter_constraints)
-            K, last = self.n_clusters, self.n_groups
-            if not (isinstance(last, (int, np.integer)) and isinstance(K, (int, np.integer))
-                    and 1 < last < K):
-                raise InputValueError(f'layers="halving" needs integers 1 < n_groups < n_clusters; got '
-                                      f'n_groups={last!r}, n_clusters={K!r}')
-            schedule = []
+        """The K of each layer: [sdp_k] for one layer."""
+        layers, last = self.layers, int(self.n_clusters)
+        if layers is None or isinstance(layers, str):
+            K = default_sdp_k(n, last) if self.sdp_k is None else int(self.sdp_k)
+            if K < last:
+                raise InputValueError(f"sdp_k ({K}) must be at least n_clusters ({last}): Q, of trace K, "
+                                      f"holds about K groups; set sdp_k >= n_clusters or leave it unset")
+            if layers is None:
+                return [K]
+            schedule = []                                 # "halving" (_parameter_constraints)
             while K > last:
-                schedule.append(int(K))
+                schedule.append(K)
                 K //= 2
-            return schedule + [int(last)]
-        try:
-            schedule = [int(K) for K in layers]
-        except (TypeError, ValueError):
-            raise InputValueError(f"layers must be a list of integers; got {layers!r}") from None
-        if not schedule or any(K != k for K, k in zip(schedule, layers)) or \
-                any(a <= b for a, b in zip(schedule, schedule[1:])):
-            raise InputValueError(f"layers must be a non-empty, strictly decreasing list of integers; got "
+            return schedule + [last]
+        if self.sdp_k is not None:
+            raise InputValueError(f"give the SDP's K either as sdp_k or as layers, not both; got "
+                                  f"sdp_k={self.sdp_k!r}, layers={layers!r}")
+        values = list(layers) if not isinstance(layers, np.ndarray) else layers.tolist()
+        if not values or any(isinstance(K, (bool, np.bool_)) or not isinstance(K, (int, np.integer))
+                             for K in values):
+            raise InputValueError(f"layers must be a non-empty list of integers (the K of each layer); got "
                                   f"{layers!r}")
-        if self.n_groups is not None and schedule[-1] != self.n_groups:
-            raise InputValueError(f"the last layer's K ({schedule[-1]}) must equal n_groups ({self.n_groups})")
+        schedule = [int(K) for K in values]
+        if any(a <= b for a, b in zip(schedule, schedule[1:])):
+            raise InputValueError(f"layers must be strictly decreasing (K_1 > K_2 > ...); got {schedule}")
+        if schedule[-1] < last:
+            raise InputValueError(f"the last layer's K ({schedule[-1]}) must be at least n_clusters ({last}); "
+                                  f"got layers={schedule}")
         return schedule
 
     def _solver_params_for(self, K):
@@ -471,12 +485,8 @@ class NOMAD(_Clustering, _Estimator):
                                what="NOMAD's state (P, Gamma, G)")
 
     def _finish(self, res, group, start):
+        self._finish_common(res, lambda Y: res.P.matmat(Y))
         self.passes_ = group.passes.since()
-        if self.label_method == "components":
-            labels = component_labels(res.Q, self.component_threshold)
-        else:
-            labels = None
-        self._finish_common(res, lambda Y: res.P.matmat(Y), labels)
         if self.store is not None:
             with run_store.writing(self.store, "the result Q", keep="the last checkpoint is intact"):
                 group.save(["Q"], self.store, "result", mirror=True)
@@ -493,7 +503,7 @@ class NOMAD(_Clustering, _Estimator):
                                             block_size=group.layout.block_size, check=False)
         self.layers_[-1]["Q"] = self.Q_
 
-    def _finish_common(self, res, centered_matmat, labels):
+    def _finish_common(self, res, centered_matmat):
         """History, embedding and labels: the same for every solver."""
         n = res.Q.shape[0]
         self.history_ = res.history
@@ -504,19 +514,19 @@ class NOMAD(_Clustering, _Estimator):
         self.objective_ = res.history[-1]["objective"] if res.history else float("nan")
         self.layers_.append(_layer_record(res))
         ones = np.ones(n) / np.sqrt(n)
-        k = min(max(self.n_components, self.n_groups or 0), n - 2)
+        k = min(self.n_components, n - 2)
         with blocks.single_threaded_blas():
             w, V = top_eigenvectors(centered_matmat, n, k, deflate=ones, tol=1e-8)
-        scaled = V * np.sqrt(np.clip(w, 0, None))
-        self.embedding_ = scaled[:, : self.n_components]
+            self.labels_, self.label_method_used_ = nomad_labels(
+                res.Q, self.n_clusters, self.label_method, self.component_threshold, self.random_state)
+        self.embedding_ = V * np.sqrt(np.clip(w, 0, None))
         self.eigenvalues_ = w
-        self.labels_ = labels if labels is not None else \
-            kmeans_rows(scaled[:, : self.n_groups], self.n_groups, self.random_state)
 
     def _write_result(self, arrays, res, extra, start):
         runs.write_result(self.store, arrays, dict({
             "solver": self.solver, "n_iter": res.n_iter, "stop_reason": res.stop_reason,
-            "objective": self.objective_, "layers": [r["n_clusters"] for r in self.layers_]}, **extra),
+            "objective": self.objective_, "layers": [r["sdp_k"] for r in self.layers_],
+            "label_method_used": self.label_method_used_}, **extra),
             res.history, time.perf_counter() - start)
 
     # ------------------------------------------------ Burer-Monteiro
@@ -585,9 +595,8 @@ class NOMAD(_Clustering, _Estimator):
     def _finish_bm(self, res, start):
         Q = res.Q
         self.passes_ = {"matmats": res.matmats}
-        labels = component_labels(Q, self.component_threshold) if self.label_method == "components" else None
         # top_eigenvectors works on the complement of 1 (deflate=): Q itself will do.
-        self._finish_common(res, Q.matmat, labels)
+        self._finish_common(res, Q.matmat)
         self.Y_ = res.Y
         self.Q_ = Q
         self.layers_[-1]["Q"] = Q
@@ -606,6 +615,38 @@ BM_OPTIONS = ("sigma", "phi", "eta", "tol", "feasibility_tol", "optimizer", "mem
               "inner_rtol", "start", "increments", "precondition")
 
 
+def default_sdp_k(n, n_clusters):
+    """NOMAD's K when ``sdp_k`` is not given: max(n_clusters, min(max(4 n_clusters, 24), n // 10)).
+
+    K sets the SDP's resolution: each point's row of Q spreads over about n / K
+    neighbours.  K = n_clusters makes Q a hard clustering, which mixes manifolds (noisy
+    rings, half-moons); a K a few times the number of clusters makes Q a band along each
+    manifold, which spectral labels separate, and a finer Q is a better affinity on
+    real data, at a cost that grows faster than K.  4 n_clusters is the smallest multiple
+    that passed k-means and kNN spectral clustering on scikit-learn's digits, and 24 the
+    smallest K that separated noisy rings, half-moons and swiss-roll sections at n =
+    3,000; at most n / 10, so that a local group keeps about ten points.  graphs/quality.py measures the rule on data sets it was not
+    chosen on (graphs/quality_sdp_k.json: the sweep it was chosen from).
+    """
+    return int(max(n_clusters, min(max(SDP_K_PER_CLUSTER * n_clusters, SDP_K_MIN), n // SDP_K_MIN_GROUP)))
+
+
+SDP_K_PER_CLUSTER = 4
+SDP_K_MIN = 24
+SDP_K_MIN_GROUP = 10
+
+
+def nomad_labels(Q, n_clusters, label_method="auto", threshold=0.5, random_state=None):
+    """Hard labels of a NOMAD solution Q and the rule that gave them (``label_method``
+    of :class:`NOMAD`): the components of Q where there are ``n_clusters`` of them (or
+    where asked for), else ``n_clusters`` groups by spectral clustering of Q."""
+    if label_method != "spectral":
+        labels = component_labels(Q, threshold)
+        if label_method == "components" or int(labels.max(initial=-1)) + 1 == n_clusters:
+            return labels, "components"
+    return spectral_labels(Q, n_clusters, random_state), "spectral"
+
+
 def layer_checkpoint_key(layer):
     return nomad_checkpoint_key if layer == 0 else f"{nomad_checkpoint_key}_layer{layer}"
 
@@ -620,7 +661,7 @@ def finished_layers(store):
 
 
 def _layer_record(res):
-    return {"n_clusters": int(res.params.n_clusters), "n_iter": res.n_iter, "stop_reason": res.stop_reason,
+    return {"sdp_k": int(res.params.n_clusters), "n_iter": res.n_iter, "stop_reason": res.stop_reason,
             "objective": res.history[-1]["objective"] if res.history else float("nan"),
             "seconds": res.history[-1]["seconds"] if res.history else 0.0}
 

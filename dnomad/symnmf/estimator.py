@@ -14,6 +14,7 @@ from ..blocks import store as run_store
 from ..blocks.cluster import BACKEND_CHOICES, choose_backend, client_context
 from ..blocks.inputs import InputSource, is_precomputed
 from ..errors import InputValueError
+from ..rounding import kmeans_rows
 from ..validation import Interval, Options
 from . import solvers as symnmf
 
@@ -22,8 +23,10 @@ class SymNMF(_Clustering, _Estimator):
     """Simplicial symmetric NMF: min 1/4 ||P - W W^T||_F^2 over W >= 0 with rows on the
     simplex, by Frank-Wolfe (Zhao & Gordon 2018), on a blocked affinity P.
 
-    Row i of ``components_`` is point i's cluster-membership distribution.  P is the
-    Gaussian affinity exp(-||x_i - x_j||^2 / bandwidth) built blockwise from X, or a given
+    Row i of ``components_`` is point i's cluster-membership distribution.  P is a
+    Gaussian affinity built blockwise from X (by default with local scaling,
+    exp(-||x_i - x_j||^2 / (s_i s_j)), s_i the distance from x_i to its 7th nearest
+    neighbour; or exp(-||x_i - x_j||^2 / bandwidth), the paper's), or a given
     nonnegative symmetric matrix (``affinity="precomputed"``; symmetry and nonnegativity
     are checked, positive semidefiniteness, which the paper's analysis assumes, is not:
     that would cost an eigensolve).  One pass over P per Frank-Wolfe iteration.
@@ -55,11 +58,19 @@ class SymNMF(_Clustering, _Estimator):
         Iterations (outer ones for the penalty method); default 1000, or 50 with
         stop_rule="objective" (the paper's setting).
     affinity : {"gaussian", "precomputed"}, default "gaussian"
-    bandwidth : float, default 1.0
-        Of the Gaussian affinity (the paper's value).
-    init : "random" or ndarray (n, k), default "random"
-        Rows drawn uniformly from the simplex (seeded by ``random_state``), or a given
-        feasible start (None means "random").
+    bandwidth : float, optional
+        Of the Gaussian affinity.  None (the default): local scaling (Zelnik-Manor &
+        Perona 2004), s_i s_j in place of the bandwidth with s_i the distance from x_i
+        to its ``LOCAL_SCALING_NEIGHBOURS`` (7, theirs)-th nearest neighbour, which
+        follows the data's own scale; a number: one bandwidth for every pair (1.0 is
+        the paper's protocol, which makes P nearly the identity on data whose distances
+        are not O(1)).
+    init : {"auto", "kmeans", "random"} or ndarray (n, k), default "auto"
+        "kmeans": each row 0.9 on its k-means++ cluster of X (the best of 10 seedings,
+        :func:`dnomad.rounding.kmeans_rows`) and 0.1 spread evenly, as the K-means SDP
+        papers start their solvers; "random": rows drawn uniformly from the simplex
+        (seeded by ``random_state``); or a given feasible start.  "auto" (and None):
+        "kmeans" for data X, "random" for a precomputed affinity.
     random_state : int or Generator, optional
     dtype : float32 or float64, default float32
         Of P's blocks; W and the sums over P are float64.
@@ -111,20 +122,21 @@ class SymNMF(_Clustering, _Estimator):
     """
 
     AFFINITIES = ("gaussian", "precomputed")
+    INITS = ("auto", "kmeans", "random")
 
     _checkpoints = True
     _parameter_constraints = {
         "n_clusters": [Interval(numbers.Integral, 2, None)], "solver": [Options(*symnmf.METHODS)],
         "step_rule": [Options(*symnmf.STEP_RULES)], "stop_rule": [Options(*symnmf.STOP_RULES)],
         "tol": _NONNEGATIVE, "objective_tol": _NONNEGATIVE, "max_iter": _OPTIONAL_POSITIVE_INT,
-        "affinity": [Options(*AFFINITIES)], "bandwidth": _POSITIVE,
-        "init": [None, Options("random"), "array-like"], "dtype": ["dtype"],
+        "affinity": [Options(*AFFINITIES)], "bandwidth": [None] + _POSITIVE,
+        "init": [None, Options(*INITS), "array-like"], "dtype": ["dtype"],
         "block_size": _OPTIONAL_POSITIVE_INT, "backend": [Options(*BACKEND_CHOICES)],
         "checkpoint_every": _POSITIVE_INT, "callback": [None, "callback"], **_RUN_CONSTRAINTS}
 
     def __init__(self, n_clusters=8, *, solver="fw", step_rule="line_search", stop_rule="gap",
-                 tol=1e-4, objective_tol=1e-3, max_iter=None, affinity="gaussian", bandwidth=1.0,
-                 init="random", random_state=None, dtype=np.float32, block_size=None,
+                 tol=1e-4, objective_tol=1e-3, max_iter=None, affinity="gaussian", bandwidth=None,
+                 init="auto", random_state=None, dtype=np.float32, block_size=None,
                  backend="auto", store=None, overwrite=False, checkpoint_every=50, callback=None, verbose=0):
         self.n_clusters = n_clusters
         self.solver = solver
@@ -174,7 +186,7 @@ class SymNMF(_Clustering, _Estimator):
                                   dtype=dtype)
         n = source.n
         params = self._params(n)
-        W0 = self._start(n)
+        W0 = self._start(n, source.data)
         backend = source.matrix.backend if source.matrix is not None else \
             choose_backend(self.backend, n, dtype, n_matrices=1, store=self.store,
                             what="the affinity P")
@@ -210,7 +222,8 @@ class SymNMF(_Clustering, _Estimator):
             kw = dict(block_size=self.block_size, dtype=dtype, backend=backend,
                       client=client if backend != "local" else None, store=self.store)
             if source.data is not None:
-                P = blocks.gaussian_affinity(source.data, self.bandwidth, name="P", **kw)
+                scales = None if self.bandwidth is not None else local_scales(source.data)
+                P = blocks.gaussian_affinity(source.data, self.bandwidth, scales=scales, name="P", **kw)
             elif source.matrix is not None:
                 P = source.matrix
             else:
@@ -233,14 +246,24 @@ class SymNMF(_Clustering, _Estimator):
                     P.group.close()
         return res
 
-    def _start(self, n):
+    def _start(self, n, X):
         k = self.n_clusters
         if self.init is None or isinstance(self.init, str):
-            if self.init not in (None, "random"):
-                raise InputValueError(f'init must be "random" or an (n, k) array; got {self.init!r}')
+            init = "auto" if self.init is None else self.init
+            if init not in self.INITS:
+                raise InputValueError(f'init must be one of {self.INITS} or an (n, k) array; got {self.init!r}')
+            if init == "auto":
+                init = "random" if X is None else "kmeans"
             rng = self.random_state if isinstance(self.random_state, np.random.Generator) else \
                 np.random.default_rng(self.random_state)
-            return symnmf.random_simplex_rows(n, k, rng)
+            if init == "random":
+                return symnmf.random_simplex_rows(n, k, rng)
+            if X is None:
+                raise InputValueError('init="kmeans" clusters the rows of data X; a precomputed affinity has '
+                                      'none: use init="random" or an (n, k) array')
+            W0 = np.full((n, k), KMEANS_START_SPREAD / k)
+            W0[np.arange(n), kmeans_rows(X, k, rng)] += 1.0 - KMEANS_START_SPREAD
+            return W0
         W0 = np.asarray(self.init, dtype=np.float64)
         if W0.shape != (n, k) or not np.isfinite(W0).all() or W0.min() < 0 or \
                 np.abs(W0.sum(axis=1) - 1).max() > 1e-9:
@@ -269,6 +292,22 @@ class SymNMF(_Clustering, _Estimator):
 
 
 SYMNMF_CHECKPOINT_KEY = "symnmf_checkpoint"
+# The k-th neighbour whose distance scales each point's affinities (Zelnik-Manor &
+# Perona 2004 use the 7th).
+LOCAL_SCALING_NEIGHBOURS = 7
+# The weight a k-means start spreads evenly over the other clusters: a row at a vertex
+# of the simplex would start on the boundary of the feasible set.
+KMEANS_START_SPREAD = 0.1
+
+
+def local_scales(X):
+    """s_i: the distance from x_i to its LOCAL_SCALING_NEIGHBOURS-th nearest neighbour
+    (at most n - 1), floored at the smallest positive one so that duplicated points get
+    a finite affinity."""
+    n = len(X)
+    s = blocks.neighbour_distances(X, min(LOCAL_SCALING_NEIGHBOURS, n - 1))
+    positive = s[s > 0]
+    return np.maximum(s, positive.min() if positive.size else 1.0)
 
 
 def _load_symnmf_checkpoint(store):

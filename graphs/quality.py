@@ -1,0 +1,312 @@
+"""Clusters a user gets: every dnomad clusterer with its defaults beside what users pick
+instead, on real and synthetic data sets, in one run.
+
+Each clusterer is given only ``n_clusters`` = the data set's number of classes (HDBSCAN,
+which takes no cluster count, its defaults; UMAP + HDBSCAN the umap-learn docs' recipe
+for clustering, UMAP(n_neighbors=30, min_dist=0, n_components=2) then HDBSCAN(min_samples=10,
+min_cluster_size=500 scaled to n as 500 / 70,000 of it, at least 15)).  Each (data set,
+method) runs in a fresh process: its wall seconds (fit only, data loaded), its peak
+resident memory above the process's after loading, and the ARI and NMI of its labels
+against the classes (HDBSCAN's noise label counts as one more cluster).  A run past
+``--timeout`` is recorded as not finished; a method whose memory grows as n^2 is
+skipped above its ``max_n``.
+
+    python graphs/quality.py                                   # every data set and method
+    python graphs/quality.py --datasets rings,moons --methods nomad_cgm,kmeans
+    python graphs/quality.py --plot-only                       # table and plot from quality.json
+
+Results are merged into quality.json (one row per data set and method; a rerun replaces
+its rows), and quality.png is drawn from it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+from _bench import ResidentPeak, code_commit  # noqa: E402
+
+
+# ------------------------------------------------------------------ data sets
+def _subset(X, y, n, seed=0):
+    if n is None or n >= len(X):
+        return X, y
+    idx = np.sort(np.random.default_rng(seed).choice(len(X), n, replace=False))
+    return X[idx], y[idx]
+
+
+def _rings():
+    from dnomad.data import two_rings
+    return two_rings(3000, noise=0.06, random_state=1)
+
+
+def _moons():
+    from dnomad.data import noisy_semicircles
+    return noisy_semicircles(3000, noise=0.08, random_state=1)
+
+
+def _swiss_roll():
+    """Three sections of a swiss roll (n = 3,000), cut along the roll with gaps of a
+    quarter turn between them, noise 0.3."""
+    rng = np.random.default_rng(2)
+    starts = 1.5 * np.pi + np.array([0.0, 1.25, 2.5]) * np.pi
+    y = rng.integers(0, 3, 3000)
+    t = starts[y] + rng.uniform(0, 1.0 * np.pi, 3000)
+    X = np.c_[t * np.cos(t), 21 * rng.uniform(size=3000), t * np.sin(t)]
+    return X + rng.normal(scale=0.3, size=X.shape), y
+
+
+def _unequal_blobs():
+    from sklearn.datasets import make_blobs
+    return make_blobs([1500, 400, 100], centers=[[0, 0], [7, 0], [0, 6]], cluster_std=[1.8, 1.0, 0.5],
+                      random_state=3)
+
+
+def _anisotropic_blobs():
+    from sklearn.datasets import make_blobs
+    X, y = make_blobs(3000, centers=3, random_state=170)
+    return X @ np.array([[0.6, -0.6], [-0.4, 0.8]]), y
+
+
+def _digits():
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    return d.data, d.target
+
+
+def _mnist(n):
+    from dnomad.data import mnist
+    return _subset(*mnist(), n)
+
+
+def _fashion(n):
+    from dnomad.data import fashion_mnist
+    return _subset(*fashion_mnist(), n)
+
+
+def _keel(name, n=None):
+    from dnomad.data import real
+    return _subset(*getattr(real, name)(), n)
+
+
+DATASETS = {
+    "rings": _rings, "moons": _moons, "swiss_roll": _swiss_roll, "unequal_blobs": _unequal_blobs,
+    "anisotropic_blobs": _anisotropic_blobs, "digits": _digits, "mnist_5k": lambda: _mnist(5000),
+    "fashion_5k": lambda: _fashion(5000), "pendigits": lambda: _keel("pendigits"),
+    "satimage": lambda: _keel("satimage"), "yeast": lambda: _keel("yeast"), "mnist_70k": lambda: _mnist(None),
+}
+SYNTHETIC = ("rings", "moons", "swiss_roll", "unequal_blobs", "anisotropic_blobs")
+
+
+# ------------------------------------------------------------------ methods
+def _nomad(solver):
+    def make(k, n):
+        import dnomad
+        return dnomad.NOMAD(k, solver=solver, random_state=0)
+    return make
+
+
+def _dnomad(name):
+    def make(k, n):
+        import dnomad
+        return getattr(dnomad, name)(k, random_state=0)
+    return make
+
+
+def _sklearn(name, **kw):
+    def make(k, n):
+        import sklearn.cluster
+        cls = getattr(sklearn.cluster, name)
+        args = {"n_clusters": k} if name != "HDBSCAN" else {}
+        if name in ("KMeans", "SpectralClustering"):
+            args["random_state"] = 0
+        return cls(**args, **kw)
+    return make
+
+
+class UmapHdbscan:
+    """The umap-learn docs' recipe for clustering ("Using UMAP for Clustering")."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def fit(self, X):
+        import umap
+        from sklearn.cluster import HDBSCAN
+
+        E = umap.UMAP(n_neighbors=30, min_dist=0.0, n_components=2, random_state=42).fit_transform(X)
+        self.labels_ = HDBSCAN(min_samples=10, min_cluster_size=max(15, round(500 * self.n / 70000))).fit_predict(E)
+        return self
+
+
+# name: (label, constructor(k, n), largest n it runs at (memory or time grows as n^2), dnomad's)
+METHODS = {
+    "nomad_cgm": ("NOMAD cgm", _nomad("cgm"), 10000, True),
+    "nomad_bm": ("NOMAD bm", _nomad("bm"), None, True),
+    "symnmf": ("SymNMF", _dnomad("SymNMF"), 10000, True),
+    "nlr": ("NLR", _dnomad("NLR"), None, True),
+    "riemannian": ("Riemannian K-means", _dnomad("RiemannianKMeans"), None, True),
+    "kmeans": ("KMeans", _sklearn("KMeans"), None, False),
+    "spectral_knn": ("Spectral (kNN)", _sklearn("SpectralClustering", affinity="nearest_neighbors"), None, False),
+    "agglomerative": ("Agglomerative (Ward)", _sklearn("AgglomerativeClustering"), 20000, False),
+    "hdbscan": ("HDBSCAN", _sklearn("HDBSCAN"), None, False),
+    "umap_hdbscan": ("UMAP + HDBSCAN", lambda k, n: UmapHdbscan(n), None, False),
+}
+# All 70,000 MNIST digits: the methods that scale to it.
+LARGE = {"mnist_70k": ("nomad_bm", "kmeans", "umap_hdbscan")}
+
+
+def _run_one(dataset, method, queue):
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    X, y = DATASETS[dataset]()
+    X = np.asarray(X, dtype=np.float64)
+    k = int(len(np.unique(y)))
+    est = METHODS[method][1](k, len(X))
+    with ResidentPeak() as peak:
+        t = time.perf_counter()
+        est.fit(X)
+        seconds = time.perf_counter() - t
+    labels = np.asarray(est.labels_)
+    queue.put({"ari": float(adjusted_rand_score(y, labels)), "nmi": float(normalized_mutual_info_score(y, labels)),
+               "seconds": seconds, "peak_mib": peak.peak_above_start / 2**20,
+               "n_labels": int(len(np.unique(labels))), "n": int(len(X)), "d": int(X.shape[1]), "k": k,
+               "sdp_k": int(getattr(est, "sdp_k_", 0)) or None,
+               "label_method_used": getattr(est, "label_method_used_", None)})
+
+
+def run(dataset, method, timeout):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_run_one, args=(dataset, method, queue))
+    start = time.perf_counter()
+    proc.start()
+    proc.join(timeout)
+    row = {"dataset": dataset, "method": method}
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+        return dict(row, status=f"did not finish in {timeout:.0f} s")
+    if proc.exitcode != 0 or queue.empty():
+        return dict(row, status=f"failed (exit {proc.exitcode})")
+    return dict(row, status="ok", wall_with_load=time.perf_counter() - start, **queue.get())
+
+
+def _n_of(dataset):
+    return {"rings": 3000, "moons": 3000, "swiss_roll": 3000, "unequal_blobs": 2000, "anisotropic_blobs": 3000,
+            "digits": 1797, "mnist_5k": 5000, "fashion_5k": 5000, "pendigits": 10992, "satimage": 6435,
+            "yeast": 1484, "mnist_70k": 70000}[dataset]
+
+
+def _machine():
+    import dask
+    import sklearn
+    import umap
+
+    import dnomad
+    return {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "python": platform.python_version(),
+            "dnomad": dnomad.__version__, "numpy": np.__version__, "scikit-learn": sklearn.__version__,
+            "umap-learn": umap.__version__, "dask": dask.__version__, "commit": code_commit()}
+
+
+# ------------------------------------------------------------------ table and plot
+def table(result):
+    rows = {(r["dataset"], r["method"]): r for r in result["rows"]}
+    datasets = [d for d in DATASETS if any(k[0] == d for k in rows)]
+    methods = [m for m in METHODS if any(k[1] == m for k in rows)]
+    lines = ["| method | " + " | ".join(datasets) + " |", "|---" * (len(datasets) + 1) + "|"]
+    for m in methods:
+        cells = []
+        for d in datasets:
+            r = rows.get((d, m))
+            if r is None:
+                cells.append("")
+            elif r["status"] != "ok":
+                cells.append("-" if r["status"].startswith("skipped") else "DNF" if "finish" in r["status"] else "fail")
+            else:
+                cells.append(f"{r['ari']:.2f} ({r['seconds']:.3g} s)")
+        lines.append(f"| {METHODS[m][0]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(result, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = {(r["dataset"], r["method"]): r for r in result["rows"]}
+    datasets = [d for d in DATASETS if any(k[0] == d for k in rows)]
+    methods = [m for m in METHODS if any(k[1] == m for k in rows)]
+    ari = np.full((len(methods), len(datasets)), np.nan)
+    secs = np.full_like(ari, np.nan)
+    for i, m in enumerate(methods):
+        for j, d in enumerate(datasets):
+            r = rows.get((d, m))
+            if r is not None and r["status"] == "ok":
+                ari[i, j], secs[i, j] = r["ari"], r["seconds"]
+    fig, axes = plt.subplots(1, 2, figsize=(6 + 1.4 * len(datasets), 0.45 * len(methods) + 2.5))
+    for ax, values, title, fmt, cmap in ((axes[0], ari, "ARI against the classes (n_clusters = classes)",
+                                          "{:.2f}", "viridis"),
+                                         (axes[1], np.log10(secs), "fit seconds (log10 colour)", None, "magma_r")):
+        im = ax.imshow(values, cmap=cmap, aspect="auto", vmin=0 if fmt else None, vmax=1 if fmt else None)
+        ax.set_xticks(range(len(datasets)), datasets, rotation=40, ha="right")
+        ax.set_yticks(range(len(methods)), [METHODS[m][0] for m in methods])
+        for i in range(len(methods)):
+            for j in range(len(datasets)):
+                v = ari[i, j] if fmt else secs[i, j]
+                text = "n/a" if np.isnan(v) else (f"{v:.2f}" if fmt else f"{v:.3g}")
+                ax.text(j, i, text, ha="center", va="center", fontsize=7,
+                        color="white" if (fmt and not np.isnan(v) and v < 0.5) else "black")
+        ax.set_title(title, fontsize=9)
+        fig.colorbar(im, ax=ax, fraction=0.03)
+    fig.suptitle(f"graphs/quality.py: defaults beside scikit-learn and UMAP + HDBSCAN "
+                 f"({result['environment']['machine']})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--datasets", default=",".join(d for d in DATASETS if d != "mnist_70k"),
+                   help="comma-separated, from: " + ", ".join(DATASETS))
+    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS))
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds a run may take (default 900)")
+    p.add_argument("--plot-only", action="store_true")
+    args = p.parse_args(argv)
+    path = os.path.join(HERE, "quality.json")
+    result = json.load(open(path)) if os.path.exists(path) else {"rows": []}
+    if not args.plot_only:
+        result["environment"] = _machine()
+        result["command"] = "python graphs/quality.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        for dataset in args.datasets.split(","):
+            for method in args.methods.split(","):
+                if dataset in LARGE and method not in LARGE[dataset]:
+                    continue
+                max_n = METHODS[method][2]
+                if max_n is not None and _n_of(dataset) > max_n:
+                    row = {"dataset": dataset, "method": method,
+                           "status": f"skipped: n = {_n_of(dataset)} > {max_n} (its memory or time grows as n^2)"}
+                else:
+                    row = run(dataset, method, args.timeout)
+                result["rows"] = [r for r in result["rows"] if (r["dataset"], r["method"]) != (dataset, method)]
+                result["rows"].append(row)
+                print(json.dumps(row), flush=True)
+                with open(path, "w") as f:
+                    json.dump(result, f, indent=1)
+    print(table(result))
+    plot(result, os.path.join(HERE, "quality.png"))
+
+
+if __name__ == "__main__":
+    main()
