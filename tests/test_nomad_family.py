@@ -189,12 +189,27 @@ def test_low_rank_components_match_dense_components(rng):
     assert ours.max() == ref.max() and adjusted_rand_score(ref, ours) == 1.0
 
 
+@pytest.mark.parametrize("make", [lambda: two_rings(600, noise=0.05, random_state=1),
+                                  lambda: noisy_semicircles(600, noise=0.08, random_state=1)],
+                         ids=["noisy rings", "noisy half-moons"])
+def test_halving_schedule_from_the_default_k_separates_noisy_manifolds(make):
+    """layers="halving" with nothing else set: K = the default sdp_k, halved down to
+    n_clusters (24, 12, 6, 3, 2 at n = 600), each layer to its stopping rule; the last
+    layer's labels are the manifolds."""
+    X, y = make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = dnomad.NOMAD(2, layers="halving").fit(X)
+    assert [r["sdp_k"] for r in est.layers_] == [24, 12, 6, 3, 2] and est.sdp_k_ == 24
+    assert adjusted_rand_score(y, est.labels_) == 1.0
+
+
 @pytest.mark.parametrize("params,match", [
     ({"solver": "sdp"}, "solver must be one of"),
     ({"rank": 16}, "rank is the Burer-Monteiro"),
     ({"solver": "bm", "solver_options": {"n_inner": 3}}, r"solver_options \['n_inner'\]"),
     ({"solver_options": {"sigma": 2.0}}, "not options of solver='cgm'"),
-    ({"solver": "bm", "rank": 2, "n_clusters": 4}, r"rank must be an integer in \[n_clusters, n\]"),
+    ({"solver": "bm", "rank": 2, "n_clusters": 4}, r"rank must be an integer in \[K, n\]"),
     ({"layers": [4, 8, 2]}, "strictly decreasing"),
     ({"layers": [8, 4, 2], "n_clusters": 3}, r"last layer's K \(2\) must be at least n_clusters \(3\)"),
     ({"layers": [8, 4], "n_clusters": 2, "sdp_k": 8}, "either as sdp_k or as layers"),
@@ -202,6 +217,8 @@ def test_low_rank_components_match_dense_components(rng):
     ({"layers": [8.0, 4.0], "n_clusters": 2}, "list of integers"),
     ({"sdp_k": 4, "n_clusters": 6}, r"sdp_k \(4\) must be at least n_clusters \(6\)"),
     ({"n_clusters": 40}, r"n_clusters must be below the number of samples \(40\)"),
+    ({"sdp_k": 40, "n_clusters": 2}, r"sdp_k must be below the number of samples \(40\)"),
+    ({"layers": [40, 2], "n_clusters": 2}, r"the first layer's K \(40\) must be below the number of samples"),
     ({"layers": "thirds"}, "layers must be None or one of 'halving' or a list"),
     ({"layers": [8, "x"]}, "list of integers"),
     ({"solver": "bm", "checkpoint_every": 0}, r"checkpoint_every must be None or an int in \[1, inf\)"),

@@ -273,7 +273,7 @@ class BurerMonteiroParams:
             raise InputValueError(f"n_clusters must be in [1, {n - 1}] for n = {n}; got {self.n_clusters}")
         r = self.resolved_rank(n)
         if not isinstance(r, (int, np.integer)) or not self.n_clusters <= r <= n:
-            raise InputValueError(f"rank must be an integer in [n_clusters, n] = [{self.n_clusters}, {n}]; "
+            raise InputValueError(f"rank must be an integer in [K, n] = [{self.n_clusters}, {n}] (K: NOMAD's sdp_k); "
                                   f"got {self.rank!r}")
         check_numbers(self, ("phi", "eta", "tol", "feasibility_tol", "inner_tol"), positive=True)
         if self.sigma is not None:

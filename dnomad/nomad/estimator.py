@@ -378,6 +378,8 @@ class NOMAD(_Clustering, _Estimator):
         layers, last = self.layers, int(self.n_clusters)
         if layers is None or isinstance(layers, str):
             K = default_sdp_k(n, last) if self.sdp_k is None else int(self.sdp_k)
+            if K >= n:
+                raise InputValueError(f"sdp_k must be below the number of samples ({n}); got {K}")
             if K < last:
                 raise InputValueError(f"sdp_k ({K}) must be at least n_clusters ({last}): Q, of trace K, "
                                       f"holds about K groups; set sdp_k >= n_clusters or leave it unset")
@@ -399,6 +401,8 @@ class NOMAD(_Clustering, _Estimator):
         schedule = [int(K) for K in values]
         if any(a <= b for a, b in zip(schedule, schedule[1:])):
             raise InputValueError(f"layers must be strictly decreasing (K_1 > K_2 > ...); got {schedule}")
+        if schedule[0] >= n:
+            raise InputValueError(f"the first layer's K ({schedule[0]}) must be below the number of samples ({n})")
         if schedule[-1] < last:
             raise InputValueError(f"the last layer's K ({schedule[-1]}) must be at least n_clusters ({last}); "
                                   f"got layers={schedule}")
@@ -485,8 +489,8 @@ class NOMAD(_Clustering, _Estimator):
                                what="NOMAD's state (P, Gamma, G)")
 
     def _finish(self, res, group, start):
-        self._finish_common(res, lambda Y: res.P.matmat(Y))
         self.passes_ = group.passes.since()
+        self._finish_common(res, lambda Y: res.P.matmat(Y))
         if self.store is not None:
             with run_store.writing(self.store, "the result Q", keep="the last checkpoint is intact"):
                 group.save(["Q"], self.store, "result", mirror=True)
