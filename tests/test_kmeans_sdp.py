@@ -67,6 +67,61 @@ def test_results_do_not_depend_on_where_the_row_chunks_live(tmp_path, cluster_cl
         np.testing.assert_allclose(other.U, ref.U, atol=1e-7)
 
 
+def test_kmeans_partition_is_lloyds_fixed_point_wherever_the_chunks_live(cluster_client):
+    """The start of NLR: k-means over row chunks ends at a partition that Lloyd's step
+    leaves as it is (every row nearest its own group's mean, checked densely here), the
+    planted blobs exactly, and the same labels on 1 or 2 workers and in any chunking
+    (sums in chunk order)."""
+    from sklearn.datasets import make_blobs
+
+    from dnomad.kmeans_sdp.lloyd import kmeans_partition
+
+    X, y = make_blobs([300, 120, 40], centers=[[0, 0, 0], [6, 0, 0], [0, 6, 0]], random_state=4)
+    ref = kmeans_partition(RowChunks(X, chunk_rows=50), 3, random_state=0)
+    centres = np.stack([X[ref == k].mean(axis=0) for k in range(3)])
+    nearest = np.argmin(((X[:, None, :] - centres[None]) ** 2).sum(axis=2), axis=1)
+    np.testing.assert_array_equal(nearest, ref)
+    assert clustering_accuracy(y, ref) == 1.0
+    for data in (RowChunks(X, chunk_rows=50, client=cluster_client), RowChunks(X, chunk_rows=7), RowChunks(X)):
+        with data:
+            np.testing.assert_array_equal(kmeans_partition(data, 3, random_state=0), ref)
+
+
+def test_partition_factor_is_a_feasible_point_of_the_kmeans_sdp():
+    """U U^T is the partition's membership matrix (1/|group| within each group, 0 across),
+    U >= 0, U U^T 1 = 1 and ||U||_F^2 = K, with no empty column at r = 2K."""
+    from dnomad.kmeans_sdp.lloyd import partition_factor
+
+    labels = np.repeat([0, 1, 2], [5, 3, 9])
+    U = partition_factor(labels, 3, 6)
+    Z = (labels[:, None] == labels[None]) / np.bincount(labels)[labels][None]
+    np.testing.assert_allclose(U @ U.T, Z, atol=1e-15)
+    np.testing.assert_allclose(U @ (U.T @ np.ones(17)), 1.0, atol=1e-15)
+    assert U.min() >= 0 and abs(np.sum(U ** 2) - 3) < 1e-13 and (U.sum(axis=0) > 0).all()
+
+
+def test_nlr_defaults_do_not_depend_on_the_units_of_x():
+    """beta="scale" and the k-means start: the same partition (the planted one) for X in
+    any units, and at least k-means++'s ARI; the authors' fixed beta = 10 stays one
+    argument away (on X in large units it leaves the iterates infeasible)."""
+    from sklearn.cluster import KMeans
+    from sklearn.datasets import make_blobs
+    from sklearn.metrics import adjusted_rand_score
+
+    X, y = make_blobs([400, 150, 50], n_features=5, cluster_std=[2.0, 1.0, 0.5], random_state=5)
+    base = dnomad.NLR(3, random_state=0).fit(X)
+    assert base.stop_reason_ == "tolerance" and base.infeasibility_ < 1e-6
+    kmeans = KMeans(3, random_state=0).fit(X).labels_
+    assert adjusted_rand_score(y, base.labels_) >= adjusted_rand_score(y, kmeans) - 0.02
+    for units in (1e-3, 100.0):
+        est = dnomad.NLR(3, random_state=0).fit(units * X)
+        np.testing.assert_array_equal(est.labels_, base.labels_)
+        assert est.beta_ == pytest.approx(base.beta_ * units ** 2, rel=1e-9)
+    with pytest.warns(dnomad.ConvergenceWarning, match="infeasibility"):
+        paper = dnomad.NLR(3, beta=10.0, init="random", random_state=0, max_iter=3000).fit(100.0 * X)
+    assert paper.beta_ == 10.0 and paper.infeasibility_ > 1e-3
+
+
 def test_estimator_on_the_cluster_and_from_zarr(tmp_path, cluster_client):
     X, y = gmm_simplex(300, n_clusters=3, gamma=1.5, random_state=2)
     zpath = write_zarr(tmp_path / "X.zarr", X, 64)

@@ -285,3 +285,31 @@ def test_lobpcg_top_refuses_more_vectors_than_the_complement_holds(rng):
         lobpcg_top(lambda V: V, rng.standard_normal((5, 5)), constraint=ones)
     with pytest.raises(InputValueError, match="n x k"):
         lobpcg_top(lambda V: V, rng.standard_normal(5))
+
+
+@pytest.mark.parametrize("kind", ["definite", "indefinite", "saddle point"])
+def test_solve_with_inertia_matches_a_dense_solve_and_the_eigenvalue_signs(rng, kind):
+    """Against numpy's solve and eigvalsh: a spectrum with known signs, and a KKT matrix
+    [[A, B], [B^T, 0]] whose zero block forces 2 x 2 pivots (inertia: m - p positive, p
+    negative for A positive definite and B of full column rank p)."""
+    from dnomad.linalg.indefinite import solve_with_inertia
+
+    m = 60
+    if kind == "saddle point":
+        p = 12
+        G = rng.standard_normal((m - p, m - p))
+        B = rng.standard_normal((m - p, p))
+        S = np.block([[G @ G.T + np.eye(m - p), B], [B.T, np.zeros((p, p))]])
+        expected = p
+    else:
+        Q, _ = np.linalg.qr(rng.standard_normal((m, m)))
+        signs = np.ones(m) if kind == "definite" else np.where(np.arange(m) % 3 == 0, -1.0, 1.0)
+        S = (Q * (signs * rng.uniform(0.5, 4.0, m))) @ Q.T
+        expected = int(np.sum(signs < 0))
+    assert int(np.sum(np.linalg.eigvalsh(S) < 0)) == expected
+    b = rng.standard_normal(m)
+    x, negative = solve_with_inertia(S, b)
+    assert negative == expected
+    # Backward-stable solve: residual at the level of eps * cond(S) * ||b||.
+    assert np.linalg.norm(S @ x - b) <= 1e-10 * np.linalg.cond(S) * np.linalg.norm(b)
+    np.testing.assert_allclose(x, np.linalg.solve(S, b), rtol=1e-8 * np.linalg.cond(S))

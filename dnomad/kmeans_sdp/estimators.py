@@ -97,8 +97,14 @@ class RiemannianKMeans(_RowChunkEstimator):
     mu : "auto", float or decreasing sequence of floats, default "auto"
         The barrier weight: App. F's heuristic (the barrier at 20 times the data term at
         the interior point), a value, or continuation stages (each warm-started).
+    init : {"kmeans", "random"}, default "kmeans"
+        The start: "kmeans", next to the k-means++ partition of the rows (refined into
+        r groups and mixed with the uniform point just enough to be strictly feasible:
+        :func:`dnomad.kmeans_sdp.riemannian.kmeans_start`); "random": Lemma 5's interior
+        point moved along a random tangent (the paper's).
     n_init : int, default 1
-        Random strictly feasible starts; the lowest final cost wins.
+        Strictly feasible starts (a new seeding or random draw each); the lowest final
+        cost wins.
     max_iter, tol : default 1000, 1e-6
         Newton iterations per stage; the Riemannian gradient norm to stop at.
     lam, kappa_plus, kappa_minus, max_inner : default 1.0, 1.3, 1.1, 60
@@ -148,7 +154,7 @@ class RiemannianKMeans(_RowChunkEstimator):
 
     _parameter_constraints = {
         "n_clusters": [Interval(numbers.Integral, 2, None)], "rank": _OPTIONAL_POSITIVE_INT,
-        "mu": [Options("auto"), "array-like"] + _POSITIVE, "n_init": _POSITIVE_INT,
+        "mu": [Options("auto"), "array-like"] + _POSITIVE, "init": [Options(*rk.INITS)], "n_init": _POSITIVE_INT,
         "max_iter": _POSITIVE_INT, "tol": _POSITIVE, "lam": _POSITIVE,
         "kappa_plus": [Interval(numbers.Real, 1, None, closed="neither")],
         "kappa_minus": [Interval(numbers.Real, 1, None, closed="neither")], "max_inner": _POSITIVE_INT,
@@ -158,7 +164,7 @@ class RiemannianKMeans(_RowChunkEstimator):
         "chunk_rows": _OPTIONAL_POSITIVE_INT, "backend": [Options("auto", "local", "distributed")],
         "checkpoint_every": _POSITIVE_INT, "callback": [None, "callback"], **_RUN_CONSTRAINTS}
 
-    def __init__(self, n_clusters=8, *, rank=None, mu="auto", n_init=1, max_iter=1000, tol=1e-6, lam=1.0,
+    def __init__(self, n_clusters=8, *, rank=None, mu="auto", init="kmeans", n_init=1, max_iter=1000, tol=1e-6, lam=1.0,
                  kappa_plus=1.3, kappa_minus=1.1, max_inner=60, lam_rule="adaptive", cubic_L=1.0,
                  boundary_fraction=0.95, second_order=True, min_eigenvalue=None, chunk_rows=None,
                  backend="auto", random_state=None, store=None, overwrite=False, checkpoint_every=10,
@@ -166,6 +172,7 @@ class RiemannianKMeans(_RowChunkEstimator):
         self.n_clusters = n_clusters
         self.rank = rank
         self.mu = mu
+        self.init = init
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
@@ -196,7 +203,7 @@ class RiemannianKMeans(_RowChunkEstimator):
 
     def _solve(self, data, state, checkpoint):
         res = rk.riemannian_kmeans(
-            data, self.n_clusters, rank=self.rank, mu=self.mu, n_init=self.n_init,
+            data, self.n_clusters, rank=self.rank, mu=self.mu, init=self.init, n_init=self.n_init,
             random_state=self.random_state, lam=self.lam, kappa_plus=self.kappa_plus,
             kappa_minus=self.kappa_minus, max_iter=self.max_iter, max_inner=self.max_inner, gtol=self.tol,
             lam_rule=self.lam_rule, cubic_L=self.cubic_L,
@@ -234,16 +241,24 @@ class NLR(_RowChunkEstimator):
     n_clusters : int, >= 2
     rank : int, optional
         Default 2 * n_clusters (the authors').
-    beta : float, default 10
-        The augmented Lagrangian's penalty (the authors').
+    beta : "scale" or float, default "scale"
+        The augmented Lagrangian's penalty.  "scale": 10 ||X||_2^2 / n (X centred), the
+        authors' 10 on X scaled to ||X||_2^2 = n, so that the run does not depend on
+        X's units; a number: as given (the authors' protocol: 10).
     step : float, optional
         alpha; default 1 / (2 (||X||_2^2 + beta n)).
     tol, dual_tol : default 1e-6, 1e-3
         Stop when the relative change of U and ||U U^T 1 - 1|| / sqrt(n) are below tol;
         take the dual step when the relative change is below dual_tol.
     max_iter : int, default 100000
+    init : {"kmeans", "random"}, default "kmeans"
+        The start: "kmeans", the partition of k-means++ and Lloyd's iterations over the
+        row chunks (:func:`dnomad.kmeans_sdp.lloyd.kmeans_partition`), each group's
+        indicator over the square root of its size (a feasible point); "random":
+        |N(0, 1)| entries, projected (the authors').
     n_init : int, default 1
-        Random starts (|N(0, 1)| entries); the largest final <X X^T, U U^T> wins.
+        Starts (a new k-means++ seeding or random draw each); the largest final
+        <X X^T, U U^T> wins.
     record_every : int, default 10
         Iterations between history rows.
     chunk_rows, backend, random_state, store, overwrite, callback
@@ -256,20 +271,20 @@ class NLR(_RowChunkEstimator):
     Attributes
     ----------
     labels_, U_, objective_ (<X X^T, U U^T>, X centred), infeasibility_, stop_reason_,
-    n_iter_, dual_steps_, history_, passes_, fit_seconds_
+    n_iter_, dual_steps_, history_, passes_, fit_seconds_, beta_ (the penalty used)
     """
 
     _method = "nlr"
 
     _parameter_constraints = {
         "n_clusters": [Interval(numbers.Integral, 2, None)], "rank": _OPTIONAL_POSITIVE_INT,
-        "beta": _POSITIVE, "step": [None] + _POSITIVE, "tol": _POSITIVE, "dual_tol": _POSITIVE,
-        "max_iter": _POSITIVE_INT, "n_init": _POSITIVE_INT, "record_every": _POSITIVE_INT,
+        "beta": [Options("scale")] + _POSITIVE, "step": [None] + _POSITIVE, "tol": _POSITIVE,
+        "dual_tol": _POSITIVE, "max_iter": _POSITIVE_INT, "init": [Options(*nlr_solver.INITS)], "n_init": _POSITIVE_INT, "record_every": _POSITIVE_INT,
         "chunk_rows": _OPTIONAL_POSITIVE_INT, "backend": [Options("auto", "local", "distributed")],
         "checkpoint_every": _POSITIVE_INT, "callback": [None, "callback"], **_RUN_CONSTRAINTS}
 
-    def __init__(self, n_clusters=8, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3,
-                 max_iter=100000, n_init=1, record_every=10, chunk_rows=None, backend="auto",
+    def __init__(self, n_clusters=8, *, rank=None, beta="scale", step=None, tol=1e-6, dual_tol=1e-3,
+                 max_iter=100000, init="kmeans", n_init=1, record_every=10, chunk_rows=None, backend="auto",
                  random_state=None, store=None, overwrite=False, checkpoint_every=1000, callback=None,
                  verbose=0):
         self.n_clusters = n_clusters
@@ -279,6 +294,7 @@ class NLR(_RowChunkEstimator):
         self.tol = tol
         self.dual_tol = dual_tol
         self.max_iter = max_iter
+        self.init = init
         self.n_init = n_init
         self.record_every = record_every
         self.chunk_rows = chunk_rows
@@ -296,7 +312,7 @@ class NLR(_RowChunkEstimator):
             check_ints(self, ["rank"], minimum=self.n_clusters)
 
     def _solve(self, data, state, checkpoint):
-        best = nlr_solver.nlr_kmeans(data, self.n_clusters, n_init=self.n_init, random_state=self.random_state,
+        best = nlr_solver.nlr_kmeans(data, self.n_clusters, init=self.init, n_init=self.n_init, random_state=self.random_state,
                                      rank=self.rank, beta=self.beta, step=self.step, tol=self.tol,
                                      dual_tol=self.dual_tol, max_iter=self.max_iter,
                                      record_every=self.record_every, callback=self._solver_callback(),
@@ -306,7 +322,7 @@ class NLR(_RowChunkEstimator):
         self.objective_ = best.objective
         self.infeasibility_ = best.history[-1]["infeasibility"]
         self.stop_reason_, self.n_iter_, self.dual_steps_ = best.stop_reason, best.n_iter, best.dual_steps
-        self.history_, self.passes_ = best.history, best.passes
+        self.history_, self.passes_, self.beta_ = best.history, best.passes, best.beta
 
     def _progress_report(self):
         return "NLR", {"change": self.tol, "infeasibility": self.tol}
@@ -317,4 +333,4 @@ class NLR(_RowChunkEstimator):
     def _summary(self):
         return {"objective": self.objective_, "infeasibility": self.infeasibility_,
                 "stop_reason": self.stop_reason_, "n_iter": self.n_iter_, "passes": self.passes_,
-                "dual_steps": int(self.dual_steps_)}
+                "dual_steps": int(self.dual_steps_), "beta": self.beta_}

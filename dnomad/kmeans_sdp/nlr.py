@@ -27,14 +27,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputValueError, warn_convergence
-from . import starts
+from . import lloyd, starts
+
+INITS = ("kmeans", "random")
+# beta="scale": the authors' penalty on X scaled to ||X||_2^2 = n.
+BETA_SCALE = 10.0
 
 
 @dataclass(frozen=True, eq=False)
 class NLRResult:
     """U (n x r), the stop reason, history rows (iteration, loss = -<XX^T, UU^T>,
     infeasibility ||UU^T 1 - 1|| / sqrt(n), change, seconds, passes), iterations,
-    dual steps, passes over X, seconds and the step alpha."""
+    dual steps, passes over X, seconds, the step alpha and the penalty beta."""
 
     U: np.ndarray
     stop_reason: str
@@ -44,6 +48,7 @@ class NLRResult:
     passes: int
     seconds: float
     step: float
+    beta: float
 
     @property
     def objective(self):
@@ -51,11 +56,15 @@ class NLRResult:
         return float(-self.history[-1]["loss"])
 
 
-def nlr(data, K, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3, max_iter=100000,
+def nlr(data, K, *, rank=None, beta="scale", step=None, tol=1e-6, dual_tol=1e-3, max_iter=100000,
         record_every=1, U0=None, random_state=None, callback=None, state=None, checkpoint=None,
         checkpoint_every=1000):
     """Run NLR on the row chunks ``data`` (a :class:`dnomad.blocks.RowChunks`).
 
+    ``beta``: the penalty; "scale" is BETA_SCALE ||X||_2^2 / n (X centred), the
+    authors' beta = 10 on X scaled to ||X||_2^2 = n: the K-means partition does not
+    change with X's scale, and a fixed beta does (raw pixels, ||X||_2^2 / n = 180 on
+    scikit-learn's digits, left the iterates infeasible after 100,000 steps).
     ``step`` (alpha): default 1 / (2 (||X||_2^2 + beta n)), a bound on the gradient's
     Lipschitz constant near feasible points (the data term's 2 ||X||_2^2 and the
     augmented term's 2 beta ||U^T 1||^2 = 2 beta n).  ``U0``: a nonnegative n x r start
@@ -71,18 +80,19 @@ def nlr(data, K, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3, ma
     had not stopped.
     """
     n = data.n
-    if not (isinstance(K, (int, np.integer)) and not isinstance(K, bool) and K >= 2):
-        raise InputValueError(f"n_clusters (K) must be an integer >= 2; got {K!r}")
-    r = 2 * K if rank is None else rank
-    if not (isinstance(r, (int, np.integer)) and not isinstance(r, bool) and r >= K):
-        raise InputValueError(f"rank must be an integer >= K = {K}; got {rank!r}")
-    if n < r:
-        raise InputValueError(f"need at least rank = {r} points; got n = {n}")
-    for name, value in (("beta", beta), ("tol", tol), ("dual_tol", dual_tol)):
+    r = _checked_rank(n, K, rank)
+    if not (isinstance(beta, str) and beta == "scale") and not (
+            isinstance(beta, (int, float)) and not isinstance(beta, bool) and beta > 0 and math.isfinite(beta)):
+        raise InputValueError(f"beta must be 'scale' or a finite number > 0; got {beta!r}")
+    for name, value in (("tol", tol), ("dual_tol", dual_tol)):
         if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
             raise InputValueError(f"{name} must be a finite number > 0; got {value!r}")
+    top = float(np.linalg.eigvalsh(data.gram)[-1])
+    if isinstance(beta, str):
+        beta = BETA_SCALE * top / n
+    beta = float(beta)
     if step is None:
-        step = 1.0 / (2.0 * (float(np.linalg.eigvalsh(data.gram)[-1]) + beta * n))
+        step = 1.0 / (2.0 * (top + beta * n))
     elif not (isinstance(step, (int, float)) and step > 0 and math.isfinite(step)):
         raise InputValueError(f"step must be a finite number > 0 or None; got {step!r}")
     if state is not None:
@@ -104,6 +114,18 @@ def nlr(data, K, *, rank=None, beta=10.0, step=None, tol=1e-6, dual_tol=1e-3, ma
     return _nlr_loop(data, K, r, beta, step, tol, dual_tol, max_iter, record_every, callback, checkpoint,
                      checkpoint_every, sums=sums, scale=math.sqrt(K / sums["ww"]), history=[], dual_steps=0,
                      dual_next=False, first=1, passes0=passes0, t0=time.perf_counter())
+
+
+def _checked_rank(n, K, rank):
+    """r, U's columns (default 2 K), once K, the rank and n are checked against each other."""
+    if not (isinstance(K, (int, np.integer)) and not isinstance(K, bool) and K >= 2):
+        raise InputValueError(f"n_clusters (K) must be an integer >= 2; got {K!r}")
+    r = 2 * K if rank is None else rank
+    if not (isinstance(r, (int, np.integer)) and not isinstance(r, bool) and r >= K):
+        raise InputValueError(f"rank must be an integer >= K = {K}; got {rank!r}")
+    if n < r:
+        raise InputValueError(f"need at least rank = {r} points; got n = {n}")
+    return r
 
 
 def _resumed(data, state):
@@ -167,30 +189,42 @@ def _nlr_loop(data, K, r, beta, step, tol, dual_tol, max_iter, record_every, cal
     data.drop("W")
     data.drop("y")
     return NLRResult(U, stop_reason=stop, history=history, n_iter=it, dual_steps=dual_steps,
-                     passes=data.passes - passes0, seconds=time.perf_counter() - t0, step=step)
+                     passes=data.passes - passes0, seconds=time.perf_counter() - t0, step=step, beta=beta)
 
 
-def nlr_kmeans(data, K, *, n_init=1, random_state=None, state=None, checkpoint=None, checkpoint_every=1000,
-               **nlr_kw):
-    """:func:`nlr` from ``n_init`` random starts (|N(0, 1)| entries from one generator);
-    the largest final <X X^T, U U^T> wins.  Returns its :class:`NLRResult` with history
-    rows tagged by ``init``.
+def nlr_kmeans(data, K, *, init="kmeans", n_init=1, random_state=None, state=None, checkpoint=None,
+               checkpoint_every=1000, **nlr_kw):
+    """:func:`nlr` from ``n_init`` starts drawn from one generator; the largest final
+    <X X^T, U U^T> wins.  Returns its :class:`NLRResult` with history rows tagged by
+    ``init``.
+
+    ``init``: "kmeans", the partition of :func:`dnomad.kmeans_sdp.lloyd.kmeans_partition`
+    (k-means++ and Lloyd's iterations) as the feasible point of
+    :func:`dnomad.kmeans_sdp.lloyd.partition_factor`, a new seeding for every start; or
+    "random", |N(0, 1)| entries (the authors').
 
     ``checkpoint(state)`` is called every ``checkpoint_every`` iterations with the
     running start's state (see :func:`nlr`), which start it is, the generator's state,
     the best start so far and the history of every start so far; given back as
     ``state``, the run goes on from there as if it had not stopped."""
+    if init not in INITS:
+        raise InputValueError(f"init must be one of {INITS}; got {init!r}")
+    rank = nlr_kw.pop("rank", None)
+    r = _checked_rank(data.n, K, rank)
     rng = np.random.default_rng(random_state)
     best, done, first, run_state = None, [], 0, None
     if state is not None:
         rng, best, done, first, run_state = _resumed_starts(state)
-    for init in range(first, n_init):
+    for index in range(first, n_init):
         save = None if checkpoint is None else functools.partial(
-            _save_starts, checkpoint, init=init, rng=rng, best=best, done=done)
-        res = nlr(data, K, random_state=rng, state=run_state, checkpoint=save, checkpoint_every=checkpoint_every,
-                  **nlr_kw)
+            _save_starts, checkpoint, init=index, rng=rng, best=best, done=done)
+        U0 = None
+        if init == "kmeans" and run_state is None:
+            U0 = lloyd.partition_factor(lloyd.kmeans_partition(data, K, rng), K, r)
+        res = nlr(data, K, rank=rank, U0=U0, random_state=rng, state=run_state, checkpoint=save,
+                  checkpoint_every=checkpoint_every, **nlr_kw)
         run_state = None
-        res = dataclasses.replace(res, history=[dict(row, init=init) for row in res.history])
+        res = dataclasses.replace(res, history=[dict(row, init=index) for row in res.history])
         done += res.history
         if best is None or res.objective > best.objective:
             best = res
@@ -198,7 +232,7 @@ def nlr_kmeans(data, K, *, n_init=1, random_state=None, state=None, checkpoint=N
 
 
 # The best start's scalars a checkpoint keeps (its U is an array of its own).
-_BEST_FIELDS = ("stop_reason", "n_iter", "dual_steps", "passes", "seconds", "step")
+_BEST_FIELDS = ("stop_reason", "n_iter", "dual_steps", "passes", "seconds", "step", "beta")
 
 
 def _save_starts(checkpoint, run_state, *, init, rng, best, done):

@@ -25,8 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputValueError, warn_convergence
+from ..linalg.indefinite import solve_with_inertia
 from ..rounding import kmeans_rows
-from . import starts
+from . import lloyd, starts
+
+INITS = ("kmeans", "random")
 
 
 class KMeansManifold:
@@ -63,13 +66,19 @@ class KMeansManifold:
         return np.outer(np.full(self.n, 1.0 / math.sqrt(self.n)), dQ[0]) + dV @ Q[1:] + V @ dQ[1:]
 
     def point_from_u(self, U):
-        """(V, Q) with phi(V, Q) = U for U on M_r (App. C.4: U = P S W^T, V the columns
-        2..r of P S and Q = W^T, signs fixed so that the first column is +1/sqrt(n))."""
+        """(V, Q) with phi(V, Q) = U for U on M_r (U U^T 1 = 1, ||U||_F^2 = K): Q is the
+        Householder reflection whose first row is q = U^T 1 / sqrt(n) (a unit vector, as
+        U q = U U^T 1 / sqrt(n) = 1 / sqrt(n)), so U Q^T has first column 1 / sqrt(n) and
+        V is the rest (centred, since 1^T U Q^T = sqrt(n) q^T Q^T = sqrt(n) e_1^T).
+        Unlike App. C.4's SVD (U = P S W^T), it does not need U's singular values apart:
+        the partition-like starts have K of them equal to 1."""
         U = np.asarray(U, dtype=np.float64)
-        P, s, Wt = np.linalg.svd(U, full_matrices=False)
-        sign = 1.0 if P[0, 0] >= 0 else -1.0
-        PS = P * s
-        return sign * PS[:, 1:], sign * Wt
+        q = U.sum(axis=0) / math.sqrt(self.n)
+        v = q.copy()
+        v[0] -= 1.0
+        vv = float(v @ v)
+        Q = np.eye(self.r) if vv < 1e-30 else np.eye(self.r) - (2.0 / vv) * np.outer(v, v)
+        return (U @ Q.T)[:, 1:], Q
 
     def interior_point(self):
         """A strictly positive U = phi(V, Q) on M_r (Lemma 5).
@@ -335,7 +344,8 @@ class KMeansProblem:
         the number of eigenvalues of the Riemannian Hessian below -lam (Sylvester's law of
         inertia: the negative eigenvalues of D and S, less the m constraint rows, since
         [[D, L], [L^T, L22]] is congruent to the constraint system of the tangent space
-        with the z rows added).
+        with the z rows added); S is solved and its inertia read from one Bunch-Kaufman
+        factorization (:func:`dnomad.linalg.indefinite.solve_with_inertia`).
         """
         M = self.manifold
         r, d = M.r, self.d
@@ -354,10 +364,9 @@ class KMeansProblem:
         S[lay.sq, lay.q] += Jq
         S[lay.q, lay.sq] += Jq.T
         b[lay.q] += (-it.gQ if rhs is None else rhs[1]).ravel()
-        w, E = np.linalg.eigh(_sym(S))
-        s = E @ ((E.T @ b) / w)
+        s, negative_s = solve_with_inertia(_sym(S), b)
         n_constraints = lay.size - r * r - d * (r - 1)
-        negative = int(neg_d) + int(np.sum(w < 0)) - n_constraints
+        negative = int(neg_d) + negative_s - n_constraints
         grad_norm = math.sqrt(max(float(gg), 0.0) + float(np.sum(it.gQ ** 2)))
         return NewtonSolve(lam, shift, small, s, s[lay.q].reshape(r, r), grad_norm, negative,
                            rhs is not None)
@@ -824,6 +833,28 @@ def random_start(manifold, rng, scale=0.5, tries=60):
     return x
 
 
+def kmeans_start(manifold, data, rng):
+    """A strictly feasible point at the k-means partition of the rows (``init="kmeans"``).
+
+    The partition (:func:`dnomad.kmeans_sdp.lloyd.kmeans_partition`) is refined into r
+    groups (its largest cut in two while there are fewer, :func:`dnomad.kmeans_sdp.lloyd.
+    split_groups`) with normalized indicators E (n x r, E^T E = I) and sizes n_g; then
+    U = E M^1/2 with M = (1 - theta) I + theta s s^T, s_g = sqrt(n_g / n) (a unit
+    vector, E s = 1 / sqrt(n)), so U U^T = (1 - theta) E E^T + theta 1 1^T / n: row sums
+    1, trace (1 - theta) r + theta, which is K for theta = (r - K) / (r - 1), and every
+    entry positive (U_ig = (sqrt(1 - theta) [g = own group] + (1 - sqrt(1 - theta))
+    s_own s_g) / sqrt(n_own)).  The r groups merged back into K are the k-means
+    partition; the Newton run starts next to it instead of at Lemma 5's interior point,
+    far from any partition, where the Hessian is indefinite by about 2 ||X||_2^2 and the
+    steps regularized by that much are short."""
+    K, r, n = manifold.K, manifold.r, manifold.n
+    groups = lloyd.split_groups(data, lloyd.kmeans_partition(data, K, rng), r)
+    theta = (r - K) / (r - 1)
+    s = np.sqrt(np.bincount(groups, minlength=r) / n)
+    half = math.sqrt(1.0 - theta) * (np.eye(r) - np.outer(s, s)) + np.outer(s, s)
+    return manifold.point_from_u(lloyd.partition_factor(groups, r, r) @ half)
+
+
 @dataclass(frozen=True, eq=False)
 class NewtonResult:
     """What :func:`riemannian_newton` returns: the point (V, Q) and U, the stop reason,
@@ -1128,10 +1159,11 @@ def mu_schedule(mu, data, manifold):
     return [float(v) for v in values]
 
 
-def riemannian_kmeans(data, K, *, rank=None, mu="auto", n_init=1, random_state=None, state=None, checkpoint=None,
-                      checkpoint_every=10, **newton):
+def riemannian_kmeans(data, K, *, rank=None, mu="auto", init="kmeans", n_init=1, random_state=None, state=None,
+                      checkpoint=None, checkpoint_every=10, **newton):
     """K-means by :func:`riemannian_newton` on the row chunks ``data``: ``n_init``
-    random strictly feasible starts, each run through the ``mu`` stages; the run with
+    strictly feasible starts (``init``: "kmeans", :func:`kmeans_start`, a new seeding
+    each; "random", :func:`random_start`), each run through the ``mu`` stages; the run with
     the lowest final cost wins.  Returns its :class:`NewtonResult` with ``history``
     rows tagged by ``init`` and ``stage`` (and ``mu``), ``mu`` (the final barrier
     weight), ``labels`` (Lemma 1), ``costs`` (every start's final cost) and the passes
@@ -1146,6 +1178,8 @@ def riemannian_kmeans(data, K, *, rank=None, mu="auto", n_init=1, random_state=N
     """
     r = K + 1 if rank is None else rank
     manifold = KMeansManifold(data.n, r, K)
+    if init not in INITS:
+        raise InputValueError(f"init must be one of {INITS}; got {init!r}")
     if not (isinstance(n_init, (int, np.integer)) and not isinstance(n_init, bool) and n_init >= 1):
         raise InputValueError(f"n_init must be an integer >= 1; got {n_init!r}")
     mus = mu_schedule(mu, data, manifold)
@@ -1155,16 +1189,18 @@ def riemannian_kmeans(data, K, *, rank=None, mu="auto", n_init=1, random_state=N
     if state is not None:
         rng, best, costs, passes, capped, done, first_init, first_stage, newton_state = \
             _resumed_kmeans(state, manifold)
-    for init in range(first_init, n_init):
-        x = random_start(manifold, rng) if newton_state is None else None
-        history = [row for row in done if row["init"] == init]
+    for index in range(first_init, n_init):
+        x = None
+        if newton_state is None:
+            x = kmeans_start(manifold, data, rng) if init == "kmeans" else random_start(manifold, rng)
+        history = [row for row in done if row["init"] == index]
         for stage, mu_stage in enumerate(mus):
-            if init == first_init and stage < first_stage:
+            if index == first_init and stage < first_stage:
                 continue
             save = None if checkpoint is None else functools.partial(
-                _save_kmeans, checkpoint, init=init, stage=stage, mu=mu_stage, rng=rng, best=best, costs=costs,
+                _save_kmeans, checkpoint, init=index, stage=stage, mu=mu_stage, rng=rng, best=best, costs=costs,
                 passes=passes, capped=capped, done=done)
-            if save is not None and newton_state is None and (init, stage) != (0, 0):
+            if save is not None and newton_state is None and (index, stage) != (0, 0):
                 # Each later stage and start is saved at its start too: a run of many short
                 # ones (fewer than checkpoint_every iterations each) loses at most one.
                 save({"V": x[0], "Q": x[1], "lam": newton.get("lam", 1.0), "cubic_L": newton.get("cubic_L", 1.0),
@@ -1172,12 +1208,12 @@ def riemannian_kmeans(data, K, *, rank=None, mu="auto", n_init=1, random_state=N
             res = riemannian_newton(KMeansProblem(manifold, data, mu_stage), x, **newton, warn=False,
                                     state=newton_state, checkpoint=save, checkpoint_every=checkpoint_every)
             newton_state = None
-            rows = [dict(row, init=init, stage=stage, mu=mu_stage) for row in res.history]
+            rows = [dict(row, init=index, stage=stage, mu=mu_stage) for row in res.history]
             history += rows
             done += rows
             passes += res.passes
             if res.stop_reason == "max_iter":
-                capped.append((init, stage, mu_stage, res.history[-1]))
+                capped.append((index, stage, mu_stage, res.history[-1]))
             x = res.point
         res = dataclasses.replace(res, history=history)
         costs.append(res.cost)
