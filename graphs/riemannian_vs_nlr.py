@@ -107,8 +107,9 @@ def race(n=1000, K=4, gamma=1.2, seeds=(0, 1, 2), nlr_cap=200_000):
                                            "iterations": cont_rows[-1]["iteration"],
                                            "seconds": cont_rows[-1]["seconds"], "passes": cont.passes}
             for name, step in (("nlr", None), ("nlr_authors_step", 1e-6)):
-                res, rows = trace_run(lambda cb: nlr(data, K, step=step, random_state=seed, max_iter=nlr_cap,
-                                                     record_every=10, callback=cb), y, K)
+                # The authors' protocol: beta = 10 on the data as generated.
+                res, rows = trace_run(lambda cb: nlr(data, K, beta=10.0, step=step, random_state=seed,
+                                                     max_iter=nlr_cap, record_every=10, callback=cb), y, K)
                 entry[name] = {"rows": rows, "stop": res.stop_reason, "iterations": res.n_iter,
                                "seconds": res.seconds, "passes": res.passes, "step": res.step}
             for name in METHODS:
@@ -158,8 +159,8 @@ def fig3(n=100, K=4, gamma=0.8, mu=0.1, starts=50, authors_starts=10, nlr_cap=20
                 P, random_start(M, np.random.default_rng(seed)), callback=cb, warn=False), y, K)}
             for name, step, every in (("nlr", None, 10), ("nlr_authors_step", 1e-6, 1000)):
                 if step is None or seed < authors_starts:
-                    runs[name] = trace_run(lambda cb: nlr(data, K, step=step, random_state=seed, max_iter=nlr_cap,
-                                                          record_every=every, callback=cb), y, K)
+                    runs[name] = trace_run(lambda cb: nlr(data, K, beta=10.0, step=step, random_state=seed,
+                                                          max_iter=nlr_cap, record_every=every, callback=cb), y, K)
             entry = {"seed": seed}
             for name in runs:
                 res, rows = runs[name]
@@ -282,7 +283,7 @@ def scaling(sizes, K=4, iterations=3):
             step = P.back_substitute(it, sol)
             P.retract(it, step, min(1.0, 0.95 * step.t_max))
             per_step = time.perf_counter() - t
-            nl = nlr(data, K, max_iter=20, random_state=0)
+            nl = nlr(data, K, beta=10.0, max_iter=20, random_state=0)
             data.close()
         lay = P.layout
         flops = schur_pass_flops(n, K + 1, P.d)                 # the pass's GEMMs

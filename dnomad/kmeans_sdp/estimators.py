@@ -105,10 +105,19 @@ class RiemannianKMeans(_RowChunkEstimator):
     n_init : int, default 1
         Strictly feasible starts (a new seeding or random draw each); the lowest final
         cost wins.
-    max_iter, tol : default 1000, 1e-6
-        Newton iterations per stage; the Riemannian gradient norm to stop at.
-    lam, kappa_plus, kappa_minus, max_inner : default 1.0, 1.3, 1.1, 60
-        Alg. 1's regularization and its adaptation.
+    max_iter : int, default 1000
+        Newton iterations per stage.
+    tol : float, default 1e-10
+        Stop when the Riemannian gradient's norm is at most tol ||X||_2^2 (X centred: the
+        cost and its gradient grow as X's units squared, so the rule does not depend on
+        them; ``grad_norm_`` and the history report the norm itself).
+    lam : float, default 1.0
+        Alg. 1's starting regularization, in units of ||X||_2^2: the data term's
+        Hessian has norm 2 ||X||_2^2, and away from a local minimum H + lam I is
+        positive definite only for lam of that order (an absolute lam = 1 left the first
+        iteration unable to reach it in ``max_inner`` tries on data in pixel units).
+    kappa_plus, kappa_minus, max_inner : default 1.3, 1.1, 60
+        Alg. 1's adaptation of lam and its tries per iteration.
     lam_rule : {"adaptive", "bisection"}, default "adaptive"
         Alg. 1's lam (divided by kappa_minus on a taken step, multiplied by kappa_plus on
         a rejected one), or Sec. 3's bisection for 2 lam = L ||p(lam)|| with the cubic
@@ -117,7 +126,7 @@ class RiemannianKMeans(_RowChunkEstimator):
     boundary_fraction : float or None, default 0.95
         Steps cut to this fraction of the way to U = 0 (None: full steps, as printed).
     second_order : bool, default True
-        Stop only at points whose Hessian has no eigenvalue below -sqrt(tol); step along
+        Stop only at points whose Hessian has no eigenvalue below -sqrt(tol ||X||_2^2); step along
         negative curvature otherwise.
     min_eigenvalue : {None, "final", "every"}
         Report the smallest Riemannian Hessian eigenvalue at the end / in every history
@@ -164,7 +173,8 @@ class RiemannianKMeans(_RowChunkEstimator):
         "chunk_rows": _OPTIONAL_POSITIVE_INT, "backend": [Options("auto", "local", "distributed")],
         "checkpoint_every": _POSITIVE_INT, "callback": [None, "callback"], **_RUN_CONSTRAINTS}
 
-    def __init__(self, n_clusters=8, *, rank=None, mu="auto", init="kmeans", n_init=1, max_iter=1000, tol=1e-6, lam=1.0,
+    def __init__(self, n_clusters=8, *, rank=None, mu="auto", init="kmeans", n_init=1, max_iter=1000, tol=1e-10,
+                 lam=1.0,
                  kappa_plus=1.3, kappa_minus=1.1, max_inner=60, lam_rule="adaptive", cubic_L=1.0,
                  boundary_fraction=0.95, second_order=True, min_eigenvalue=None, chunk_rows=None,
                  backend="auto", random_state=None, store=None, overwrite=False, checkpoint_every=10,
@@ -202,10 +212,12 @@ class RiemannianKMeans(_RowChunkEstimator):
             rk.mu_schedule(self.mu, None, None)                   # checked before X is read
 
     def _solve(self, data, state, checkpoint):
+        curvature = rk.data_curvature(data)
+        self._gtol = self.tol * curvature
         res = rk.riemannian_kmeans(
             data, self.n_clusters, rank=self.rank, mu=self.mu, init=self.init, n_init=self.n_init,
-            random_state=self.random_state, lam=self.lam, kappa_plus=self.kappa_plus,
-            kappa_minus=self.kappa_minus, max_iter=self.max_iter, max_inner=self.max_inner, gtol=self.tol,
+            random_state=self.random_state, lam=self.lam * curvature, kappa_plus=self.kappa_plus,
+            kappa_minus=self.kappa_minus, max_iter=self.max_iter, max_inner=self.max_inner, gtol=self._gtol,
             lam_rule=self.lam_rule, cubic_L=self.cubic_L,
             boundary_fraction=self.boundary_fraction, second_order=self.second_order,
             min_eigenvalue=self.min_eigenvalue, callback=self._solver_callback(), state=state,
@@ -218,7 +230,7 @@ class RiemannianKMeans(_RowChunkEstimator):
         self.costs_, self.curvature_steps_, self.passes_ = res.costs, res.curvature_steps, res.passes
 
     def _progress_report(self):
-        return "Riemannian K-means", {"grad_norm": self.tol}
+        return "Riemannian K-means", {"grad_norm": self._gtol}
 
     def _result_arrays(self):
         return {"V": self.V_, "rotation": self.Q_}
@@ -279,7 +291,8 @@ class NLR(_RowChunkEstimator):
     _parameter_constraints = {
         "n_clusters": [Interval(numbers.Integral, 2, None)], "rank": _OPTIONAL_POSITIVE_INT,
         "beta": [Options("scale")] + _POSITIVE, "step": [None] + _POSITIVE, "tol": _POSITIVE,
-        "dual_tol": _POSITIVE, "max_iter": _POSITIVE_INT, "init": [Options(*nlr_solver.INITS)], "n_init": _POSITIVE_INT, "record_every": _POSITIVE_INT,
+        "dual_tol": _POSITIVE, "max_iter": _POSITIVE_INT, "init": [Options(*nlr_solver.INITS)],
+        "n_init": _POSITIVE_INT, "record_every": _POSITIVE_INT,
         "chunk_rows": _OPTIONAL_POSITIVE_INT, "backend": [Options("auto", "local", "distributed")],
         "checkpoint_every": _POSITIVE_INT, "callback": [None, "callback"], **_RUN_CONSTRAINTS}
 
@@ -312,8 +325,9 @@ class NLR(_RowChunkEstimator):
             check_ints(self, ["rank"], minimum=self.n_clusters)
 
     def _solve(self, data, state, checkpoint):
-        best = nlr_solver.nlr_kmeans(data, self.n_clusters, init=self.init, n_init=self.n_init, random_state=self.random_state,
-                                     rank=self.rank, beta=self.beta, step=self.step, tol=self.tol,
+        best = nlr_solver.nlr_kmeans(data, self.n_clusters, init=self.init, n_init=self.n_init,
+                                     random_state=self.random_state, rank=self.rank, beta=self.beta,
+                                     step=self.step, tol=self.tol,
                                      dual_tol=self.dual_tol, max_iter=self.max_iter,
                                      record_every=self.record_every, callback=self._solver_callback(),
                                      state=state, checkpoint=checkpoint, checkpoint_every=self.checkpoint_every)

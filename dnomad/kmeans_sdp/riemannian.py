@@ -1139,6 +1139,14 @@ def labels_from_u(U, K, method="kmeans", random_state=0):
     return np.argmin(dist, axis=1)
 
 
+def data_curvature(data):
+    """||X||_2^2 (X centred; the largest eigenvalue of the row chunks' Gram F^T F): half
+    the norm of the data term's Hessian, the unit of the estimator's ``lam`` and ``tol``.
+    1 for X = 0."""
+    top = float(np.linalg.eigvalsh(data.gram)[-1])
+    return top if top > 0 else 1.0
+
+
 def mu_schedule(mu, data, manifold):
     """The barrier weights of the stages: ``"auto"`` is App. F's heuristic at the
     interior point of Lemma 5 (so it does not depend on the start); a number is one

@@ -629,8 +629,8 @@ def default_sdp_k(n, n_clusters):
     real data, at a cost that grows faster than K.  4 n_clusters is the smallest multiple
     that passed k-means and kNN spectral clustering on scikit-learn's digits, and 24 the
     smallest K that separated noisy rings, half-moons and swiss-roll sections at n =
-    3,000; at most n / 10, so that a local group keeps about ten points.  graphs/quality.py measures the rule on data sets it was not
-    chosen on (graphs/quality_sdp_k.json: the sweep it was chosen from).
+    3,000; at most n / 10, so that a local group keeps about ten points.
+    graphs/quality.py measures the rule on data sets it was not chosen on.
     """
     return int(max(n_clusters, min(max(SDP_K_PER_CLUSTER * n_clusters, SDP_K_MIN), n // SDP_K_MIN_GROUP)))
 
