@@ -109,10 +109,10 @@ SYNTHETIC = ("rings", "moons", "swiss_roll", "unequal_blobs", "anisotropic_blobs
 
 
 # ------------------------------------------------------------------ methods
-def _nomad(solver):
+def _nomad(solver, **kw):
     def make(k, n):
         import dnomad
-        return dnomad.NOMAD(k, solver=solver, random_state=0)
+        return dnomad.NOMAD(k, solver=solver, random_state=0, **kw)
     return make
 
 
@@ -153,6 +153,7 @@ class UmapHdbscan:
 METHODS = {
     "nomad_cgm": ("NOMAD cgm", _nomad("cgm"), 10000, True),
     "nomad_bm": ("NOMAD bm", _nomad("bm"), None, True),
+    "nomad_halving": ("NOMAD cgm, layers='halving'", _nomad("cgm", layers="halving"), 10000, True),
     "symnmf": ("SymNMF", _dnomad("SymNMF"), 10000, True),
     "nlr": ("NLR", _dnomad("NLR"), None, True),
     "riemannian": ("Riemannian K-means", _dnomad("RiemannianKMeans"), None, True),
@@ -192,7 +193,7 @@ def run(dataset, method, timeout):
     start = time.perf_counter()
     proc.start()
     proc.join(timeout)
-    row = {"dataset": dataset, "method": method}
+    row = {"dataset": dataset, "method": method, "commit": code_commit()}     # the code the row measured
     if proc.is_alive():
         proc.kill()
         proc.join()
@@ -220,6 +221,11 @@ def _machine():
 
 
 # ------------------------------------------------------------------ table and plot
+def _status_cell(status):
+    """A run without a number: skipped (its n^2 memory or time), did not finish, failed."""
+    return "-" if status.startswith("skipped") else "DNF" if "finish" in status else "fail"
+
+
 def table(result):
     rows = {(r["dataset"], r["method"]): r for r in result["rows"]}
     datasets = [d for d in DATASETS if any(k[0] == d for k in rows)]
@@ -232,7 +238,7 @@ def table(result):
             if r is None:
                 cells.append("")
             elif r["status"] != "ok":
-                cells.append("-" if r["status"].startswith("skipped") else "DNF" if "finish" in r["status"] else "fail")
+                cells.append(_status_cell(r["status"]))
             else:
                 cells.append(f"{r['ari']:.2f} ({r['seconds']:.3g} s)")
         lines.append(f"| {METHODS[m][0]} | " + " | ".join(cells) + " |")
@@ -249,11 +255,14 @@ def plot(result, path):
     methods = [m for m in METHODS if any(k[1] == m for k in rows)]
     ari = np.full((len(methods), len(datasets)), np.nan)
     secs = np.full_like(ari, np.nan)
+    missing = np.full(ari.shape, "n/a", dtype=object)         # what a cell without a number says
     for i, m in enumerate(methods):
         for j, d in enumerate(datasets):
             r = rows.get((d, m))
             if r is not None and r["status"] == "ok":
                 ari[i, j], secs[i, j] = r["ari"], r["seconds"]
+            elif r is not None:
+                missing[i, j] = _status_cell(r["status"])
     fig, axes = plt.subplots(1, 2, figsize=(6 + 1.4 * len(datasets), 0.45 * len(methods) + 2.5))
     for ax, values, title, fmt, cmap in ((axes[0], ari, "ARI against the classes (n_clusters = classes)",
                                           "{:.2f}", "viridis"),
@@ -264,9 +273,9 @@ def plot(result, path):
         for i in range(len(methods)):
             for j in range(len(datasets)):
                 v = ari[i, j] if fmt else secs[i, j]
-                text = "n/a" if np.isnan(v) else (f"{v:.2f}" if fmt else f"{v:.3g}")
-                ax.text(j, i, text, ha="center", va="center", fontsize=7,
-                        color="white" if (fmt and not np.isnan(v) and v < 0.5) else "black")
+                text = missing[i, j] if np.isnan(v) else (f"{v:.2f}" if fmt else f"{v:.3g}")
+                dark = not np.isnan(v) and (v < 0.5 if fmt else np.log10(v) > 1.5)
+                ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if dark else "black")
         ax.set_title(title, fontsize=9)
         fig.colorbar(im, ax=ax, fraction=0.03)
     fig.suptitle(f"graphs/quality.py: defaults beside scikit-learn and UMAP + HDBSCAN "
@@ -299,6 +308,7 @@ def main(argv=None):
                            "status": f"skipped: n = {_n_of(dataset)} > {max_n} (its memory or time grows as n^2)"}
                 else:
                     row = run(dataset, method, args.timeout)
+                row["command"] = result["command"]          # a rerun of some rows keeps the others' own
                 result["rows"] = [r for r in result["rows"] if (r["dataset"], r["method"]) != (dataset, method)]
                 result["rows"].append(row)
                 print(json.dumps(row), flush=True)
