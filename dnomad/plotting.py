@@ -27,7 +27,7 @@ _RESIDUALS = {
                  "change": ("tol", 1e-5)},
     "symnmf": {"gap": None},
     "hottopixx": {"error": None},
-    "riemannian-kmeans": {"grad_norm": "tol"},
+    "riemannian-kmeans": {"grad_norm": None},          # its target is the run's grad_tol
     "nlr": {"change": "tol", "infeasibility": "tol"},
     "bregman": {"gap": None, "primal_residual": ("tol", 1e-5), "dual_residual": ("tol", 1e-5)},
 }
@@ -82,7 +82,8 @@ def _from_estimator(est):
     params = est.get_params()
     view = {"method": method, "params": params, "labels": getattr(est, "labels_", None),
             "embedding": getattr(est, "embedding_", None), "history": list(getattr(est, "history_", []) or []),
-            "hott_rows": getattr(est, "hott_rows_", None), "diag": getattr(est, "diag_", None)}
+            "hott_rows": getattr(est, "hott_rows_", None), "diag": getattr(est, "diag_", None),
+            "grad_tol": getattr(est, "grad_tol_", None)}
     if method == "symnmf":
         view["W"] = est.components_
     if method == "hottopixx":
@@ -112,6 +113,7 @@ def _from_store(store):
 
     method = marker["method"]
     view = {"method": method, "params": marker["estimator_params"], "labels": array("result/labels"),
+            "grad_tol": result.get("grad_tol"),
             "embedding": array("result/embedding"), "history": run_store.read_table(store, "result/history") or [],
             "hott_rows": array("result/hott_rows"), "diag": array("result/diag"), "X": None}
     if run_store.has_array(store, "input/X") and view["labels"] is not None:
@@ -147,6 +149,8 @@ def _finish(view):
             targets[column] = default if value is None else value
         elif source is not None:
             targets[column] = params.get(source)
+    if key == "riemannian-kmeans" and view.get("grad_tol") is not None:
+        targets["grad_norm"] = view["grad_tol"]      # tol x ||X||_2^2: the norm the run stopped at
     view["targets"] = targets
     view["residuals"] = list(_RESIDUALS.get(key, {}))
     k = params.get("n_clusters") if method != "hottopixx" else params.get("rank")

@@ -287,19 +287,22 @@ def test_lobpcg_top_refuses_more_vectors_than_the_complement_holds(rng):
         lobpcg_top(lambda V: V, rng.standard_normal(5))
 
 
-@pytest.mark.parametrize("kind", ["definite", "indefinite", "saddle point"])
+@pytest.mark.parametrize("kind", ["definite", "indefinite", "saddle point", "scaled saddle point"])
 def test_solve_with_inertia_matches_a_dense_solve_and_the_eigenvalue_signs(rng, kind):
     """Against numpy's solve and eigvalsh: a spectrum with known signs, and a KKT matrix
     [[A, B], [B^T, 0]] whose zero block forces 2 x 2 pivots (inertia: m - p positive, p
-    negative for A positive definite and B of full column rank p)."""
+    negative for A positive definite and B of full column rank p), also with A's scale
+    far from B's."""
     from dnomad.linalg.indefinite import solve_with_inertia
 
     m = 60
-    if kind == "saddle point":
-        p = 12
+    if kind.endswith("saddle point"):
+        # Scaled: the primal block 1e8 times the constraints', as in the Riemannian
+        # Newton system, where the multipliers' eigenvalues sit near 1e-8 of the largest.
+        p, scale = 12, 1e8 if kind.startswith("scaled") else 1.0
         G = rng.standard_normal((m - p, m - p))
         B = rng.standard_normal((m - p, p))
-        S = np.block([[G @ G.T + np.eye(m - p), B], [B.T, np.zeros((p, p))]])
+        S = np.block([[scale * (G @ G.T + np.eye(m - p)), B], [B.T, np.zeros((p, p))]])
         expected = p
     else:
         Q, _ = np.linalg.qr(rng.standard_normal((m, m)))

@@ -496,16 +496,16 @@ def test_kmeans_start_is_strictly_feasible_next_to_the_kmeans_partition(r):
     np.testing.assert_allclose(U @ U.T, expected, atol=1e-12)
 
 
-def test_point_from_u_takes_a_partition_with_equal_singular_values():
+def test_point_from_u_reflected_takes_a_partition_with_equal_singular_values():
     """U of a partition (K singular values equal to 1, where an SVD cannot single out the
-    1/sqrt(n) direction) padded with a zero column: phi(point_from_u(U)) = U, V centred,
-    ||V||^2 = K - 1, Q orthogonal."""
+    1/sqrt(n) direction; group 0 spread over two columns): phi(point_from_u_reflected(U))
+    = U, V centred, ||V||^2 = K - 1, Q orthogonal."""
     from dnomad.kmeans_sdp.lloyd import partition_factor
 
     labels = np.repeat([0, 1, 2], [7, 4, 9])
     M = KMeansManifold(20, 4, 3)
     U = partition_factor(labels, 3, 4)
-    V, Q = M.point_from_u(U)
+    V, Q = M.point_from_u_reflected(U)
     np.testing.assert_allclose(M.phi((V, Q)), U, atol=1e-14)
     ones, trace, orth, _ = M.feasibility((V, Q))
     assert max(ones, trace, orth) < 1e-13

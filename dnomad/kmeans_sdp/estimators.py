@@ -1,6 +1,7 @@
 """The K-means SDP estimators on row chunks of X: Riemannian Newton and NLR."""
 from __future__ import annotations
 
+import math
 import numbers
 import time
 
@@ -108,25 +109,25 @@ class RiemannianKMeans(_RowChunkEstimator):
     max_iter : int, default 1000
         Newton iterations per stage.
     tol : float, default 1e-10
-        Stop when the Riemannian gradient's norm is at most tol ||X||_2^2 (X centred: the
-        cost and its gradient grow as X's units squared, so the rule does not depend on
-        them; ``grad_norm_`` and the history report the norm itself).
+        Stop when the Riemannian gradient's norm is at most ``grad_tol_`` = tol ||X||_2^2
+        (X centred) at a point whose Hessian has no eigenvalue below -sqrt(tol) ||X||_2^2:
+        the cost, its gradient and Hessian grow as X's units squared, so the rule does not
+        depend on them (``grad_norm_`` and the history report the norm itself).
     lam : float, default 1.0
         Alg. 1's starting regularization, in units of ||X||_2^2: the data term's
         Hessian has norm 2 ||X||_2^2, and away from a local minimum H + lam I is
-        positive definite only for lam of that order (an absolute lam = 1 left the first
-        iteration unable to reach it in ``max_inner`` tries on data in pixel units).
+        positive definite only for lam of that order.
     kappa_plus, kappa_minus, max_inner : default 1.3, 1.1, 60
         Alg. 1's adaptation of lam and its tries per iteration.
     lam_rule : {"adaptive", "bisection"}, default "adaptive"
         Alg. 1's lam (divided by kappa_minus on a taken step, multiplied by kappa_plus on
         a rejected one), or Sec. 3's bisection for 2 lam = L ||p(lam)|| with the cubic
-        constant L (from ``cubic_L``, default 1.0) adapted instead (about ten Newton solves
-        per iteration).
+        constant L (from ``cubic_L``, default 1.0, in units of ||X||_2^2) adapted instead
+        (about ten Newton solves per iteration).
     boundary_fraction : float or None, default 0.95
         Steps cut to this fraction of the way to U = 0 (None: full steps, as printed).
     second_order : bool, default True
-        Stop only at points whose Hessian has no eigenvalue below -sqrt(tol ||X||_2^2); step along
+        Stop only at points whose Hessian has no eigenvalue below -sqrt(tol) ||X||_2^2; step along
         negative curvature otherwise.
     min_eigenvalue : {None, "final", "every"}
         Report the smallest Riemannian Hessian eigenvalue at the end / in every history
@@ -150,6 +151,8 @@ class RiemannianKMeans(_RowChunkEstimator):
         From the rows of U (Lemma 1).
     U_ : ndarray (n, r)
         U = [1/sqrt(n) 1, V] Q > 0; ``membership()`` gives Z = U U^T for small n.
+    grad_tol_ : float
+        The gradient norm the run stopped at or below: tol ||X||_2^2.
     V_, Q_, mu_, cost_, grad_norm_, min_eigenvalue_, stop_reason_, n_iter_, history_,
     costs_ (every start's final cost), curvature_steps_, passes_ (over X), fit_seconds_
 
@@ -212,13 +215,15 @@ class RiemannianKMeans(_RowChunkEstimator):
             rk.mu_schedule(self.mu, None, None)                   # checked before X is read
 
     def _solve(self, data, state, checkpoint):
+        # tol, lam, cubic_L and the curvature test in units of ||X||_2^2 (see the parameters).
         curvature = rk.data_curvature(data)
-        self._gtol = self.tol * curvature
+        self.grad_tol_ = self.tol * curvature
         res = rk.riemannian_kmeans(
             data, self.n_clusters, rank=self.rank, mu=self.mu, init=self.init, n_init=self.n_init,
             random_state=self.random_state, lam=self.lam * curvature, kappa_plus=self.kappa_plus,
-            kappa_minus=self.kappa_minus, max_iter=self.max_iter, max_inner=self.max_inner, gtol=self._gtol,
-            lam_rule=self.lam_rule, cubic_L=self.cubic_L,
+            kappa_minus=self.kappa_minus, max_iter=self.max_iter, max_inner=self.max_inner, gtol=self.grad_tol_,
+            curvature_tol=math.sqrt(self.tol) * curvature, lam_rule=self.lam_rule,
+            cubic_L=self.cubic_L * curvature,
             boundary_fraction=self.boundary_fraction, second_order=self.second_order,
             min_eigenvalue=self.min_eigenvalue, callback=self._solver_callback(), state=state,
             checkpoint=checkpoint, checkpoint_every=self.checkpoint_every)
@@ -230,13 +235,13 @@ class RiemannianKMeans(_RowChunkEstimator):
         self.costs_, self.curvature_steps_, self.passes_ = res.costs, res.curvature_steps, res.passes
 
     def _progress_report(self):
-        return "Riemannian K-means", {"grad_norm": self._gtol}
+        return "Riemannian K-means", {"grad_norm": self.grad_tol_}
 
     def _result_arrays(self):
         return {"V": self.V_, "rotation": self.Q_}
 
     def _summary(self):
-        return {"cost": self.cost_, "mu": self.mu_, "grad_norm": self.grad_norm_,
+        return {"cost": self.cost_, "mu": self.mu_, "grad_norm": self.grad_norm_, "grad_tol": self.grad_tol_,
                 "min_eigenvalue": self.min_eigenvalue_, "stop_reason": self.stop_reason_,
                 "n_iter": self.n_iter_, "passes": self.passes_, "costs": [float(c) for c in self.costs_],
                 "curvature_steps": int(self.curvature_steps_)}

@@ -48,12 +48,11 @@ def kmeans_partition(data, K, random_state=None, *, max_iter=LLOYD_MAX_ITER):
 
 
 def partition_factor(labels, K, r):
-    """The K-means SDP's point of a partition: U (n x r) >= 0 with U U^T = sum_k
-    1_k 1_k^T / n_k (each group's indicator over the square root of its size), every
-    group spread evenly over the columns k, k + K, ... below r, so no column is empty
-    while r <= K times the smallest multiple; U U^T 1 = 1 and ||U||_F^2 = K (the
-    feasible set of NLR's problem).  Groups without rows are left out (their columns
-    stay zero)."""
+    """The K-means SDP's point of a partition into K nonempty groups: U (n x r) >= 0 with
+    U U^T = sum_k 1_k 1_k^T / n_k (each group's indicator over the square root of its
+    size), group k spread evenly over the columns k, k + K, k + 2K, ... below r (so no
+    column is empty for K <= r); then U U^T 1 = 1 and ||U||_F^2 = K, NLR's feasible set.
+    A group without rows leaves its columns zero and the trace short of K."""
     labels = np.asarray(labels)
     n = len(labels)
     counts = np.bincount(labels, minlength=K)

@@ -63,8 +63,7 @@ def nlr(data, K, *, rank=None, beta="scale", step=None, tol=1e-6, dual_tol=1e-3,
 
     ``beta``: the penalty; "scale" is BETA_SCALE ||X||_2^2 / n (X centred), the
     authors' beta = 10 on X scaled to ||X||_2^2 = n: the K-means partition does not
-    change with X's scale, and a fixed beta does (raw pixels, ||X||_2^2 / n = 180 on
-    scikit-learn's digits, left the iterates infeasible after 100,000 steps).
+    change with X's units, and a fixed beta's balance against the data term does.
     ``step`` (alpha): default 1 / (2 (||X||_2^2 + beta n)), a bound on the gradient's
     Lipschitz constant near feasible points (the data term's 2 ||X||_2^2 and the
     augmented term's 2 beta ||U^T 1||^2 = 2 beta n).  ``U0``: a nonnegative n x r start
@@ -81,20 +80,11 @@ def nlr(data, K, *, rank=None, beta="scale", step=None, tol=1e-6, dual_tol=1e-3,
     """
     n = data.n
     r = _checked_rank(n, K, rank)
-    if not (isinstance(beta, str) and beta == "scale") and not (
-            isinstance(beta, (int, float)) and not isinstance(beta, bool) and beta > 0 and math.isfinite(beta)):
-        raise InputValueError(f"beta must be 'scale' or a finite number > 0; got {beta!r}")
-    for name, value in (("tol", tol), ("dual_tol", dual_tol)):
-        if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
-            raise InputValueError(f"{name} must be a finite number > 0; got {value!r}")
+    _check_numbers(beta, step, tol, dual_tol)
     top = float(np.linalg.eigvalsh(data.gram)[-1])
-    if isinstance(beta, str):
-        beta = BETA_SCALE * top / n
-    beta = float(beta)
+    beta = BETA_SCALE * top / n if isinstance(beta, str) else float(beta)
     if step is None:
         step = 1.0 / (2.0 * (top + beta * n))
-    elif not (isinstance(step, (int, float)) and step > 0 and math.isfinite(step)):
-        raise InputValueError(f"step must be a finite number > 0 or None; got {step!r}")
     if state is not None:
         return _nlr_loop(data, K, r, beta, step, tol, dual_tol, max_iter, record_every, callback, checkpoint,
                          checkpoint_every, **_resumed(data, state))
@@ -114,6 +104,17 @@ def nlr(data, K, *, rank=None, beta="scale", step=None, tol=1e-6, dual_tol=1e-3,
     return _nlr_loop(data, K, r, beta, step, tol, dual_tol, max_iter, record_every, callback, checkpoint,
                      checkpoint_every, sums=sums, scale=math.sqrt(K / sums["ww"]), history=[], dual_steps=0,
                      dual_next=False, first=1, passes0=passes0, t0=time.perf_counter())
+
+
+def _check_numbers(beta, step, tol, dual_tol):
+    if not (isinstance(beta, str) and beta == "scale") and not (
+            isinstance(beta, (int, float)) and not isinstance(beta, bool) and beta > 0 and math.isfinite(beta)):
+        raise InputValueError(f"beta must be 'scale' or a finite number > 0; got {beta!r}")
+    for name, value in (("tol", tol), ("dual_tol", dual_tol)):
+        if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
+            raise InputValueError(f"{name} must be a finite number > 0; got {value!r}")
+    if step is not None and not (isinstance(step, (int, float)) and step > 0 and math.isfinite(step)):
+        raise InputValueError(f"step must be a finite number > 0 or None; got {step!r}")
 
 
 def _checked_rank(n, K, rank):
@@ -211,6 +212,8 @@ def nlr_kmeans(data, K, *, init="kmeans", n_init=1, random_state=None, state=Non
         raise InputValueError(f"init must be one of {INITS}; got {init!r}")
     rank = nlr_kw.pop("rank", None)
     r = _checked_rank(data.n, K, rank)
+    _check_numbers(nlr_kw.get("beta", "scale"), nlr_kw.get("step"), nlr_kw.get("tol", 1e-6),
+                   nlr_kw.get("dual_tol", 1e-3))              # before the k-means passes
     rng = np.random.default_rng(random_state)
     best, done, first, run_state = None, [], 0, None
     if state is not None:
@@ -218,11 +221,15 @@ def nlr_kmeans(data, K, *, init="kmeans", n_init=1, random_state=None, state=Non
     for index in range(first, n_init):
         save = None if checkpoint is None else functools.partial(
             _save_starts, checkpoint, init=index, rng=rng, best=best, done=done)
-        U0 = None
+        U0, before = None, data.passes
         if init == "kmeans" and run_state is None:
-            U0 = lloyd.partition_factor(lloyd.kmeans_partition(data, K, rng), K, r)
+            # K nonempty groups (a centre Lloyd's iterations emptied is refilled by a cut).
+            groups = lloyd.split_groups(data, lloyd.kmeans_partition(data, K, rng), K)
+            U0 = lloyd.partition_factor(groups, K, r)
+        start_passes = data.passes - before
         res = nlr(data, K, rank=rank, U0=U0, random_state=rng, state=run_state, checkpoint=save,
                   checkpoint_every=checkpoint_every, **nlr_kw)
+        res = dataclasses.replace(res, passes=res.passes + start_passes)      # the k-means start's too
         run_state = None
         res = dataclasses.replace(res, history=[dict(row, init=index) for row in res.history])
         done += res.history

@@ -66,18 +66,29 @@ class KMeansManifold:
         return np.outer(np.full(self.n, 1.0 / math.sqrt(self.n)), dQ[0]) + dV @ Q[1:] + V @ dQ[1:]
 
     def point_from_u(self, U):
-        """(V, Q) with phi(V, Q) = U for U on M_r (U U^T 1 = 1, ||U||_F^2 = K): Q is the
-        Householder reflection whose first row is q = U^T 1 / sqrt(n) (a unit vector, as
-        U q = U U^T 1 / sqrt(n) = 1 / sqrt(n)), so U Q^T has first column 1 / sqrt(n) and
-        V is the rest (centred, since 1^T U Q^T = sqrt(n) q^T Q^T = sqrt(n) e_1^T).
-        Unlike App. C.4's SVD (U = P S W^T), it does not need U's singular values apart:
-        the partition-like starts have K of them equal to 1."""
+        """(V, Q) with phi(V, Q) = U for U on M_r (App. C.4: U = P S W^T, V the columns
+        2..r of P S and Q = W^T, signs fixed so that the first column is +1/sqrt(n))."""
+        U = np.asarray(U, dtype=np.float64)
+        P, s, Wt = np.linalg.svd(U, full_matrices=False)
+        sign = 1.0 if P[0, 0] >= 0 else -1.0
+        PS = P * s
+        return sign * PS[:, 1:], sign * Wt
+
+    def point_from_u_reflected(self, U):
+        """(V, Q) with phi(V, Q) = U for U on M_r whose singular values may coincide (a
+        partition's are all 1, and App. C.4's SVD then need not put 1/sqrt(n) first):
+        Q is the Householder reflection taking e_1 to q = U^T 1 / sqrt(n) (a unit vector,
+        as U q = U U^T 1 / sqrt(n) = 1 / sqrt(n)), so U Q^T has first column 1 / sqrt(n)
+        and V is the rest (centred: 1^T U Q^T = sqrt(n) q^T Q^T = sqrt(n) e_1^T)."""
         U = np.asarray(U, dtype=np.float64)
         q = U.sum(axis=0) / math.sqrt(self.n)
+        q /= np.linalg.norm(q)
+        # v = q + sign(q_0) e_1 (no cancellation); H = I - 2 v v^T / v^T v maps q to
+        # -sign(q_0) e_1, so Q = -sign(q_0) H has first row q.
+        sign = 1.0 if q[0] >= 0 else -1.0
         v = q.copy()
-        v[0] -= 1.0
-        vv = float(v @ v)
-        Q = np.eye(self.r) if vv < 1e-30 else np.eye(self.r) - (2.0 / vv) * np.outer(v, v)
+        v[0] += sign
+        Q = -sign * (np.eye(self.r) - (2.0 / float(v @ v)) * np.outer(v, v))
         return (U @ Q.T)[:, 1:], Q
 
     def interior_point(self):
@@ -852,7 +863,7 @@ def kmeans_start(manifold, data, rng):
     theta = (r - K) / (r - 1)
     s = np.sqrt(np.bincount(groups, minlength=r) / n)
     half = math.sqrt(1.0 - theta) * (np.eye(r) - np.outer(s, s)) + np.outer(s, s)
-    return manifold.point_from_u(lloyd.partition_factor(groups, r, r) @ half)
+    return manifold.point_from_u_reflected(lloyd.partition_factor(groups, r, r) @ half)
 
 
 @dataclass(frozen=True, eq=False)
@@ -896,8 +907,8 @@ _NEWTON_GTOL = 1e-6
 
 def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, max_iter=_NEWTON_MAX_ITER,
                       max_inner=60, gtol=_NEWTON_GTOL, boundary_fraction=0.95, second_order=True,
-                      lam_rule="adaptive", cubic_L=1.0, min_eigenvalue=None, callback=None, warn=True,
-                      state=None, checkpoint=None, checkpoint_every=10):
+                      curvature_tol=None, lam_rule="adaptive", cubic_L=1.0, min_eigenvalue=None, callback=None,
+                      warn=True, state=None, checkpoint=None, checkpoint_every=10):
     """Alg. 1 (App. G): regularized Riemannian Newton steps (H + lam I) p = -g on the
     tangent space (App. E, :meth:`KMeansProblem.solve`), retracted; a step is taken when
     it lowers the cost (then lam /= kappa_minus), else lam *= kappa_plus and the step is
@@ -920,8 +931,8 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
       of a Newton step is smaller than what f resolves, and the printed rule stalls.
 
     With ``second_order``, a point with ||grad|| <= gtol is accepted only when the
-    Hessian has no eigenvalue below -sqrt(gtol) (checked by the inertia at lam =
-    sqrt(gtol): one pass); otherwise a step along the eigenvector of the smallest
+    Hessian has no eigenvalue below -curvature_tol (default sqrt(gtol); checked by the
+    inertia at lam = curvature_tol: one pass); otherwise a step along the eigenvector of the smallest
     eigenvalue is taken (:meth:`KMeansProblem.min_eigenvalue`) and the iteration goes on.
     ``min_eigenvalue``: None, "final" (the smallest eigenvalue at the end, in the
     result) or "every" (also in every history row; Lanczos, tens of passes each).
@@ -955,7 +966,7 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
     it = problem.load(x0)
     if not math.isfinite(it.cost):
         raise InputValueError("the start must be strictly feasible (U > 0)")
-    tau = math.sqrt(gtol)
+    tau = math.sqrt(gtol) if curvature_tol is None else float(curvature_tol)
     history, stop, escapes, inner = [], "max_iter", 0, 0
     t0 = time.perf_counter()
     if state is not None and state["history"]:
@@ -1031,7 +1042,8 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
             break
     if warn and stop == "max_iter" and gtol > 0:
         warn_convergence(f"Riemannian Newton (mu={problem.mu:g}) stopped at max_iter={max_iter} before "
-                         f"meeting its tolerance: {_max_iter_residual(history[-1], gtol, second_order)}")
+                         f"meeting its tolerance: "
+                         f"{_max_iter_residual(history[-1], gtol, second_order, curvature_tol)}")
     final_eig = problem.min_eigenvalue(it)[0] if min_eigenvalue in ("final", "every") else None
     V, Q = problem.point(it)
     return NewtonResult(V, Q, M, history=history, stop_reason=stop, n_iter=history[-1]["iteration"],
@@ -1040,14 +1052,15 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
                         seconds=time.perf_counter() - t0)
 
 
-def _max_iter_residual(row, gtol, second_order):
-    """The last gradient norm against the tolerance (or, below it, the curvature test
+def _max_iter_residual(row, gtol, second_order, curvature_tol=None):
+    """The last gradient norm against its threshold (or, below it, the curvature test
     that failed), for a ConvergenceWarning."""
     if row["grad_norm"] > gtol:
-        return f"last grad_norm {row['grad_norm']:.3g} > tol {gtol:g}"
-    return (f"last grad_norm {row['grad_norm']:.3g} <= tol {gtol:g}, but the Hessian has an eigenvalue "
-            f"below -sqrt(tol) = {-math.sqrt(gtol):.3g}" if second_order else
-            f"last grad_norm {row['grad_norm']:.3g}, tol {gtol:g}")
+        return f"last grad_norm {row['grad_norm']:.3g} > its threshold {gtol:.3g}"
+    tau = math.sqrt(gtol) if curvature_tol is None else curvature_tol
+    return (f"last grad_norm {row['grad_norm']:.3g} <= its threshold {gtol:.3g}, but the Hessian has an "
+            f"eigenvalue below {-tau:.3g}" if second_order else
+            f"last grad_norm {row['grad_norm']:.3g}, threshold {gtol:.3g}")
 
 
 def _cubic_lam(problem, it, L, lam0, rtol=1e-2, max_solves=80):
@@ -1200,7 +1213,9 @@ def riemannian_kmeans(data, K, *, rank=None, mu="auto", init="kmeans", n_init=1,
     for index in range(first_init, n_init):
         x = None
         if newton_state is None:
+            before = data.passes
             x = kmeans_start(manifold, data, rng) if init == "kmeans" else random_start(manifold, rng)
+            passes += data.passes - before                # the start's k-means passes
         history = [row for row in done if row["init"] == index]
         for stage, mu_stage in enumerate(mus):
             if index == first_init and stage < first_stage:
@@ -1232,7 +1247,7 @@ def riemannian_kmeans(data, K, *, rank=None, mu="auto", init="kmeans", n_init=1,
         max_iter = newton.get("max_iter", _NEWTON_MAX_ITER)
         second_order = newton.get("second_order", True)
         runs = "; ".join(f"start {init}, stage {stage + 1} of {len(mus)} (mu={mu_stage:g}): "
-                         f"{_max_iter_residual(row, gtol, second_order)}"
+                         f"{_max_iter_residual(row, gtol, second_order, newton.get('curvature_tol'))}"
                          for init, stage, mu_stage, row in capped[:5])
         more = f"; and {len(capped) - 5} more" if len(capped) > 5 else ""
         warn_convergence(f"Riemannian K-means stopped at max_iter={max_iter} before meeting its tolerance "

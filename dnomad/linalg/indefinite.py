@@ -15,11 +15,12 @@ EQUILIBRATION_TOL = 0.5
 
 def equilibrate(S):
     """Positive scales c with every row of diag(c) S diag(c) having its largest
-    magnitude within a factor 1 + EQUILIBRATION_TOL of 1 (symmetric Ruiz sweeps,
-    c_i /= sqrt(max_j |S'_ij|)); zero rows keep scale 1.  A congruence, so the inertia
-    is S's; it rescales the multipliers of constraint rows whose block is zero, whose
-    eigenvalues otherwise sit 13 orders of magnitude below the largest (the Riemannian
-    K-means Newton system), where the factorization's round-off decides their signs."""
+    magnitude in [1 - EQUILIBRATION_TOL, 1 + EQUILIBRATION_TOL] (symmetric Ruiz sweeps,
+    c_i /= sqrt(max_j |S'_ij|), at most EQUILIBRATION_SWEEPS); zero rows keep scale 1.
+    A congruence, so the inertia is S's.  It brings the multipliers of constraint rows
+    whose diagonal block is zero to the scale of the rest: left as they are, their
+    eigenvalues can sit near the round-off of the largest, where the factorization's
+    errors decide their signs."""
     c = np.ones(S.shape[0])
     for _ in range(EQUILIBRATION_SWEEPS):
         row_max = np.abs(S * c[:, None] * c[None]).max(axis=1)
@@ -65,6 +66,7 @@ def _negative_eigenvalues(main, off):
     paired[pairs] = paired[pairs + 1] = True
     a, c, b = main[pairs], main[pairs + 1], off[pairs]
     det, trace = a * c - b * b, a + c
-    # A 2 x 2 block's eigenvalues have the sign of det's product and trace's sum.
+    # A 2 x 2 block's two eigenvalues: one negative where det < 0; both negative where
+    # det > 0 and trace < 0; one zero and one negative where det = 0 and trace < 0.
     return int(np.sum(main[~paired] < 0) + np.sum(det < 0) + 2 * np.sum((det > 0) & (trace < 0))
                + np.sum((det == 0) & (trace < 0)))
