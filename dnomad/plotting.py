@@ -20,14 +20,15 @@ MAX_Q_N = 4000
 MAX_POINTS = 20000
 
 # History columns that are stopping residuals, by method, and the estimator parameter
-# (or fixed default) each must fall to.
+# (or fixed default) each must fall to; a name ending in "_" is a result the run
+# resolved (its summary key, the learned attribute's name).
 _RESIDUALS = {
     "nomad": {"rmse_neg": "rmse_tol", "max_violation": "min_tol"},
     "nomad-bm": {"row_sum_violation": ("feasibility_tol", 1e-4), "trace_violation": ("feasibility_tol", 1e-4),
                  "change": ("tol", 1e-5)},
     "symnmf": {"gap": None},
     "hottopixx": {"error": None},
-    "riemannian-kmeans": {"grad_norm": None},          # its target is the run's grad_tol
+    "riemannian-kmeans": {"grad_norm": "grad_tol_"},
     "nlr": {"change": "tol", "infeasibility": "tol"},
     "bregman": {"gap": None, "primal_residual": ("tol", 1e-5), "dual_residual": ("tol", 1e-5)},
 }
@@ -77,13 +78,14 @@ def plot(result, path=None, *, X=None):
 # ------------------------------------------------------------------ what a result has
 def _from_estimator(est):
     from .api import ESTIMATORS
+    from .blocks import runs
 
     method = next((name for name, cls in ESTIMATORS.items() if isinstance(est, cls)), type(est).__name__)
     params = est.get_params()
     view = {"method": method, "params": params, "labels": getattr(est, "labels_", None),
             "embedding": getattr(est, "embedding_", None), "history": list(getattr(est, "history_", []) or []),
             "hott_rows": getattr(est, "hott_rows_", None), "diag": getattr(est, "diag_", None),
-            "grad_tol": getattr(est, "grad_tol_", None)}
+            "results": {key: getattr(est, f"{key}_") for key in runs.RESULT_SUMMARY if hasattr(est, f"{key}_")}}
     if method == "symnmf":
         view["W"] = est.components_
     if method == "hottopixx":
@@ -113,7 +115,7 @@ def _from_store(store):
 
     method = marker["method"]
     view = {"method": method, "params": marker["estimator_params"], "labels": array("result/labels"),
-            "grad_tol": result.get("grad_tol"),
+            "results": result,
             "embedding": array("result/embedding"), "history": run_store.read_table(store, "result/history") or [],
             "hott_rows": array("result/hott_rows"), "diag": array("result/diag"), "X": None}
     if run_store.has_array(store, "input/X") and view["labels"] is not None:
@@ -147,10 +149,10 @@ def _finish(view):
             name, default = source
             value = options.get(name, params.get(name)) if key == "nomad-bm" else params.get(name)
             targets[column] = default if value is None else value
+        elif source is not None and source.endswith("_"):
+            targets[column] = view["results"].get(source[:-1])
         elif source is not None:
             targets[column] = params.get(source)
-    if key == "riemannian-kmeans" and view.get("grad_tol") is not None:
-        targets["grad_norm"] = view["grad_tol"]      # tol x ||X||_2^2: the norm the run stopped at
     view["targets"] = targets
     view["residuals"] = list(_RESIDUALS.get(key, {}))
     k = params.get("n_clusters") if method != "hottopixx" else params.get("rank")

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
+from .._checks import check_numbers
 from ..errors import InputValueError, warn_convergence
 from . import lloyd, starts
 
@@ -107,14 +110,13 @@ def nlr(data, K, *, rank=None, beta="scale", step=None, tol=1e-6, dual_tol=1e-3,
 
 
 def _check_numbers(beta, step, tol, dual_tol):
-    if not (isinstance(beta, str) and beta == "scale") and not (
-            isinstance(beta, (int, float)) and not isinstance(beta, bool) and beta > 0 and math.isfinite(beta)):
+    """beta "scale" or a number, step None or a number, tol and dual_tol numbers; numbers finite and > 0."""
+    if isinstance(beta, str) and beta != "scale":
         raise InputValueError(f"beta must be 'scale' or a finite number > 0; got {beta!r}")
-    for name, value in (("tol", tol), ("dual_tol", dual_tol)):
-        if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
-            raise InputValueError(f"{name} must be a finite number > 0; got {value!r}")
-    if step is not None and not (isinstance(step, (int, float)) and step > 0 and math.isfinite(step)):
-        raise InputValueError(f"step must be a finite number > 0 or None; got {step!r}")
+    given = SimpleNamespace(beta=beta, step=step, tol=tol, dual_tol=dual_tol)
+    names = [name for name in ("beta", "step", "tol", "dual_tol")
+             if not (name == "beta" and beta == "scale") and not (name == "step" and step is None)]
+    check_numbers(given, names, positive=True)
 
 
 def _checked_rank(n, K, rank):
@@ -212,8 +214,8 @@ def nlr_kmeans(data, K, *, init="kmeans", n_init=1, random_state=None, state=Non
         raise InputValueError(f"init must be one of {INITS}; got {init!r}")
     rank = nlr_kw.pop("rank", None)
     r = _checked_rank(data.n, K, rank)
-    _check_numbers(nlr_kw.get("beta", "scale"), nlr_kw.get("step"), nlr_kw.get("tol", 1e-6),
-                   nlr_kw.get("dual_tol", 1e-3))              # before the k-means passes
+    defaults = inspect.signature(nlr).parameters               # checked before the k-means passes
+    _check_numbers(**{name: nlr_kw.get(name, defaults[name].default) for name in ("beta", "step", "tol", "dual_tol")})
     rng = np.random.default_rng(random_state)
     best, done, first, run_state = None, [], 0, None
     if state is not None:
