@@ -232,7 +232,7 @@ def test_bad_family_options_are_refused_before_work(params, match):
 def test_burer_monteiro_multilayer_keeps_each_layers_factor(tmp_path):
     """Layers of Burer-Monteiro: D_{l+1} = Y_l Y_l^T / ||Y_l^T Y_l||_F, matrix-free.  On
     the half-moons 8-4-2 separates them (deeper schedules from 16 found worse local
-    optima of the nonconvex problem in our runs: README); each inner layer's Y is in the
+    optima of the nonconvex problem in our runs: docs/benchmark_notes.md); each inner layer's Y is in the
     store."""
     X, y = noisy_semicircles(200)
     store = str(tmp_path / "bm.zarr")

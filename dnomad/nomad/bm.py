@@ -236,7 +236,7 @@ class BurerMonteiroParams:
     1,000 MNIST digits, the rest <= 4), which sets L-BFGS's curvature scale; with the
     preconditioner, 7,000 and 3,500 MNIST digits (K = 16) met the stopping rule in 970
     and 989 evaluations at phi = 0.1, 1,268 and 1,608 at 0.156, 1,932 and 1,542 at 1
-    (``python graphs/nomad_bm_scaling.py --only tuning``; README)."""
+    (``python graphs/nomad_bm_scaling.py --only tuning``; docs/benchmark_notes.md)."""
 
     n_clusters: int
     rank: int | None = None          # r; None: min(8 K, n)
