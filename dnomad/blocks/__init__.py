@@ -1,8 +1,8 @@
 """The engine: n x n matrices as b x b blocks in process memory, worker memory or Zarr,
 and fused passes over them.  Only this package builds task graphs and touches Zarr."""
 from .builders import (as_data_matrix, check_dtype, choose_block_size, from_array, from_zarr,
-                       gaussian_affinity, gram, input_metadata, neighbour_distances, new_group, prepare_gram_data,
-                       zeros_like_layout)
+                       gaussian_affinity, gram, input_metadata, neighbour_distance_table, neighbour_distances,
+                       new_group, prepare_gram_data, squared_distances_from, zeros_like_layout)
 from .columns import (FeatureColumns, SparseColumns, ZarrColumns, blocked_column_order, default_row_block,
                       feature_columns, map_column_blocks, stream_rows)
 from . import device
@@ -17,6 +17,7 @@ __all__ = [
     "PassRecord", "RowChunks", "RowState", "SparseColumns", "ZarrColumns", "as_data_matrix", "blocked_column_order",
     "check_dtype", "choose_block_size", "device", "default_row_block", "feature_columns",
     "dense", "from_array", "from_zarr", "gaussian_affinity", "gram", "input_metadata", "label_sums",
-    "map_column_blocks", "matmat", "neighbour_distances", "new_group", "prepare_gram_data", "shifted_copy",
-    "single_threaded_blas", "stream_rows", "summary", "zeros_like_layout",
+    "map_column_blocks", "matmat", "neighbour_distance_table", "neighbour_distances", "new_group",
+    "prepare_gram_data", "shifted_copy", "single_threaded_blas", "squared_distances_from", "stream_rows", "summary",
+    "zeros_like_layout",
 ]

@@ -213,19 +213,36 @@ def neighbour_distances(X, n_neighbors, *, max_bytes=1 << 28):
     """The distance from each row of X to its ``n_neighbors``-th nearest other row (a row's
     duplicates count, at distance 0).  Exact, over row chunks in this process: O(n^2 d)
     work, as one pass building a Gaussian affinity, in chunks of at most ``max_bytes``."""
+    return neighbour_distance_table(X, n_neighbors, max_bytes=max_bytes, sort=False)[:, -1]
+
+
+def neighbour_distance_table(X, n_neighbors, *, max_bytes=1 << 28, sort=True):
+    """(n, n_neighbors): row i holds the distances from x_i to its 1st, ..., its
+    ``n_neighbors``-th nearest other row, ascending (with ``sort=False`` only the last
+    column is in place).  One pass as :func:`neighbour_distances`; O(n n_neighbors)
+    memory."""
     F = as_data_matrix(X)
     n = F.shape[0]
     if not 1 <= n_neighbors < n:
         raise InputValueError(f"n_neighbors must be in [1, {n}) for {n} rows; got {n_neighbors!r}")
     norms = np.einsum("ij,ij->i", F, F)
-    out = np.empty(n)
+    out = np.empty((n, n_neighbors))
     step = max(1, int(max_bytes // (8 * n)))
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
         sq = norms[r0:r1, None] + norms[None, :] - 2.0 * (F[r0:r1] @ F.T)
         sq[np.arange(r1 - r0), np.arange(r0, r1)] = np.inf          # not its own neighbour
-        out[r0:r1] = np.partition(sq, n_neighbors - 1, axis=1)[:, n_neighbors - 1]
+        near = np.partition(sq, n_neighbors - 1, axis=1)[:, :n_neighbors]
+        out[r0:r1] = np.sort(near, axis=1) if sort else near
     return np.sqrt(np.maximum(out, 0.0))
+
+
+def squared_distances_from(X, rows):
+    """(len(rows), n): the squared distances from the given rows of X to every row."""
+    F = as_data_matrix(X)
+    norms = np.einsum("ij,ij->i", F, F)
+    rows = np.asarray(rows)
+    return np.maximum(norms[rows, None] + norms[None, :] - 2.0 * (F[rows] @ F.T), 0.0)
 
 
 def zeros_like_layout(group, names):

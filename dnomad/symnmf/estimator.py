@@ -61,10 +61,16 @@ class SymNMF(_Clustering, _Estimator):
     bandwidth : float, optional
         Of the Gaussian affinity.  None (the default): local scaling (Zelnik-Manor &
         Perona 2004), s_i s_j in place of the bandwidth with s_i the distance from x_i
-        to its ``LOCAL_SCALING_NEIGHBOURS`` (7, theirs)-th nearest neighbour, which
-        follows the data's own scale; a number: one bandwidth for every pair (1.0 is
-        the paper's protocol, which makes P nearly the identity on data whose distances
-        are not O(1)).
+        to its ``n_neighbors``-th nearest neighbour, which follows the data's own
+        scale; a number: one bandwidth for every pair (1.0 is the paper's protocol,
+        which makes P nearly the identity on data whose distances are not O(1)).
+    n_neighbors : int or "auto", default "auto"
+        The neighbour whose distance is a point's scale s_i (with ``bandwidth=None``).
+        "auto": chosen from X so that P's mean row sum is a tenth of a mean cluster's
+        size, n / (10 n_clusters), as W W^T's row sums are the cluster sizes
+        (:func:`calibrated_scales`: it follows the data's dimension, where distances
+        concentrate, and its clusters' extent); an int: that neighbour (7 is
+        Zelnik-Manor and Perona's, for spectral clustering).
     init : {"auto", "kmeans", "random"} or ndarray (n, k), default "auto"
         "kmeans": each row 0.9 on its k-means++ cluster of X (the best of 10 seedings,
         :func:`dnomad.rounding.kmeans_rows`) and 0.1 spread evenly, as the K-means SDP
@@ -105,6 +111,9 @@ class SymNMF(_Clustering, _Estimator):
         penalty).
     spectral_norm_ : float or None
         ||P||_2 when the paper's step needed it.
+    n_neighbors_, scale_factor_ : int and float, or None
+        The local scales used, s_i = scale_factor_ times the distance to the
+        n_neighbors_-th neighbour (None for a bandwidth or a precomputed affinity).
 
     Notes
     -----
@@ -130,13 +139,14 @@ class SymNMF(_Clustering, _Estimator):
         "step_rule": [Options(*symnmf.STEP_RULES)], "stop_rule": [Options(*symnmf.STOP_RULES)],
         "tol": _NONNEGATIVE, "objective_tol": _NONNEGATIVE, "max_iter": _OPTIONAL_POSITIVE_INT,
         "affinity": [Options(*AFFINITIES)], "bandwidth": [None] + _POSITIVE,
+        "n_neighbors": [Options("auto"), Interval(numbers.Integral, 1, None)],
         "init": [None, Options(*INITS), "array-like"], "dtype": ["dtype"],
         "block_size": _OPTIONAL_POSITIVE_INT, "backend": [Options(*BACKEND_CHOICES)],
         "checkpoint_every": _POSITIVE_INT, "callback": [None, "callback"], **_RUN_CONSTRAINTS}
 
     def __init__(self, n_clusters=8, *, solver="fw", step_rule="line_search", stop_rule="gap",
                  tol=1e-4, objective_tol=1e-3, max_iter=None, affinity="gaussian", bandwidth=None,
-                 init="auto", random_state=None, dtype=np.float32, block_size=None,
+                 n_neighbors="auto", init="auto", random_state=None, dtype=np.float32, block_size=None,
                  backend="auto", store=None, overwrite=False, checkpoint_every=50, callback=None, verbose=0):
         self.n_clusters = n_clusters
         self.solver = solver
@@ -147,6 +157,7 @@ class SymNMF(_Clustering, _Estimator):
         self.max_iter = max_iter
         self.affinity = affinity
         self.bandwidth = bandwidth
+        self.n_neighbors = n_neighbors
         self.init = init
         self.random_state = random_state
         self.dtype = dtype
@@ -186,6 +197,7 @@ class SymNMF(_Clustering, _Estimator):
                                   dtype=dtype)
         n = source.n
         params = self._params(n)
+        self._check_n_neighbors(n)
         W0 = self._start(n, source.data)
         backend = source.matrix.backend if source.matrix is not None else \
             choose_backend(self.backend, n, dtype, n_matrices=1, store=self.store,
@@ -195,7 +207,8 @@ class SymNMF(_Clustering, _Estimator):
             # The start (init, random_state) is not part of the run's identity: a resumed
             # run continues from its checkpoint, whatever start it was given.
             run_id = runs.run_identity("symnmf", params, source, dtype, self.block_size, solver=self.solver,
-                             affinity=self.affinity, bandwidth=self.bandwidth)
+                             affinity=self.affinity, bandwidth=self.bandwidth,
+                             n_neighbors=self.n_neighbors if self.bandwidth is None else None)
             self._claim_store(run_id, resume)
             if resume and self._load_finished(params.max_iter):
                 return self
@@ -203,6 +216,7 @@ class SymNMF(_Clustering, _Estimator):
                 runs.write_run_marker(self.store, "symnmf", run_id, self, source)
             save = run_store.Checkpoints(self.store, SYMNMF_CHECKPOINT_KEY).save
 
+        self.n_neighbors_ = self.scale_factor_ = None
         self._report_progress(f"SymNMF ({self.solver})", show=("objective",), max_iter=params.max_iter)
 
         def attempt(resume):
@@ -222,7 +236,7 @@ class SymNMF(_Clustering, _Estimator):
             kw = dict(block_size=self.block_size, dtype=dtype, backend=backend,
                       client=client if backend != "local" else None, store=self.store)
             if source.data is not None:
-                scales = None if self.bandwidth is not None else local_scales(source.data)
+                scales = None if self.bandwidth is not None else self._scales(source.data)
                 P = blocks.gaussian_affinity(source.data, self.bandwidth, scales=scales, name="P", **kw)
             elif source.matrix is not None:
                 P = source.matrix
@@ -245,6 +259,20 @@ class SymNMF(_Clustering, _Estimator):
                 if source.matrix is None:
                     P.group.close()
         return res
+
+    def _scales(self, X):
+        """The local scales of P (``n_neighbors_`` and ``scale_factor_`` say which)."""
+        n = len(X)
+        if self.n_neighbors == "auto":
+            s, self.n_neighbors_, self.scale_factor_ = calibrated_scales(X, self.n_clusters)
+            return s
+        self.n_neighbors_, self.scale_factor_ = int(self.n_neighbors), 1.0
+        return local_scales(X, self.n_neighbors)
+
+    def _check_n_neighbors(self, n):
+        if self.n_neighbors != "auto" and self.n_neighbors >= n:
+            raise InputValueError(f"n_neighbors must be < n = {n} (the number of rows of X); "
+                                  f"got {self.n_neighbors}")
 
     def _start(self, n, X):
         k = self.n_clusters
@@ -292,20 +320,65 @@ class SymNMF(_Clustering, _Estimator):
 
 
 SYMNMF_CHECKPOINT_KEY = "symnmf_checkpoint"
-# The k-th neighbour whose distance scales each point's affinities (Zelnik-Manor &
-# Perona 2004 use the 7th).
-LOCAL_SCALING_NEIGHBOURS = 7
+
+
+# n_neighbors="auto": P's mean row sum as a fraction of a mean cluster's size n / k
+# (graphs/symnmf_affinity.py); W W^T's row sums are the cluster sizes at a partition.
+AFFINITY_MASS = 0.1
+# The neighbours "auto" chooses among: from Zelnik-Manor and Perona's 7th up to a table
+# of O(n m) distances; past either end the scales shrink or grow by a common factor.
+MIN_SCALING_NEIGHBOUR = 7
+MAX_SCALING_NEIGHBOUR = 256
+# Rows whose affinities estimate P's mean row sum (a fixed sample: P depends on X alone).
+MASS_SAMPLE_ROWS = 500
 # The weight a k-means start spreads evenly over the other clusters: a row at a vertex
 # of the simplex would start on the boundary of the feasible set.
 KMEANS_START_SPREAD = 0.1
 
 
-def local_scales(X):
-    """s_i: the distance from x_i to its LOCAL_SCALING_NEIGHBOURS-th nearest neighbour
-    (at most n - 1), floored at the smallest positive one so that duplicated points get
-    a finite affinity."""
+def calibrated_scales(X, n_clusters):
+    """SymNMF's local scales for ``n_neighbors="auto"``: s_i = c d_m(x_i), d_m the
+    distance to the m-th nearest neighbour, with the smallest m in [7, 256] (and c = 1)
+    for which P's mean row sum, sum_j exp(-||x_i - x_j||^2 / (s_i s_j)), reaches
+    ``AFFINITY_MASS`` n / n_clusters; where m = 7 already exceeds it (high-dimensional
+    data, whose distances concentrate) c < 1 at m = 7 meets it, where m = 256 falls
+    short c > 1 does.  The row sums are estimated on a fixed sample of rows.
+    Returns (s, m, c).  Cost: one O(n^2 d) pass for the neighbour table (n x m
+    numbers) and O(sample n) work per trial."""
     n = len(X)
-    s = blocks.neighbour_distances(X, min(LOCAL_SCALING_NEIGHBOURS, n - 1))
+    target = AFFINITY_MASS * n / n_clusters
+    low = min(MIN_SCALING_NEIGHBOUR, n - 1)
+    high = max(low, min(MAX_SCALING_NEIGHBOUR, n - 1))
+    table = blocks.neighbour_distance_table(X, high)
+    positive = table[table > 0]
+    table = np.maximum(table, positive.min() if positive.size else 1.0)
+    sample = np.sort(np.random.default_rng(0).choice(n, min(n, MASS_SAMPLE_ROWS), replace=False))
+    d2 = blocks.squared_distances_from(X, sample)
+
+    def mass(s):
+        return float(np.exp(-d2 / (s[sample, None] * s[None, :])).sum(axis=1).mean())
+
+    if mass(table[:, low - 1]) >= target or mass(table[:, high - 1]) < target:
+        m = low if mass(table[:, low - 1]) >= target else high
+        lo, hi = (1e-3, 1.0) if m == low else (1.0, 1e3)
+        for _ in range(40):                        # bisection on log c
+            mid = np.sqrt(lo * hi)
+            lo, hi = (mid, hi) if mass(mid * table[:, m - 1]) < target else (lo, mid)
+        c = float(np.sqrt(lo * hi))
+        return c * table[:, m - 1], m, c
+    lo, hi = low, high                             # mass(lo) < target <= mass(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if mass(table[:, mid - 1]) < target else (lo, mid)
+    return table[:, hi - 1], hi, 1.0
+
+
+def local_scales(X, n_neighbors):
+    """s_i: the distance from x_i to its ``n_neighbors``-th nearest neighbour (at most
+    n - 1), floored at the smallest positive one so that duplicated points get a finite
+    affinity."""
+    n = len(X)
+    s = blocks.neighbour_distances(X, min(n_neighbors, n - 1))
     positive = s[s > 0]
     return np.maximum(s, positive.min() if positive.size else 1.0)
 
