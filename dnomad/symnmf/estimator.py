@@ -340,13 +340,15 @@ def calibrated_scales(X, n_clusters):
     """SymNMF's local scales for ``n_neighbors="auto"``: s_i = c d_m(x_i), d_m the
     distance to the m-th nearest neighbour, with the smallest m in [7, 256] (and c = 1)
     for which P's mean row sum, sum_j exp(-||x_i - x_j||^2 / (s_i s_j)), reaches
-    ``AFFINITY_MASS`` n / n_clusters; where m = 7 already exceeds it (high-dimensional
+    ``AFFINITY_MASS`` n / n_clusters (at least 8: the point itself and 7 others);
+    where m = 7 already exceeds it (high-dimensional
     data, whose distances concentrate) c < 1 at m = 7 meets it, where m = 256 falls
     short c > 1 does.  The row sums are estimated on a fixed sample of rows.
     Returns (s, m, c).  Cost: one O(n^2 d) pass for the neighbour table (n x m
     numbers) and O(sample n) work per trial."""
     n = len(X)
-    target = AFFINITY_MASS * n / n_clusters
+    # a few neighbours at least, where a tenth of a cluster is fewer (small n / k)
+    target = max(AFFINITY_MASS * n / n_clusters, 1.0 + MIN_SCALING_NEIGHBOUR)
     low = min(MIN_SCALING_NEIGHBOUR, n - 1)
     high = max(low, min(MAX_SCALING_NEIGHBOUR, n - 1))
     table = blocks.neighbour_distance_table(X, high)
