@@ -455,7 +455,8 @@ def test_estimator_recovers_planted_clusters_and_beats_random_restarts(model, di
     est = dnomad.fit(X, method="bregman", model=model, divergence=divergence, n_clusters=3, gamma=1e-5,
                      random_state=0)
     assert clustering_accuracy(y, est.labels_) == 1.0
-    assert min(est.reoptimized_objectives_) == est.objective_
+    assert min(est.reoptimized_objectives_ + est.seeded_objectives_) == est.objective_
+    assert len(est.seeded_objectives_) == est.n_init == 10
     assert all(b <= a + 1e-9 for a, b in zip(est.rounded_objectives_, est.reoptimized_objectives_))
     joint = model == "joint"
     best_alt = min(hard_clustering(X, 3, divergence, joint=joint, random_state=s)[1] for s in range(30))
@@ -683,3 +684,45 @@ def test_convex_models_match_the_best_of_30_restarts_on_uci_sets(data, model, tr
     est = dnomad.fit(X, method="bregman", model=model, divergence=div, n_clusters=2, max_iter=500, random_state=0)
     best_alt = min(hard_clustering(X, 2, div, random_state=s)[1] for s in range(30))
     assert est.objective_ <= best_alt * (1 + 1e-12)
+
+
+def test_bregman_seeding_draws_rows_in_proportion_to_their_divergence():
+    """The race for the next centroid picks row i with probability D_F(x_i, c) / sum_j
+    D_F(x_j, c) (k-means++'s rule under D_F): frequencies over 20,000 seeds, KL."""
+    from dnomad.bregman import clustering as C
+    from dnomad.bregman import get_divergence
+
+    div = get_divergence("kl")
+    X = np.array([[0.2, 1.0], [1.0, 1.0], [3.0, 0.5], [0.5, 4.0], [1.1, 0.9]])
+    c = np.array([1.0, 1.0])
+    weight = div(X, c[None])
+    counts = np.zeros(len(X))
+    for seed in range(20000):
+        chunk = {"X": X, "row": np.arange(len(X))[:, None], "nearest": np.full((len(X), 1), np.inf)}
+        _, row = C._seed_kernel(chunk, div, c, seed, 1)
+        counts[np.flatnonzero((X == row).all(axis=1))[0]] += 1
+    assert counts[1] == 0                                   # the centroid itself: D_F = 0
+    np.testing.assert_allclose(counts / counts.sum(), weight / weight.sum(), atol=0.01)
+
+
+def test_seeded_starts_equal_across_chunkings_and_never_lose_to_them(rng, tmp_path):
+    """bregman_seeding gives the same labels in memory and over row chunks (a Zarr X, 7
+    rows a chunk); the estimator's objective is at most every seeded clustering's, and
+    n_init=0 is the paper's pipeline (roundings alone)."""
+    import zarr
+
+    import dnomad
+    from dnomad import blocks
+    from dnomad.bregman import bregman_seeding
+
+    X, _ = blobs(rng, t=60, d=3, spread=2.0)
+    z = zarr.open_array(str(tmp_path / "X.zarr"), mode="w", shape=X.shape, chunks=(7, 3), dtype="f8")
+    z[:] = X
+    with blocks.RowChunks(str(tmp_path / "X.zarr"), center=False) as chunks:
+        for seed in (0, 5, 2**32 - 1):
+            np.testing.assert_array_equal(bregman_seeding(chunks, 4, "kl", seed), bregman_seeding(X, 4, "kl", seed))
+    est = dnomad.BregmanClustering(4, divergence="kl", random_state=0).fit(X)
+    assert est.objective_ <= min(est.seeded_objectives_) and est.start_.split()[0] in ("rounding", "seeding")
+    paper = dnomad.BregmanClustering(4, divergence="kl", n_init=0, random_state=0).fit(X)
+    assert paper.seeded_objectives_ == [] and paper.start_.startswith("rounding")
+    assert paper.objective_ == min(paper.reoptimized_objectives_) >= est.objective_

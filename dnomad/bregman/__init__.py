@@ -11,7 +11,7 @@ normalized equivalence matrices M, with rounding, re-optimization and baselines.
   rounding.
 """
 from .admm import CondJCResult, cond_jc, project_simplex_rows
-from .clustering import (ROUNDINGS, centroids_of, cluster_posteriors, hard_clustering, hard_objective,
+from .clustering import (ROUNDINGS, bregman_seeding, centroids_of, cluster_posteriors, hard_clustering, hard_objective,
                          kmeans_roundings, soft_clustering, spectral_rounding)
 from .divergences import (DIVERGENCES, KL, BregmanDivergence, ItakuraSaito, Logistic, SquaredEuclidean,
                           get_divergence)
@@ -23,6 +23,6 @@ from .norms import (omega, omega_dual, omega_lmo, omega_squared_from_singular_va
 __all__ = ["BregmanClustering", "BregmanDivergence", "CondJCResult", "DIVERGENCES", "GCGResult", "ItakuraSaito", "KL", "Logistic",
            "ROUNDINGS",
            "SquaredEuclidean", "centroids_of", "cluster_posteriors", "cond", "cond_jc", "disc", "gcg", "get_divergence",
-           "hard_clustering", "hard_objective", "joint", "kmeans_roundings", "omega", "omega_dual", "omega_lmo", "omega_squared_from_singular_values",
+           "bregman_seeding", "hard_clustering", "hard_objective", "joint", "kmeans_roundings", "omega", "omega_dual", "omega_lmo", "omega_squared_from_singular_values",
            "project_m2", "project_simplex_rows", "soft_clustering", "spectral_rounding", "xi", "xi_dual", "xi_lmo",
            "xi_minimizer"]

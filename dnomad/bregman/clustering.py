@@ -62,6 +62,69 @@ def hard_clustering(X, d, divergence, labels=None, *, joint=False, max_iter=300,
     return labels, hard_objective(X, labels, d, div, joint=joint), it
 
 
+def bregman_seeding(X, d, divergence, seed):
+    """Labels from Bregman k-means++ seeding (Ackermann & Blomer 2010): the first centroid
+    a uniformly drawn row, each next one a row drawn with probability proportional to its
+    D_F to the nearest centroid so far; every row then goes to its nearest centroid (D_F).
+    The start of one hard clustering, as k-means++ is k-means'.
+
+    Rows are drawn by an exponential race on uniforms keyed by (seed, round, row), so X
+    in memory and X as :class:`dnomad.blocks.RowChunks` (``center=False``; one pass per
+    centroid) give the same labels whatever the chunking."""
+    from ..blocks.rows import RowChunks
+
+    div = get_divergence(divergence)
+    if isinstance(X, RowChunks):
+        X.put("row", np.arange(X.n)[:, None])
+        X.put("nearest", np.full((X.n, 1), np.inf))
+
+        def run(*args):
+            return X.map(*args)
+    else:
+        X = div.check_domain(X)
+        chunk = {"X": X, "row": np.arange(len(X))[:, None], "nearest": np.full((len(X), 1), np.inf)}
+
+        def run(kernel, *args):
+            return [kernel(chunk, *args)]
+    centroids = []
+    for step in range(d):
+        draws = run(_seed_kernel, div, centroids[-1] if centroids else None, int(seed), step)
+        centroids.append(min(draws, key=lambda draw: draw[0])[1])
+    labels = np.concatenate(run(_nearest_kernel, div, np.stack(centroids)))
+    if isinstance(X, RowChunks):
+        X.drop("nearest")
+    return labels
+
+
+def _keyed_uniforms(seed, step, rows):
+    """Uniforms in (0, 1), a function of (seed, step, row) alone (splitmix64's mixer)."""
+    offset = ((seed % 2**32) * 0x9E3779B97F4A7C15 + (step + 1) * 0xD1B54A32D192ED03) % 2**64
+    z = rows.astype(np.uint64) + np.uint64(offset)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return ((z >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0 ** 53
+
+
+def _seed_kernel(chunk, div, centroid, seed, step):
+    """Update the rows' D_F to the nearest centroid with the newest one; this chunk's entry
+    in the race for the next centroid, -log(u) / weight (the least wins): (key, row)."""
+    X = chunk["X"]
+    if centroid is None:
+        weight = np.ones(len(X))
+    else:
+        weight = np.minimum(chunk["nearest"][:, 0], div(X, centroid[None]))
+        chunk["nearest"] = weight[:, None]
+    with np.errstate(divide="ignore"):
+        keys = -np.log(_keyed_uniforms(seed, step, chunk["row"][:, 0])) / weight
+    i = int(np.argmin(keys))
+    return float(keys[i]), np.array(X[i], dtype=np.float64)
+
+
+def _nearest_kernel(chunk, div, centroids):
+    return _assign(chunk["X"], centroids, div, None)
+
+
 def _warn_hard_max_iter(max_iter, changed, t):
     warn_convergence(f"Bregman hard clustering stopped at max_iter={max_iter} before reaching a fixed point: "
                      f"{changed} of {t} labels changed in the last iteration (it stops when none changes)")
