@@ -236,6 +236,10 @@ def _run_one(dataset, method, queue):
     if method in NONNEGATIVE_ONLY and X.min() < 0:
         queue.put({"skipped": f"skipped: X has negative entries ({METHODS[method][0]} factors X >= 0)"})
         return
+    if method in NONNEGATIVE_ONLY and k > np.count_nonzero(X.any(axis=0)):
+        queue.put({"skipped": f"skipped: {k} clusters from {X.shape[1]} features ({METHODS[method][0]} "
+                              f"factors X at rank k <= its nonzero features)"})
+        return
     est = METHODS[method][1](k, len(X))
     with ResidentPeak() as peak:
         t = time.perf_counter()
