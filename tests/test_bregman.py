@@ -705,6 +705,35 @@ def test_bregman_seeding_draws_rows_in_proportion_to_their_divergence():
     np.testing.assert_allclose(counts / counts.sum(), weight / weight.sum(), atol=0.01)
 
 
+def test_bregman_seeding_race_uniform_first_nearest_of_two_and_round_off():
+    """The race's first draw is uniform; after two centroids a row's weight is its D_F to
+    the nearer of them; a row within round-off of a centroid, whose logistic divergence
+    comes out negative (-1e-16), is never drawn (a negative weight would always win)."""
+    from dnomad.bregman import clustering as C
+    from dnomad.bregman import get_divergence
+
+    div = get_divergence("kl")
+    c1, c2 = np.array([1.0, 1.0]), np.array([3.0, 0.5])
+    X = np.array([[0.2, 1.0], [1.0, 1.0], [3.0, 0.5], [0.5, 4.0], [1.1, 0.9], [2.5, 0.6]])
+    logistic = get_divergence("logistic")
+    centre = np.array([0.3, 0.7, 0.45])
+    near = np.vstack([centre, centre * (1 + 1e-9 * np.random.default_rng(0).normal(size=(199, 3)))])
+    assert (logistic(near, centre[None]) < 0).any()         # the round-off the race must survive
+    first, second = np.zeros(len(X)), np.zeros(len(X))
+    for seed in range(20000):
+        chunk = {"X": X, "row": np.arange(len(X))[:, None], "nearest": np.full((len(X), 1), np.inf)}
+        first[np.flatnonzero((X == C._seed_kernel(chunk, div, None, seed, 0)[1]).all(axis=1))[0]] += 1
+        C._seed_kernel(chunk, div, c1, seed, 1)
+        second[np.flatnonzero((X == C._seed_kernel(chunk, div, c2, seed, 2)[1]).all(axis=1))[0]] += 1
+    np.testing.assert_allclose(first / first.sum(), np.full(len(X), 1 / len(X)), atol=0.01)
+    weight = np.minimum(div(X, c1[None]), div(X, c2[None]))
+    np.testing.assert_allclose(second / second.sum(), weight / weight.sum(), atol=0.01)
+    for seed in range(200):
+        chunk = {"X": near, "row": np.arange(len(near))[:, None], "nearest": np.full((len(near), 1), np.inf)}
+        _, row = C._seed_kernel(chunk, logistic, centre, seed, 1)
+        assert logistic(row[None], centre[None])[0] >= 0
+
+
 def test_seeded_starts_equal_across_chunkings_and_never_lose_to_them(rng, tmp_path):
     """bregman_seeding gives the same labels in memory and over row chunks (a Zarr X, 7
     rows a chunk); the estimator's objective is at most every seeded clustering's, and

@@ -230,19 +230,20 @@ def neighbour_distance_table(X, n_neighbors, *, max_bytes=1 << 28, sort=True):
     step = max(1, int(max_bytes // (8 * n)))
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
-        sq = norms[r0:r1, None] + norms[None, :] - 2.0 * (F[r0:r1] @ F.T)
+        sq = kernels.squared_distances(F[r0:r1], F, norms[r0:r1], norms)
         sq[np.arange(r1 - r0), np.arange(r0, r1)] = np.inf          # not its own neighbour
         near = np.partition(sq, n_neighbors - 1, axis=1)[:, :n_neighbors]
         out[r0:r1] = np.sort(near, axis=1) if sort else near
-    return np.sqrt(np.maximum(out, 0.0))
+    return np.sqrt(out)
 
 
-def squared_distances_from(X, rows):
-    """(len(rows), n): the squared distances from the given rows of X to every row."""
+def squared_distances_from(X, rows, columns=None):
+    """(len(rows), len(columns)): the squared distances from the given rows of X to the
+    given columns' rows (every row by default)."""
     F = as_data_matrix(X)
-    norms = np.einsum("ij,ij->i", F, F)
     rows = np.asarray(rows)
-    return np.maximum(norms[rows, None] + norms[None, :] - 2.0 * (F[rows] @ F.T), 0.0)
+    cols = F if columns is None else F[np.asarray(columns)]
+    return kernels.squared_distances(F[rows], cols)
 
 
 def zeros_like_layout(group, names):

@@ -111,11 +111,19 @@ def gram_block(Xi, Xj, dtype):
     return np.asarray(Xi @ Xj.T, dtype=dtype)
 
 
+def squared_distances(A, B, a2=None, b2=None):
+    """||a_r - b_c||^2 for the rows of two panels (NumPy or CuPy), as ||a||^2 + ||b||^2
+    - 2 a.b clipped at 0 (round-off); ``a2``, ``b2``: the rows' squared norms, if known."""
+    a2 = (A * A).sum(1) if a2 is None else a2
+    b2 = (B * B).sum(1) if b2 is None else b2
+    sq = a2[:, None] + b2[None, :] - 2.0 * (A @ B.T)
+    return sq.clip(0.0, None, out=sq)
+
+
 def gaussian_block(Xi, Xj, bandwidth, dtype):
     """exp(-||x_r - x_c||^2 / bandwidth) for the rows of two panels; ``bandwidth`` a
     number or a (rows x columns) array (local scaling: s_r s_c)."""
-    sq = (Xi * Xi).sum(1)[:, None] + (Xj * Xj).sum(1)[None, :] - 2.0 * (Xi @ Xj.T)
-    np.maximum(sq, 0.0, out=sq)
+    sq = squared_distances(Xi, Xj)
     sq /= -bandwidth
     return np.exp(sq, out=sq).astype(dtype, copy=False)
 

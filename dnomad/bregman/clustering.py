@@ -74,7 +74,10 @@ def bregman_seeding(X, d, divergence, seed):
     from ..blocks.rows import RowChunks
 
     div = get_divergence(divergence)
+    if not (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and 0 <= seed < 2**32):
+        raise InputValueError(f"seed must be an integer in [0, 2**32); got {seed!r}")
     if isinstance(X, RowChunks):
+        _check_uncentred(X)
         X.put("row", np.arange(X.n)[:, None])
         X.put("nearest", np.full((X.n, 1), np.inf))
 
@@ -86,19 +89,26 @@ def bregman_seeding(X, d, divergence, seed):
 
         def run(kernel, *args):
             return [kernel(chunk, *args)]
-    centroids = []
-    for step in range(d):
-        draws = run(_seed_kernel, div, centroids[-1] if centroids else None, int(seed), step)
-        centroids.append(min(draws, key=lambda draw: draw[0])[1])
-    labels = np.concatenate(run(_nearest_kernel, div, np.stack(centroids)))
-    if isinstance(X, RowChunks):
-        X.drop("nearest")
-    return labels
+    try:
+        centroids = []
+        for step in range(d):
+            draws = run(_seed_kernel, div, centroids[-1] if centroids else None, int(seed), step)
+            centroids.append(min(draws, key=lambda draw: draw[0])[1])
+        return np.concatenate(run(_nearest_kernel, div, np.stack(centroids)))
+    finally:
+        if isinstance(X, RowChunks):
+            X.drop("nearest")
+
+
+def _check_uncentred(data):
+    if np.any(data.mean != 0):
+        raise InputValueError("the row chunks for Bregman clustering must be built with center=False "
+                              "(a divergence is defined on X itself)")
 
 
 def _keyed_uniforms(seed, step, rows):
-    """Uniforms in (0, 1), a function of (seed, step, row) alone (splitmix64's mixer)."""
-    offset = ((seed % 2**32) * 0x9E3779B97F4A7C15 + (step + 1) * 0xD1B54A32D192ED03) % 2**64
+    """Uniforms in (0, 1), a function of (seed < 2**32, step, row) alone (splitmix64's mixer)."""
+    offset = (seed * 0x9E3779B97F4A7C15 + (step + 1) * 0xD1B54A32D192ED03) % 2**64
     z = rows.astype(np.uint64) + np.uint64(offset)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -113,7 +123,9 @@ def _seed_kernel(chunk, div, centroid, seed, step):
     if centroid is None:
         weight = np.ones(len(X))
     else:
-        weight = np.minimum(chunk["nearest"][:, 0], div(X, centroid[None]))
+        # D_F >= 0; a row within round-off of the centroid can come out at -1e-16, and a
+        # negative weight would win the race
+        weight = np.maximum(np.minimum(chunk["nearest"][:, 0], div(X, centroid[None])), 0.0)
         chunk["nearest"] = weight[:, None]
     with np.errstate(divide="ignore"):
         keys = -np.log(_keyed_uniforms(seed, step, chunk["row"][:, 0])) / weight
@@ -131,8 +143,7 @@ def _warn_hard_max_iter(max_iter, changed, t):
 
 
 def _hard_clustering_chunks(data, d, div, labels, joint, max_iter):
-    if np.any(data.mean != 0):
-        raise InputValueError("the row chunks for hard clustering must be built with center=False")
+    _check_uncentred(data)
     labels = np.asarray(labels)
     if labels.shape != (data.n,):
         raise InputValueError(f"labels must have shape ({data.n},); got {labels.shape}")

@@ -25,8 +25,9 @@ class SymNMF(_Clustering, _Estimator):
 
     Row i of ``components_`` is point i's cluster-membership distribution.  P is a
     Gaussian affinity built blockwise from X (by default with local scaling,
-    exp(-||x_i - x_j||^2 / (s_i s_j)), s_i the distance from x_i to its 7th nearest
-    neighbour; or exp(-||x_i - x_j||^2 / bandwidth), the paper's), or a given
+    exp(-||x_i - x_j||^2 / (s_i s_j)), s_i a multiple of the distance from x_i to a
+    neighbour chosen from the data, see ``n_neighbors``; or
+    exp(-||x_i - x_j||^2 / bandwidth), the paper's), or a given
     nonnegative symmetric matrix (``affinity="precomputed"``; symmetry and nonnegativity
     are checked, positive semidefiniteness, which the paper's analysis assumes, is not:
     that would cost an eigensolve).  One pass over P per Frank-Wolfe iteration.
@@ -49,9 +50,9 @@ class SymNMF(_Clustering, _Estimator):
         Thm. 1); "objective": the paper's experiments, |f_t - f_{t-1}| < objective_tol.
     tol : float, default 1e-4
         Relative FW gap, gap / ||P||_F^2, for stop_rule="gap" (Frank-Wolfe and PGD; the
-        penalty method always stops by the paper's objective rule).  Measured on yeast (k = 10): 1e-4 after about 150
-        iterations, 3e-5 after 1000 (Frank-Wolfe's gap falls as 1/sqrt(t) on nonconvex
-        problems, Thm. 2).
+        penalty method always stops by the paper's objective rule).  Frank-Wolfe's gap is
+        bounded by O(1/sqrt(t)) on nonconvex problems (Thm. 2): a smaller tol can cost
+        many more iterations.
     objective_tol : float, default 1e-3
         Absolute change of f (the paper's epsilon), for stop_rule="objective".
     max_iter : int, optional
@@ -67,7 +68,9 @@ class SymNMF(_Clustering, _Estimator):
     n_neighbors : int or "auto", default "auto"
         The neighbour whose distance is a point's scale s_i (with ``bandwidth=None``).
         "auto": chosen from X so that P's mean row sum is a tenth of a mean cluster's
-        size, n / (10 n_clusters), as W W^T's row sums are the cluster sizes
+        size, n / (10 n_clusters) (at least 8 and at most n / 2), as W W^T's row sums are
+        the cluster sizes: the smallest neighbour from the 7th to the 256th that reaches
+        it, or the 7th's or 256th's distances times a common factor past either end
         (:func:`calibrated_scales`: it follows the data's dimension, where distances
         concentrate, and its clusters' extent); an int: that neighbour (7 is
         Zelnik-Manor and Perona's, for spectral clustering).
@@ -120,7 +123,9 @@ class SymNMF(_Clustering, _Estimator):
     Per Frank-Wolfe iteration: one pass over P (``BlockMatrix.label_sums``: the LMO's
     vertex is one-hot, so P S sums P's columns by label); O(n k^2) work on W and M = P W
     in this process; each block sends b x k partial sums.  Peak memory per worker: a few
-    blocks.  P itself is n^2 / 2 entries (upper blocks).
+    blocks.  P itself is n^2 / 2 entries (upper blocks).  Local scales cost one O(n^2 d)
+    pass over X in this process, in chunks of 256 MiB; "auto" keeps an n x 256 table of
+    neighbour distances and 500 x min(n, 20,000) sampled distances (80 MB at most).
 
     References
     ----------
@@ -197,7 +202,10 @@ class SymNMF(_Clustering, _Estimator):
                                   dtype=dtype)
         n = source.n
         params = self._params(n)
-        self._check_n_neighbors(n)
+        local_scaling = source.data is not None and self.bandwidth is None
+        if local_scaling and self.n_neighbors != "auto" and self.n_neighbors >= n:
+            raise InputValueError(f"n_neighbors must be < n = {n} (the number of rows of X); got "
+                                  f"{self.n_neighbors}: pass a smaller int or 'auto'")
         W0 = self._start(n, source.data)
         backend = source.matrix.backend if source.matrix is not None else \
             choose_backend(self.backend, n, dtype, n_matrices=1, store=self.store,
@@ -208,7 +216,7 @@ class SymNMF(_Clustering, _Estimator):
             # run continues from its checkpoint, whatever start it was given.
             run_id = runs.run_identity("symnmf", params, source, dtype, self.block_size, solver=self.solver,
                              affinity=self.affinity, bandwidth=self.bandwidth,
-                             n_neighbors=self.n_neighbors if self.bandwidth is None else None)
+                             n_neighbors=self.n_neighbors if local_scaling else None)
             self._claim_store(run_id, resume)
             if resume and self._load_finished(params.max_iter):
                 return self
@@ -217,11 +225,12 @@ class SymNMF(_Clustering, _Estimator):
             save = run_store.Checkpoints(self.store, SYMNMF_CHECKPOINT_KEY).save
 
         self.n_neighbors_ = self.scale_factor_ = None
+        scales = self._scales(source.data, resume) if local_scaling else None
         self._report_progress(f"SymNMF ({self.solver})", show=("objective",), max_iter=params.max_iter)
 
         def attempt(resume):
             state = _load_symnmf_checkpoint(self.store) if resume else None
-            res = self._solve(source, backend, dtype, params, W0, state, save)
+            res = self._solve(source, backend, dtype, params, W0, scales, state, save)
             self._finish(res, backend, dtype, start)
 
         self.restarts_ = runs.with_restarts(attempt, store=self.store, resume=resume,
@@ -230,13 +239,12 @@ class SymNMF(_Clustering, _Estimator):
         self.fit_seconds_ = time.perf_counter() - start
         return self
 
-    def _solve(self, source, backend, dtype, params, W0, state, save):
+    def _solve(self, source, backend, dtype, params, W0, scales, state, save):
         n = source.n
         with client_context(backend, n) as client:
             kw = dict(block_size=self.block_size, dtype=dtype, backend=backend,
                       client=client if backend != "local" else None, store=self.store)
             if source.data is not None:
-                scales = None if self.bandwidth is not None else self._scales(source.data)
                 P = blocks.gaussian_affinity(source.data, self.bandwidth, scales=scales, name="P", **kw)
             elif source.matrix is not None:
                 P = source.matrix
@@ -260,19 +268,23 @@ class SymNMF(_Clustering, _Estimator):
                     P.group.close()
         return res
 
-    def _scales(self, X):
-        """The local scales of P (``n_neighbors_`` and ``scale_factor_`` say which)."""
-        n = len(X)
-        if self.n_neighbors == "auto":
-            s, self.n_neighbors_, self.scale_factor_ = calibrated_scales(X, self.n_clusters)
-            return s
-        self.n_neighbors_, self.scale_factor_ = int(self.n_neighbors), 1.0
-        return local_scales(X, self.n_neighbors)
-
-    def _check_n_neighbors(self, n):
-        if self.n_neighbors != "auto" and self.n_neighbors >= n:
-            raise InputValueError(f"n_neighbors must be < n = {n} (the number of rows of X); "
-                                  f"got {self.n_neighbors}")
+    def _scales(self, X, resume):
+        """The local scales of P (``n_neighbors_`` and ``scale_factor_`` say which).  A
+        run in a store records the ones "auto" chose, and a resumed run reads them: it
+        goes on with the P it started on."""
+        recorded = run_store.read_json(self.store, SCALES_RECORD) if resume else None
+        if recorded is not None:
+            m, c = int(recorded["n_neighbors"]), float(recorded["scale_factor"])
+            s = c * local_scales(X, m)
+        elif self.n_neighbors == "auto":
+            s, m, c = calibrated_scales(X, self.n_clusters)
+        else:
+            m, c = int(self.n_neighbors), 1.0
+            s = local_scales(X, m)
+        if self.store is not None and recorded is None:
+            run_store.write_json(self.store, SCALES_RECORD, {"n_neighbors": m, "scale_factor": c})
+        self.n_neighbors_, self.scale_factor_ = m, c
+        return s
 
     def _start(self, n, X):
         k = self.n_clusters
@@ -315,11 +327,14 @@ class SymNMF(_Clustering, _Estimator):
             runs.write_result(self.store, {"W": res.W, "labels": self.labels_}, {
                 "n_iter": res.n_iter, "stop_reason": res.stop_reason, "objective": res.objective,
                 "gap": res.gap, "passes": res.passes, "solver": res.method,
-                "step_rule": res.step_rule, "dtype": np.dtype(dtype).name},
+                "step_rule": res.step_rule, "dtype": np.dtype(dtype).name,
+                "n_neighbors": self.n_neighbors_, "scale_factor": self.scale_factor_},
                 res.history, time.perf_counter() - start)
 
 
 SYMNMF_CHECKPOINT_KEY = "symnmf_checkpoint"
+# The local scales a run in a store was started with (its P, for a resume).
+SCALES_RECORD = "symnmf_scales"
 
 
 # n_neighbors="auto": P's mean row sum as a fraction of a mean cluster's size n / k
@@ -329,8 +344,15 @@ AFFINITY_MASS = 0.1
 # of O(n m) distances; past either end the scales shrink or grow by a common factor.
 MIN_SCALING_NEIGHBOUR = 7
 MAX_SCALING_NEIGHBOUR = 256
-# Rows whose affinities estimate P's mean row sum (a fixed sample: P depends on X alone).
+# Rows whose affinities estimate P's mean row sum, and the columns they are summed over
+# where n is larger (fixed samples: P depends on X alone; 500 x 20,000 distances).
 MASS_SAMPLE_ROWS = 500
+MASS_SAMPLE_COLUMNS = 20000
+# Pairs of points this close, relative to their squared norms, count as duplicates.
+DUPLICATE_RTOL = 1e-12
+# The bisection on "auto"'s common factor c stops with c known to this relative width
+# (in high dimensions P's row sums move some 40 times faster than c).
+SCALE_FACTOR_RTOL = 1e-6
 # The weight a k-means start spreads evenly over the other clusters: a row at a vertex
 # of the simplex would start on the boundary of the feasible set.
 KMEANS_START_SPREAD = 0.1
@@ -338,49 +360,62 @@ KMEANS_START_SPREAD = 0.1
 
 def calibrated_scales(X, n_clusters):
     """SymNMF's local scales for ``n_neighbors="auto"``: s_i = c d_m(x_i), d_m the
-    distance to the m-th nearest neighbour, with the smallest m in [7, 256] (and c = 1)
-    for which P's mean row sum, sum_j exp(-||x_i - x_j||^2 / (s_i s_j)), reaches
-    ``AFFINITY_MASS`` n / n_clusters (at least 8: the point itself and 7 others);
-    where m = 7 already exceeds it (high-dimensional
-    data, whose distances concentrate) c < 1 at m = 7 meets it, where m = 256 falls
-    short c > 1 does.  The row sums are estimated on a fixed sample of rows.
+    distance to the m-th nearest neighbour (floored as :func:`local_scales` floors it),
+    with the smallest m in [7, 256] (and c = 1) for which P's mean row sum over x_i and
+    the points apart from it, 1 + sum_{x_j != x_i} exp(-||x_i - x_j||^2 / (s_i s_j))
+    (duplicates add 1 whatever the scale), reaches ``AFFINITY_MASS`` n / n_clusters
+    (at least 8, the point itself and 7 others, and at most n / 2); where m = 7 already
+    exceeds it (high-dimensional data, whose distances concentrate) c < 1 at m = 7
+    meets it, where m = 256 falls short c > 1 does.  The mean row sum is estimated on a
+    fixed sample of rows, against a fixed sample of columns where n is large.
     Returns (s, m, c).  Cost: one O(n^2 d) pass for the neighbour table (n x m
-    numbers) and O(sample n) work per trial."""
+    numbers) and O(rows x columns) work per trial."""
     n = len(X)
-    # a few neighbours at least, where a tenth of a cluster is fewer (small n / k)
-    target = max(AFFINITY_MASS * n / n_clusters, 1.0 + MIN_SCALING_NEIGHBOUR)
+    target = min(max(AFFINITY_MASS * n / n_clusters, 1.0 + MIN_SCALING_NEIGHBOUR), n / 2)
     low = min(MIN_SCALING_NEIGHBOUR, n - 1)
     high = max(low, min(MAX_SCALING_NEIGHBOUR, n - 1))
     table = blocks.neighbour_distance_table(X, high)
-    positive = table[table > 0]
-    table = np.maximum(table, positive.min() if positive.size else 1.0)
-    sample = np.sort(np.random.default_rng(0).choice(n, min(n, MASS_SAMPLE_ROWS), replace=False))
-    d2 = blocks.squared_distances_from(X, sample)
+    rng = np.random.default_rng(0)
+    columns = np.arange(n) if n <= MASS_SAMPLE_COLUMNS else \
+        np.sort(rng.choice(n, MASS_SAMPLE_COLUMNS, replace=False))
+    rows = np.sort(rng.choice(columns, min(len(columns), MASS_SAMPLE_ROWS), replace=False))
+    d2 = blocks.squared_distances_from(X, rows, columns)
+    # The row's own 1 is added below, and duplicates add 1 at any scale: pairs at a
+    # distance within round-off of ||x_i||^2 + ||x_j||^2 - 2 x_i.x_j's are left out.
+    norms2 = np.einsum("ij,ij->i", X, X)
+    d2[d2 <= DUPLICATE_RTOL * (norms2[rows, None] + norms2[None, columns])] = np.inf
+    others = (n - 1) / (len(columns) - 1)                                  # column sample -> all n - 1 others
+
+    def scales(m, c=1.0):
+        return c * _floored(table[:, m - 1])
 
     def mass(s):
-        return float(np.exp(-d2 / (s[sample, None] * s[None, :])).sum(axis=1).mean())
+        return 1.0 + others * float(np.exp(-d2 / (s[rows, None] * s[None, columns])).sum(axis=1).mean())
 
-    if mass(table[:, low - 1]) >= target or mass(table[:, high - 1]) < target:
-        m = low if mass(table[:, low - 1]) >= target else high
-        lo, hi = (1e-3, 1.0) if m == low else (1.0, 1e3)
-        for _ in range(40):                        # bisection on log c
+    over, short = mass(scales(low)) >= target, mass(scales(high)) < target
+    if over or short:
+        m, (lo, hi) = (low, (1e-3, 1.0)) if over else (high, (1.0, 1e3))
+        while hi / lo > 1.0 + SCALE_FACTOR_RTOL:                           # bisection on log c
             mid = np.sqrt(lo * hi)
-            lo, hi = (mid, hi) if mass(mid * table[:, m - 1]) < target else (lo, mid)
+            lo, hi = (mid, hi) if mass(scales(m, mid)) < target else (lo, mid)
         c = float(np.sqrt(lo * hi))
-        return c * table[:, m - 1], m, c
+        return scales(m, c), m, c
     lo, hi = low, high                             # mass(lo) < target <= mass(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if mass(table[:, mid - 1]) < target else (lo, mid)
-    return table[:, hi - 1], hi, 1.0
+        lo, hi = (mid, hi) if mass(scales(mid)) < target else (lo, mid)
+    return scales(hi), hi, 1.0
 
 
 def local_scales(X, n_neighbors):
     """s_i: the distance from x_i to its ``n_neighbors``-th nearest neighbour (at most
-    n - 1), floored at the smallest positive one so that duplicated points get a finite
-    affinity."""
-    n = len(X)
-    s = blocks.neighbour_distances(X, min(n_neighbors, n - 1))
+    n - 1), floored as :func:`_floored` floors it."""
+    return _floored(blocks.neighbour_distances(X, min(n_neighbors, len(X) - 1)))
+
+
+def _floored(s):
+    """Scales floored at the smallest positive one, so that duplicated points (a scale
+    of 0) get a finite affinity."""
     positive = s[s > 0]
     return np.maximum(s, positive.min() if positive.size else 1.0)
 
