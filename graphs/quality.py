@@ -238,7 +238,7 @@ NONNEGATIVE_ONLY = ("hottopixx", "nmf")
 LARGE = {"mnist_70k": ("nomad_bm", "kmeans", "umap_hdbscan")}
 
 
-def _run_one(dataset, method, queue):
+def _run_one(dataset, method, queue, progress=False):
     from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
     X, y = DATASETS[dataset]()
@@ -252,6 +252,8 @@ def _run_one(dataset, method, queue):
                               f"({METHODS[method][0]} factors X at rank k <= its nonzero features)"})
         return
     est = METHODS[method][1](k, len(X))
+    if progress and METHODS[method][3]:
+        est.set_params(verbose=1)                   # dnomad's live progress line, on stderr
     with ResidentPeak() as peak:
         t = time.perf_counter()
         est.fit(X)
@@ -264,14 +266,14 @@ def _run_one(dataset, method, queue):
                "label_method_used": getattr(est, "label_method_used_", None)})
 
 
-def run(dataset, method, timeout):
+def run(dataset, method, timeout, progress=False):
+    row = {"dataset": dataset, "method": method, "commit": code_commit()}     # the code the row measures
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_run_one, args=(dataset, method, queue))
+    proc = ctx.Process(target=_run_one, args=(dataset, method, queue, progress))
     start = time.perf_counter()
     proc.start()
     proc.join(timeout)
-    row = {"dataset": dataset, "method": method, "commit": code_commit()}     # the code the row measured
     if proc.is_alive():
         proc.kill()
         proc.join()
@@ -380,6 +382,7 @@ def main(argv=None):
                    help="comma-separated, from: " + ", ".join(DATASETS))
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS))
     p.add_argument("--timeout", type=float, default=900.0, help="seconds a run may take (default 900)")
+    p.add_argument("--progress", action="store_true", help="dnomad's progress line on stderr while it fits")
     p.add_argument("--plot-only", action="store_true")
     args = p.parse_args(argv)
     path = os.path.join(HERE, "quality.json")
@@ -396,7 +399,7 @@ def main(argv=None):
                     row = {"dataset": dataset, "method": method,
                            "status": f"skipped: n = {_n_of(dataset)} > {max_n} (its memory or time grows as n^2)"}
                 else:
-                    row = run(dataset, method, args.timeout)
+                    row = run(dataset, method, args.timeout, args.progress)
                 row["command"] = result["command"]          # a rerun of some rows keeps the others' own
                 result["rows"] = [r for r in result["rows"] if (r["dataset"], r["method"]) != (dataset, method)]
                 result["rows"].append(row)
