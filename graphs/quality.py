@@ -1,7 +1,8 @@
 """Clusters a user gets: every dnomad clusterer with its defaults beside what users pick
 instead, on real and synthetic data sets, in one run.
 
-Each clusterer is given only ``n_clusters`` = the data set's number of classes (HDBSCAN,
+Each clusterer is given only ``n_clusters`` = the data set's number of classes (one row
+apart: NOMAD with ``sdp_k=n_clusters``, the setting to try where classes overlap; HDBSCAN,
 which takes no cluster count, its defaults; UMAP + HDBSCAN the umap-learn docs' recipe
 for clustering, UMAP(n_neighbors=30, min_dist=0, n_components=2) then HDBSCAN(min_samples=10,
 min_cluster_size=500 scaled to n as 500 / 70,000 of it, at least 15)).  Each (data set,
@@ -153,6 +154,12 @@ def _nomad(solver, **kw):
     return make
 
 
+def _nomad_kmeans_sdp(k, n):
+    """NOMAD with sdp_k = n_clusters: the K-means SDP itself, the coarsest resolution."""
+    import dnomad
+    return dnomad.NOMAD(k, sdp_k=k, random_state=0)
+
+
 def _dnomad(name):
     def make(k, n):
         import dnomad
@@ -221,6 +228,7 @@ METHODS = {
     "nomad_cgm": ("NOMAD cgm", _nomad("cgm"), 10000, True),
     "nomad_bm": ("NOMAD bm", _nomad("bm"), None, True),
     "nomad_halving": ("NOMAD cgm, layers='halving'", _nomad("cgm", layers="halving"), 10000, True),
+    "nomad_kmeans_sdp": ("NOMAD cgm, sdp_k=n_clusters", _nomad_kmeans_sdp, 10000, True),
     "symnmf": ("SymNMF", _dnomad("SymNMF"), 10000, True),
     "nlr": ("NLR", _dnomad("NLR"), None, True),
     "riemannian": ("Riemannian K-means", _dnomad("RiemannianKMeans"), None, True),

@@ -294,6 +294,14 @@ class Interrupt(Exception):
     pass
 
 
+def _interrupt_at(iteration):
+    """A callback that interrupts a fit at the given history row (a kill, for resume tests)."""
+    def callback(row):
+        if row["iteration"] == iteration:
+            raise Interrupt
+    return callback
+
+
 @pytest.mark.parametrize("solver", ["fw", "pgd"])
 def test_resume_after_kill_matches_uninterrupted(solver, tmp_path):
     X, _ = gaussian_blobs(120, n_centers=3, separation=4.0, random_state=5)
@@ -301,13 +309,9 @@ def test_resume_after_kill_matches_uninterrupted(solver, tmp_path):
               max_iter=60, checkpoint_every=10)
     full = dnomad.SymNMF(**kw).fit(X)
 
-    def kill_at_37(row):
-        if row["iteration"] == 37:
-            raise Interrupt
-
     store = str(tmp_path / "run.zarr")
     with pytest.raises(Interrupt):
-        dnomad.SymNMF(store=store, callback=kill_at_37, **kw).fit(X)
+        dnomad.SymNMF(store=store, callback=_interrupt_at(37), **kw).fit(X)
     assert dnomad.blocks.store.read_json(store, "symnmf_checkpoint")["iteration"] == 30
     resumed = dnomad.resume(store)
     assert isinstance(resumed, dnomad.SymNMF) and resumed.n_iter_ == full.n_iter_ == 60
@@ -330,13 +334,9 @@ def test_resume_goes_on_with_the_recorded_auto_scales(tmp_path):
     kw = dict(n_clusters=3, dtype=np.float64, random_state=0, tol=0, max_iter=40, checkpoint_every=10)
     full = dnomad.SymNMF(**kw).fit(X)
 
-    def kill_at_25(row):
-        if row["iteration"] == 25:
-            raise Interrupt
-
     store = str(tmp_path / "run.zarr")
     with pytest.raises(Interrupt):
-        dnomad.SymNMF(store=store, callback=kill_at_25, **kw).fit(X)
+        dnomad.SymNMF(store=store, callback=_interrupt_at(25), **kw).fit(X)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(E, "AFFINITY_MASS", 0.3)
         assert E.calibrated_scales(X, 3)[1:] != (full.n_neighbors_, full.scale_factor_)
