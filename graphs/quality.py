@@ -147,17 +147,13 @@ SYNTHETIC = ("rings", "moons", "swiss_roll", "unequal_blobs", "anisotropic_blobs
 
 
 # ------------------------------------------------------------------ methods
-def _nomad(solver, **kw):
+def _nomad(solver, *, kmeans_sdp=False, **kw):
+    """NOMAD's constructor; ``kmeans_sdp``: sdp_k = n_clusters, the K-means SDP itself
+    (the coarsest resolution) instead of the default."""
     def make(k, n):
         import dnomad
-        return dnomad.NOMAD(k, solver=solver, random_state=0, **kw)
+        return dnomad.NOMAD(k, solver=solver, random_state=0, **(dict(kw, sdp_k=k) if kmeans_sdp else kw))
     return make
-
-
-def _nomad_kmeans_sdp(k, n):
-    """NOMAD with sdp_k = n_clusters: the K-means SDP itself, the coarsest resolution."""
-    import dnomad
-    return dnomad.NOMAD(k, sdp_k=k, random_state=0)
 
 
 def _dnomad(name):
@@ -228,7 +224,7 @@ METHODS = {
     "nomad_cgm": ("NOMAD cgm", _nomad("cgm"), 10000, True),
     "nomad_bm": ("NOMAD bm", _nomad("bm"), None, True),
     "nomad_halving": ("NOMAD cgm, layers='halving'", _nomad("cgm", layers="halving"), 10000, True),
-    "nomad_kmeans_sdp": ("NOMAD cgm, sdp_k=n_clusters", _nomad_kmeans_sdp, 10000, True),
+    "nomad_kmeans_sdp": ("NOMAD cgm, sdp_k=n_clusters", _nomad("cgm", kmeans_sdp=True), 10000, True),
     "symnmf": ("SymNMF", _dnomad("SymNMF"), 10000, True),
     "nlr": ("NLR", _dnomad("NLR"), None, True),
     "riemannian": ("Riemannian K-means", _dnomad("RiemannianKMeans"), None, True),
@@ -255,8 +251,9 @@ def _run_one(dataset, method, queue, progress=False):
     if method in NONNEGATIVE_ONLY and X.min() < 0:
         queue.put({"skipped": f"skipped: X has negative entries ({METHODS[method][0]} factors X >= 0)"})
         return
-    if method in NONNEGATIVE_ONLY and k > np.count_nonzero(X.any(axis=0)):
-        queue.put({"skipped": f"skipped: {k} clusters from {np.count_nonzero(X.any(axis=0))} nonzero features "
+    used_features = np.count_nonzero(X.any(axis=0))
+    if method in NONNEGATIVE_ONLY and k > used_features:
+        queue.put({"skipped": f"skipped: {k} clusters from {used_features} nonzero features "
                               f"({METHODS[method][0]} factors X at rank k <= its nonzero features)"})
         return
     est = METHODS[method][1](k, len(X))
