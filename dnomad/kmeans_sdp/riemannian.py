@@ -487,11 +487,10 @@ def _ordered_sum(parts):
 
 
 # -- per-chunk kernels (module level: they run on workers) ---------------------
-# Entries of the largest per-row temporary in a block of rows (the left factors of the
-# Schur sums' GEMMs, r^2 + (d + 1)(r + 1) + d^2 a row; 8 MB): the rows are the GEMMs'
-# inner dimension.  Schur pass on 10^5 rows, 2 threads, 2^18 / 2^19 / 2^20 / 2^21:
-# K = d = 4 0.162 / 0.111 / 0.088 / 0.097 s; K = 16, d = 32 5.45 / 4.46 / 3.79 / 3.48 s.
-_BLOCK_ENTRIES = 1 << 20
+# Entries of the largest per-row temporary in a block of rows (the packed left factors
+# of the Schur sums' GEMMs, :func:`_packed_size` a row; 16 MB): the rows are the GEMMs'
+# inner dimension, so larger blocks run nearer GEMM speed, up to the caches.
+_BLOCK_ENTRIES = 1 << 21
 
 
 def _centred_rows(chunk):
@@ -530,8 +529,13 @@ def schur_pass_flops(n, r, d):
     return n * per_row
 
 
+def _packed_size(r, d):
+    """Rows of :func:`_packed_factors` (a row of X's entries in the largest temporary)."""
+    return r * (r + 1) // 2 + (d + 1) * r + d * (d + 1) // 2 + d + 1
+
+
 def _row_blocks(c, d, r):
-    step = max(64, _BLOCK_ENTRIES // (r * r + (d + 1) * (r + 1) + d * d))
+    step = max(64, _BLOCK_ENTRIES // _packed_size(r, d))
     return [slice(a, min(c, a + step)) for a in range(0, c, step)]
 
 
@@ -575,7 +579,7 @@ class _Rows:
         Z = s[layout.z].reshape(d, r - 1)
         return Lq + math.sqrt(2.0) * (self.X @ Z) + s[layout.ones][None] + s[layout.sphere][0] * self.V
 
-    def add_schur_terms(self, S, rhs, layout, HQQ):
+    def add_schur_terms(self, S, rhs, layout, HQQ, packed):
         """S[:coupled, :coupled] += sum_i L_i^T D_i^-1 L_i, rhs[:coupled] += sum_i L_i^T
         D_i^-1 b_i (the caller subtracts both), and the rows' share of the Q-Q block of
         the Hessian, HQQ[l, l', j] (diagonal in j).
@@ -591,7 +595,6 @@ class _Rows:
         q, z, ones, sphere = layout.q, layout.z, layout.ones, layout.sphere.start
         ui, u2, Vh = self.uinv.T, self.u2.T, self.Vhat.T                # rows-last
         XT = np.vstack([X.T, np.ones((1, c))])                          # [x_i; 1]
-        E2 = Et.reshape(m * m, c)
         # EP[j, a, i] = (P_i^T D_i^-1)[j, a] = u_ij^-2 (Q1^T D_i^-1)[j, a] (D_i^-1 symmetric).
         EP = (Q1.T @ Et.reshape(m, m * c)).reshape(r, m, c)
         EP *= u2[:, None]
@@ -605,33 +608,19 @@ class _Rows:
         cross = ((Vh[:, None] * ui[None]).reshape(r * r, c) @ EP2.T).reshape(r, r, r, m)   # [l, j', j, b]
         qq[:, :, 1:, :] -= cross.transpose(0, 2, 3, 1)                  # [l, j, l' = b + 1, j']
         qq[1:, :, :, :] -= cross.transpose(3, 1, 0, 2)                  # [l = b + 1, j, l', j']
-        # Every product with D^-1 itself: u^-1 u^-T (Q-Q), [x; 1] u^-T (z-Q, ones-Q), x x^T (z-z), x (z-ones), 1.
-        k, kx, kz = r * r, r * r + (d + 1) * r, r * r + (d + 1) * r + d * d
-        FE = np.empty((kz + d + 1, c))
-        np.multiply(ui[:, None], ui[None], out=FE[:k].reshape(r, r, c))
-        np.multiply(XT[:, None], ui[None], out=FE[k:kx].reshape(d + 1, r, c))
-        np.multiply(XT[:d, None], XT[None, :d], out=FE[kx:kz].reshape(d, d, c))
-        FE[kz:] = XT
-        GE = FE @ E2.T
-        qq[1:, :, 1:, :] += GE[:k].reshape(r, r, m, m).transpose(2, 0, 3, 1)
         S[q, q] += (mu * mu) * qq.reshape(r * r, r * r)
-        xe = GE[k:kx].reshape(d + 1, r, m, m)                           # [l, j', b, b']
-        # z-Q and ones-Q: mu sum_i [x_i; 1]_l ((D^-1 P)[b, j'] Vhat_il' - D^-1[b, l' - 1] u_ij'^-1).
+        # z-Q and ones-Q: mu sum_i [x_i; 1]_l ((D^-1 P)[b, j'] Vhat_il' - D^-1[b, l' - 1] u_ij'^-1);
+        # the second part is in the packed sums.
         xq = ((XT[:, None] * Vh[None]).reshape((d + 1) * r, c) @ EP2.T).reshape(d + 1, r, r, m)  # [l, l', j', b]
-        xq = xq.transpose(0, 3, 1, 2).copy()                            # [l, b, l', j']
-        xq[:, :, 1:, :] -= xe.transpose(0, 2, 3, 1)
-        xq *= mu
+        xq = mu * xq.transpose(0, 3, 1, 2)                              # [l, b, l', j']
         zq = rt2 * xq[:d].reshape(d * m, r * r)
         S[z, q] += zq
         S[q, z] += zq.T
         S[ones, q] += xq[d].reshape(m, r * r)
         S[q, ones] += xq[d].reshape(m, r * r).T
-        zz = GE[kx:kz].reshape(d, d, m, m)
-        S[z, z] += 2.0 * zz.transpose(0, 2, 1, 3).reshape(d * m, d * m)
-        zo = rt2 * GE[kz:kz + d].reshape(d * m, m)
-        S[z, ones] += zo
-        S[ones, z] += zo.T
-        S[ones, ones] += GE[kz + d].reshape(m, m)
+        # Every product with D^-1 itself (u^-1 u^-T, [x; 1] u^-T, x x^T, [x; 1]) goes
+        # into the packed sums, scattered into S once a chunk (_add_packed_terms).
+        packed += _packed_factors(XT, ui) @ Et[np.triu_indices(m)].T
         # The sphere column: L_i's column V_i.
         EV = self.e_times(V)                                            # [a, i]
         qs = mu * (Vh @ np.einsum("jai,ia->ji", EP, V).T)               # [l', j']
@@ -736,22 +725,95 @@ def _inverse_rows_last(D):
     return inv
 
 
+def _packed_factors(XT, ui):
+    """The left factors of the Schur sums' products with D_i^-1, one row per product
+    and the rows last: u_ij^-1 u_ij'^-1 (j <= j'), [x_i; 1]_l u_ij'^-1, x_ip x_iq (p <= q)
+    and [x_i; 1]_l.  Symmetric pairs once each: with D_i^-1's (a <= b) entries on the
+    right, the z-z block's d^2 (r - 1)^2 sums a row become d (d + 1) r (r - 1) / 4."""
+    r, c = ui.shape
+    d = XT.shape[0] - 1
+    out = np.empty((_packed_size(r, d), c))
+    start = 0
+    for j in range(r):
+        np.multiply(ui[j], ui[j:], out=out[start:start + r - j])
+        start += r - j
+    np.multiply(XT[:, None], ui[None], out=out[start:start + (d + 1) * r].reshape(d + 1, r, c))
+    start += (d + 1) * r
+    for p in range(d):
+        np.multiply(XT[p], XT[p:d], out=out[start:start + d - p])
+        start += d - p
+    out[start:] = XT
+    return out
+
+
+def _unpack_pairs(G, m):
+    """G's columns indexed by the pairs a <= b of np.triu_indices(m), as the m x m
+    symmetric last two axes."""
+    index = np.zeros((m, m), dtype=np.intp)
+    index[np.triu_indices(m)] = np.arange(m * (m + 1) // 2)
+    index = np.maximum(index, index.T)
+    return G[..., index]
+
+
+def _add_packed_terms(S, packed, layout, r, d, mu):
+    """S += the Schur sums' products with D_i^-1, from the packed sums of
+    :func:`_packed_factors`' rows against D_i^-1's (a <= b) entries (signs as in
+    :meth:`_Rows.add_schur_terms`: the caller subtracts S)."""
+    m = r - 1
+    rt2 = math.sqrt(2.0)
+    q, z, ones = layout.q, layout.z, layout.ones
+    k1 = r * (r + 1) // 2
+    k2 = k1 + (d + 1) * r
+    k3 = k2 + d * (d + 1) // 2
+    # Q-Q: mu^2 sum [u^-1 u^-T] (x) D^-1 on l, l' >= 1.
+    uu = _unpack_pairs(_unpack_pairs(packed[:k1], m).transpose(1, 2, 0), r)     # [a, b, j, j']
+    qq = np.zeros((r, r, r, r))
+    qq[1:, :, 1:, :] = uu.transpose(0, 2, 1, 3)                                 # [a + 1, j, b + 1, j']
+    S[q, q] += (mu * mu) * qq.reshape(r * r, r * r)
+    # z-Q and ones-Q: - mu sum_i [x_i; 1]_l D_i^-1[b, l' - 1] u_ij'^-1.
+    xe = _unpack_pairs(packed[k1:k2], m).reshape(d + 1, r, m, m)                # [l, j', b, b']
+    xq = np.zeros((d + 1, m, r, r))
+    xq[:, :, 1:, :] = -mu * xe.transpose(0, 2, 3, 1)                            # [l, b, b' + 1, j']
+    zq = rt2 * xq[:d].reshape(d * m, r * r)
+    S[z, q] += zq
+    S[q, z] += zq.T
+    S[ones, q] += xq[d].reshape(m, r * r)
+    S[q, ones] += xq[d].reshape(m, r * r).T
+    # z-z: 2 sum_i x_ip x_iq D_i^-1[a, b] at ((p, a), (q, b)), a view of S by (p, a, q, b).
+    zz = S[z, z].reshape(d, m, d, m)
+    start = k2
+    for p in range(d):
+        block = 2.0 * _unpack_pairs(packed[start:start + d - p], m)            # [q - p, a, b]
+        zz[p, :, p:, :] += block.transpose(1, 0, 2)
+        zz[p + 1:, :, p, :] += block[1:]                                        # D_i^-1 symmetric
+        start += d - p
+    # z-ones and ones-ones: sqrt(2) sum_i x_ip D_i^-1[a, b], sum_i D_i^-1.
+    xo = _unpack_pairs(packed[k3:], m)
+    zo = rt2 * xo[:d].reshape(d * m, m)
+    S[z, ones] += zo
+    S[ones, z] += zo.T
+    S[ones, ones] += xo[d]
+
+
 def _schur_kernel(chunk, name, small, layout, with_rhs):
     """The chunk's share of S, of its right-hand side and of the Q-Q block, of
     ||grad_V||^2, and its count of non-positive eigenvalues of the D_i (:class:`_Rows`).
     The L_i have no entries in the sym(dQ Q^T) multipliers' columns, so only the leading
     block of S is touched."""
     X, V = chunk["X"], chunk[name]
-    r = small["Q"].shape[0]
+    r, d = small["Q"].shape[0], X.shape[1]
+    m = r - 1
     S = np.zeros((layout.size, layout.size))
     rhs = np.zeros(layout.size)
     HQQ3 = np.zeros((r, r, r))              # [l, l', j]: HQQ[l, j, l', j'] is diagonal in j
+    packed = np.zeros((_packed_size(r, d), m * (m + 1) // 2))
     gg, neg = 0.0, 0
-    for rows in _row_blocks(V.shape[0], X.shape[1], r):
+    for rows in _row_blocks(V.shape[0], d, r):
         block = _Rows(X[rows], V[rows], small, chunk["rhsV"][rows] if with_rhs else None)
-        block.add_schur_terms(S, rhs, layout, HQQ3)
+        block.add_schur_terms(S, rhs, layout, HQQ3, packed)
         gg += float(np.sum(block.g * block.g))
         neg += block.negative
+    _add_packed_terms(S, packed, layout, r, d, small["mu"])
     HQQ = HQQ3.transpose(0, 2, 1)[:, :, :, None] * np.eye(r)[None, :, None, :]
     return -S, -rhs, HQQ, gg, neg
 

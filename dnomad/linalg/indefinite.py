@@ -21,9 +21,11 @@ def equilibrate(S):
     whose diagonal block is zero to the scale of the rest: left as they are, their
     eigenvalues can sit near the round-off of the largest, where the factorization's
     errors decide their signs."""
+    magnitude = np.abs(S)
+    scaled = np.empty_like(magnitude)
     c = np.ones(S.shape[0])
     for _ in range(EQUILIBRATION_SWEEPS):
-        row_max = np.abs(S * c[:, None] * c[None]).max(axis=1)
+        row_max = np.multiply(magnitude, c[None], out=scaled).max(axis=1) * c
         row_max[row_max == 0] = 1.0
         if np.all(np.abs(row_max - 1.0) <= EQUILIBRATION_TOL):
             break
@@ -43,19 +45,22 @@ def solve_with_inertia(S, b):
     S = np.asarray(S, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     m = S.shape[0]
+    if m == 0:
+        return np.zeros(0), 0
     c = equilibrate(S)
-    lu, d, perm = scipy.linalg.ldl(S * c[:, None] * c[None], lower=True, check_finite=False)
-    main, off = np.diag(d).copy(), np.diag(d, -1).copy()
-    triangle = lu[perm]                                     # P L: unit lower triangular
-    y = scipy.linalg.solve_triangular(triangle, (c * b)[perm], lower=True, unit_diagonal=True,
-                                      check_finite=False)
-    banded = np.zeros((3, m))
-    banded[0, 1:], banded[1], banded[2, :-1] = off, main, off
-    z = scipy.linalg.solve_banded((1, 1), banded, y, check_finite=False)
-    x = np.empty(m)
-    x[perm] = scipy.linalg.solve_triangular(triangle, z, lower=True, trans="T", unit_diagonal=True,
-                                            check_finite=False)
-    return c * x, _negative_eigenvalues(main, off)
+    A = S * c[:, None]
+    A *= c[None]
+    lwork, _ = scipy.linalg.lapack.dsytrf_lwork(m, lower=1)
+    ldu, ipiv, info = scipy.linalg.lapack.dsytrf(A, lower=1, lwork=max(int(lwork), 1), overwrite_a=1)
+    if info > 0:
+        raise np.linalg.LinAlgError("singular matrix: a pivot of its L D L^T factorization is exactly zero")
+    x, _ = scipy.linalg.lapack.dsytrs(ldu, ipiv, (c * b)[:, None], lower=1)
+    # A 2 x 2 block of D at rows k, k + 1 has ipiv[k] = ipiv[k + 1] < 0; the blocks do
+    # not overlap, so every other negative entry starts one.
+    firsts = np.flatnonzero(ipiv < 0)[::2]
+    off = np.zeros(m - 1)
+    off[firsts] = ldu[firsts + 1, firsts]
+    return c * x[:, 0], _negative_eigenvalues(np.diag(ldu).copy(), off)
 
 
 def _negative_eigenvalues(main, off):
