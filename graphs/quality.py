@@ -369,7 +369,7 @@ def kmeans_objective_table(result, datasets=None):
         for d in datasets:
             r = rows.get((d, m), {})
             cells.append(f"{r['inertia'] / rows[(d, 'kmeans')]['inertia']:.4f} ({r['ari']:.2f})"
-                         if "inertia" in r else "" if not r else _status_cell(r["status"]))
+                         if "inertia" in r else _status_cell(r["status"]) if r.get("status", "ok") != "ok" else "")
         lines.append(f"| {METHODS[m][0]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
