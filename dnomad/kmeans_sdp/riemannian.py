@@ -523,7 +523,7 @@ def schur_pass_flops(n, r, d):
     m = r - 1
     per_row = (2 * r * m * m + 2 * r * m * r                    # Q1^T D^-1, P^T D^-1 P
                + 2 * r ** 4 + 2 * r * r * r * m                  # Vhat Vhat^T (x) T, the cross term
-               + 2 * (r * r + (d + 1) * (r + 1) + d * d) * m * m  # every product with D^-1
+               + _packed_size(r, d) * m * (m + 1)                # every product with D^-1 (pairs once)
                + 2 * (d + 1) * r * r * m                         # [x; 1] Vhat^T with D^-1 P
                + 2 * m * m * r * r + 2 * r ** 3)                 # D^-1 = Q1 C Q1^T, the Q-Q Hessian
     return n * per_row
