@@ -719,3 +719,29 @@ def test_block_steps_eigensolver_finds_the_top_eigenpairs_off_the_ones_vector(de
         counts.append(products)
         group.close()
     assert counts[0] > 1 and 1 <= counts[1] < counts[0]         # the warm start pays
+
+
+def test_block_component_edges_in_row_strips_match_connected_components(rng, monkeypatch):
+    """The block-local component edges read in strips of rows (any strip height, one row
+    included) give the components scipy finds on the whole bipartite block graph."""
+    from scipy.sparse import bmat, csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    from dnomad.blocks import passes
+
+    for shape, density in (((120, 90), 0.01), ((40, 300), 0.02), ((60, 60), 0.5), ((0, 7), 0.1), ((7, 0), 0.1)):
+        mask = rng.random(shape) < density
+        B = csr_matrix(mask.astype(np.int8))
+        full = bmat([[None, B], [B.T, None]]) if B.nnz else None
+        for entries in (1 << 30, 997, 1):
+            monkeypatch.setattr(passes, "MASK_STRIP_ENTRIES", entries)
+            idx, root = passes.block_component_edges(mask)
+            touched = np.flatnonzero(np.concatenate([mask.any(axis=1), mask.any(axis=0)]))
+            np.testing.assert_array_equal(idx, touched)
+            if full is None:
+                assert len(root) == 0
+                continue
+            labels = connected_components(full, directed=False)[1]
+            # the root is the smallest node of the node's component
+            smallest = {lab: i for i, lab in reversed(list(zip(touched, labels[touched])))}
+            np.testing.assert_array_equal(root, [smallest[lab] for lab in labels[touched]])

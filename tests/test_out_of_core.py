@@ -49,3 +49,27 @@ def test_nomad_runs_out_of_core_with_bounded_worker_memory(small_memory_client, 
     # Going from n = 1500 to 4000 adds 7x the matrix bytes; the workers' peak may grow by
     # O(n) vectors, not by anything of order n^2 (one 4000^2 float64 matrix is 128 MB).
     assert peaks[4000] - peaks[1500] < 24 * 2**20
+
+
+def test_default_blocks_follow_the_workers_memory_limit(tmp_path):
+    """NOMAD with its default blocks on workers of 400 MiB: 6,000 rows, whose 64 MiB
+    default blocks (3,000^2 float32; three matrices of 72 MB upper blocks each) had every
+    task killed; the block side now follows the workers' limit and the run ends on them,
+    under the nanny's bound.  Workers too small for any block are refused before a pass,
+    with the memory limit they would need."""
+    from dnomad.blocks import cluster as engine_cluster
+
+    limit = 400 * 2**20
+    cfg = {"distributed.worker.memory.pause": False, "distributed.worker.memory.spill": False,
+           "distributed.worker.memory.target": False, "distributed.scheduler.allowed-failures": 0}
+    with dask.config.set(cfg), LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=limit,
+                                            dashboard_address=None) as cluster, Client(cluster) as client:
+        X, truth = two_rings(6000)
+        est = dnomad.NOMAD(n_clusters=2, sdp_k=16, backend="zarr", store=str(tmp_path / "run.zarr"), max_iter=3)
+        with pytest.warns(dnomad.ConvergenceWarning):
+            est.fit(X)
+        assert est.backend_used_ == "zarr" and est.n_iter_ == 3
+        assert est.Q_.block_size < 3000
+        assert max(client.run(_worker_peak_rss).values()) < 0.95 * limit
+        with pytest.raises(dnomad.InputValueError, match=r"memory limit of at least \d+ MiB"):
+            engine_cluster.block_bytes_for_workers(client, smallest_bytes=limit)

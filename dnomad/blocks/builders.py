@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from ..errors import InputTypeError, InputValueError
-from . import kernels
+from . import cluster, kernels
 from .device import cupy, resolve_device
 from .engine import BlockGroup
 from .layout import BlockLayout
@@ -54,6 +54,20 @@ def check_block_size(block_size, n, dtype, min_per_side=1):
     return int(min(block_size, n))
 
 
+def _block_size_for_workers(n, dtype, client, per_side):
+    """The default block side on a cluster's workers: the usual target, or less where the
+    workers' memory limits leave less room (:func:`cluster.block_bytes_for_workers`);
+    None without a client or memory limits (the usual default then applies)."""
+    client = client if client is not None else cluster.get_client()
+    if client is None:
+        return None
+    side = min(int(n), MIN_BLOCK_SIDE)
+    room = cluster.block_bytes_for_workers(client, side * side * dtype.itemsize)
+    if room is None:
+        return None
+    return choose_block_size(n, dtype, target_bytes=min(TARGET_BLOCK_BYTES, room), min_per_side=per_side)
+
+
 def new_group(n, *, block_size=None, dtype=np.float32, backend="local", client=None, store=None,
               prefix="state", device=None):
     dtype = check_dtype(dtype)
@@ -69,6 +83,8 @@ def new_group(n, *, block_size=None, dtype=np.float32, backend="local", client=N
     # read twice there (A V and A' V are two cuBLAS GEMMs), which held a matmat pass to
     # 34-46% of the H100's copy bandwidth (graphs/gpu_matmat.py); one GEMM per block
     # reads it once.
+    if block_size is None and device == "cpu" and backend in ("distributed", "zarr"):
+        block_size = _block_size_for_workers(n, dtype, client, per_side)
     layout = BlockLayout(int(n), check_block_size(block_size, n, dtype, per_side), symmetric=device != "cuda")
     return BlockGroup(layout, dtype, backend=backend, client=client, store=store, prefix=prefix, device=device)
 

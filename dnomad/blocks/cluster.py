@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 
 from ..errors import InputValueError
 
@@ -86,6 +87,46 @@ def _has_dashboard():
     import importlib.util
 
     return importlib.util.find_spec("bokeh") is not None
+
+
+# distributed's nanny restarts a worker whose memory passes this fraction of its limit.
+TERMINATE_FRACTION = 0.95
+# A worker that has run dnomad's passes holds about 310 MiB before any block (the
+# interpreter, dask, NumPy/SciPy/Zarr and the kernels' compiled code), and one task of a
+# pass over blocks about 1.5 blocks more (NOMAD's default path on workers of 400 MiB).
+WORKER_FOOTPRINT_BYTES = 320 << 20
+TASK_BLOCKS = 2
+
+
+def tightest_worker_memory(client):
+    """(memory limit, memory in use) in bytes of the worker with the least room under its
+    limit, from the scheduler's last heartbeats; None where no worker has a limit."""
+    room = [(TERMINATE_FRACTION * w["memory_limit"] - w.get("metrics", {}).get("memory", 0),
+             w["memory_limit"], w.get("metrics", {}).get("memory", 0))
+            for w in client.scheduler_info(n_workers=-1)["workers"].values() if w.get("memory_limit")]
+    return min(room)[1:] if room else None
+
+
+def block_bytes_for_workers(client, smallest_bytes):
+    """The block size in bytes that one task of a pass may hold on ``client``'s workers:
+    their room under the tightest memory limit beyond a worker's own footprint, over
+    TASK_BLOCKS; at least ``smallest_bytes`` (the smallest block the engine makes), and
+    None where the workers have no memory limit.  Refuses, before any pass, workers
+    whose room beyond the memory they use now cannot hold TASK_BLOCKS of the smallest
+    block, naming the memory limit they would need."""
+    memory = tightest_worker_memory(client)
+    if memory is None:
+        return None
+    limit, used = memory
+    if TERMINATE_FRACTION * limit - used < TASK_BLOCKS * smallest_bytes:
+        need = (max(used, WORKER_FOOTPRINT_BYTES) + TASK_BLOCKS * smallest_bytes) / TERMINATE_FRACTION
+        raise InputValueError(
+            f"the cluster's workers have too little memory for the smallest blocks "
+            f"({smallest_bytes / 2**20:.0f} MiB each, {TASK_BLOCKS} held by a task): the tightest has a "
+            f"memory limit of {limit / 2**20:.0f} MiB with {used / 2**20:.0f} MiB in use; start workers with a "
+            f"memory limit of at least {math.ceil(need / 2**20)} MiB")
+    room = TERMINATE_FRACTION * limit - max(used, WORKER_FOOTPRINT_BYTES)
+    return max(int(room / TASK_BLOCKS), int(smallest_bytes))
 
 
 def choose_backend(backend, n, dtype, *, n_matrices, store, what):

@@ -289,21 +289,43 @@ def _components_task(bundle, key, name, threshold, t_rows, t_cols):
     return block_component_edges(to_host((block > t_rows[:, None]) & (block > t_cols[None, :])))
 
 
+# Entries of a block's mask whose edges are listed at once: a dense strip's nonzero
+# indices (16 bytes an edge) stay at 16 MB, where a whole 4096^2 block's would be 270 MB.
+MASK_STRIP_ENTRIES = 1 << 20
+
+
 def block_component_edges(mask):
     """Edges that join each node of a bipartite block graph (rows x columns of the
-    boolean ``mask``) to its block-local component root: at most b_i + b_j edges,
-    whatever the density.  Node ids: rows 0..b_i-1, then columns b_i.."""
+    boolean ``mask``) to its block-local component root, the smallest node of its
+    component: at most b_i + b_j edges, whatever the density.  Node ids: rows
+    0..b_i-1, then columns b_i..  The mask is read in strips of rows, each reduced to
+    such edges before the next, so memory stays O(b_i + b_j) beyond one strip's edges."""
+    bi, bj = mask.shape
+    step = max(1, MASK_STRIP_ENTRIES // max(bj, 1))
+    sources, targets = [], []
+    for a in range(0, bi, step):
+        r, c = np.nonzero(mask[a:a + step])
+        idx, root = _component_roots(r + a, bi + c, bi + bj)
+        sources.append(idx)
+        targets.append(root)
+    if not sources:                                 # no rows: no edges
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if len(sources) == 1:
+        return sources[0], targets[0]
+    return _component_roots(np.concatenate(sources), np.concatenate(targets), bi + bj)
+
+
+def _component_roots(u, v, nodes):
+    """The nodes an edge (u_k, v_k) touches, each with the smallest touched node of its
+    component."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    r, c = np.nonzero(mask)
-    bi, bj = mask.shape
-    nodes = bi + bj
-    g = coo_matrix((np.ones(len(r), np.int8), (r, bi + c)), shape=(nodes, nodes))
+    g = coo_matrix((np.ones(len(u), np.int8), (u, v)), shape=(nodes, nodes))
     _, lab = connected_components(g, directed=False)
     touched = np.zeros(nodes, bool)
-    touched[r] = True
-    touched[bi + c] = True
+    touched[u] = True
+    touched[v] = True
     idx = np.flatnonzero(touched)
     _, first = np.unique(lab[idx], return_index=True)
     root_of = np.empty(lab.max() + 1 if len(lab) else 0, np.int64)
