@@ -6,13 +6,14 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
 
 import dnomad
 from dnomad.blocks import store as run_store
-from dnomad.data import two_rings
+from dnomad.data import gaussian_blobs, two_rings
 from dnomad.errors import StoreError
 
 # Runs every iteration (no tolerance stop), so that runs compare iteration for iteration.
@@ -120,6 +121,65 @@ def test_worker_killed_mid_pass_does_not_change_the_result(backend, fresh_cluste
     assert est.n_iter_ == 7 and est.backend_used_ == backend
     assert est.restarts_ == (1 if backend == "distributed" else 0)
     np.testing.assert_allclose(np.asarray(est.Q_), Q_ref, rtol=0, atol=1e-10)
+
+
+def test_worker_killed_mid_burer_monteiro_run_restarts_from_its_checkpoint(fresh_cluster, tmp_path):
+    """NOMAD by Burer-Monteiro on row chunks in the workers' memory: SIGKILL the worker
+    holding them after the second outer step's checkpoint; the fit rebuilds the chunks
+    from X, goes on from that checkpoint (restarts_ = 1) and ends where a run on the same
+    cluster without the kill ends."""
+    X = two_rings(300)[0]
+    kw = dict(n_clusters=2, sdp_k=6, solver="bm", backend="distributed", max_iter=4, random_state=0)
+    with pytest.warns(dnomad.ConvergenceWarning):
+        ref = dnomad.NOMAD(**kw, store=str(tmp_path / "ref.zarr")).fit(X)
+    assert ref.restarts_ == 0
+    pids = fresh_cluster.run(os.getpid)
+    killed = []
+
+    def kill_once(row):
+        if row["iteration"] == 2 and not killed:
+            victim = sorted(pids)[0]                  # the worker holding chunk 0 (all of X here)
+            os.kill(pids[victim], signal.SIGKILL)
+            killed.append(victim)
+
+    with pytest.warns(dnomad.ConvergenceWarning):
+        est = dnomad.NOMAD(**kw, store=str(tmp_path / "run.zarr"), callback=kill_once).fit(X)
+    assert killed and est.restarts_ == 1 and est.backend_used_ == "distributed"
+    assert est.n_iter_ == ref.n_iter_
+    np.testing.assert_allclose(est.Y_, ref.Y_, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+
+
+@pytest.mark.parametrize("method", ["RiemannianKMeans", "NLR"])
+def test_worker_killed_mid_kmeans_run_restarts_from_its_checkpoint(method, fresh_cluster, tmp_path):
+    """The K-means SDP solvers on row chunks in the workers' memory: SIGKILL the worker
+    holding them after a checkpoint; the fit rebuilds the chunks from X, goes on from the
+    checkpoint (restarts_ = 1) and ends where an uninterrupted run ends."""
+    X = gaussian_blobs(300, n_centers=3, random_state=0)[0]
+    kw = dict(n_clusters=3, backend="distributed", random_state=0, max_iter=12, checkpoint_every=4)
+    if method == "NLR":
+        kw.update(record_every=1, max_iter=30, checkpoint_every=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
+        ref = getattr(dnomad, method)(**kw, store=str(tmp_path / "ref.zarr")).fit(X)
+    assert ref.restarts_ == 0
+    pids = fresh_cluster.run(os.getpid)
+    killed = []
+    after = kw["checkpoint_every"] + 1
+
+    def kill_once(row):
+        if row["iteration"] >= after and not killed:
+            victim = sorted(pids)[0]                  # the worker holding chunk 0 (all of X here)
+            os.kill(pids[victim], signal.SIGKILL)
+            killed.append(victim)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
+        est = getattr(dnomad, method)(**kw, store=str(tmp_path / "run.zarr"), callback=kill_once).fit(X)
+    assert killed and est.restarts_ == 1
+    assert est.n_iter_ == ref.n_iter_
+    np.testing.assert_allclose(est.U_, ref.U_, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
 
 
 def test_client_killed_after_a_checkpoint_then_dnomad_resume(tmp_path):

@@ -45,13 +45,19 @@ class _RowChunkEstimator(_Clustering, _Estimator):
                                                             if k not in _NOT_IDENTITY}, X, resume)
         if resume and checkpoints is None:
             return self                                   # finished: its result is loaded
-        state = checkpoints.load() if resume else None
-        with self._client_context(X) as client, blocks.single_threaded_blas():
-            data = self._row_chunks(X, client)
-            try:
-                self._solve(data, state, None if checkpoints is None else checkpoints.save)
-            finally:
-                data.close()
+
+        def attempt(resume):
+            state = checkpoints.load() if resume else None
+            with self._client_context(X) as client, blocks.single_threaded_blas():
+                data = self._row_chunks(X, client)
+                try:
+                    self._solve(data, state, None if checkpoints is None else checkpoints.save)
+                finally:
+                    data.close()
+
+        # A lost worker's row chunks are rebuilt from X; the run goes on from its last checkpoint.
+        self.restarts_ = runs.with_restarts(attempt, store=self.store, resume=resume,
+                                            checkpoint_key=f"{self._method}_checkpoint")
         self.fit_seconds_ = time.perf_counter() - start
         if self.store is not None:
             runs.write_result(self.store, {"labels": self.labels_, "U": self.U_, **self._result_arrays()},
@@ -154,7 +160,8 @@ class RiemannianKMeans(_RowChunkEstimator):
     grad_tol_ : float
         The gradient norm the run stopped at or below: tol ||X||_2^2.
     V_, Q_, mu_, cost_, grad_norm_, min_eigenvalue_, stop_reason_, n_iter_, history_,
-    costs_ (every start's final cost), curvature_steps_, passes_ (over X), fit_seconds_
+    costs_ (every start's final cost), curvature_steps_, passes_ (over X), fit_seconds_,
+    restarts_ (restarts from the last checkpoint after a lost worker)
 
     References
     ----------
@@ -288,7 +295,7 @@ class NLR(_RowChunkEstimator):
     Attributes
     ----------
     labels_, U_, objective_ (<X X^T, U U^T>, X centred), infeasibility_, stop_reason_,
-    n_iter_, dual_steps_, history_, passes_, fit_seconds_, beta_ (the penalty used)
+    n_iter_, dual_steps_, history_, passes_, fit_seconds_, beta_ (the penalty used), restarts_
     """
 
     _method = "nlr"

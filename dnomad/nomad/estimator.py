@@ -544,36 +544,46 @@ class NOMAD(_Clustering, _Estimator):
             backend = source.matrix.backend
         else:
             backend = choose_backend(self.backend, n, dtype, n_matrices=1, store=store, what="the matrix D")
-        client_ctx = client_context(backend, n) if source.matrix is None else contextlib.nullcontext(None)
-        with client_ctx as client:
-            D, group = self._bm_operator(source, backend, client, dtype)
-            try:
-                done = finished_layers(store) if resume else 0
-                self.layers_ = _layer_records(store, done)
-                if done:
-                    D = _normalized_low_rank(run_store.read_vector(store, f"layers/{done - 1}/Y"))
-                for layer in range(done, last + 1):
-                    key = layer_checkpoint_key(layer)
-                    checkpoints = None if store is None else run_store.Checkpoints(store, key)
-                    state = checkpoints.load() if resume and checkpoints is not None else None
-                    res = burer_monteiro(D, params_list[layer], callback=self._fit_callback,
-                                         state=state,
-                                         checkpoint=None if checkpoints is None else checkpoints.save,
-                                         checkpoint_every=self.checkpoint_every or 1)  # default 1
-                    if layer < last:
-                        record = _layer_record(res)
-                        if store is not None:
-                            with run_store.writing(store, f"layer {layer}'s Y", keep="the last checkpoint is intact"):
-                                run_store.write_rows(store, f"layers/{layer}/Y", res.Y)
-                                run_store.write_json(store, f"layers/{layer}", record)
-                        record["Q"] = res.Q
-                        self.layers_.append(record)
-                        D = _normalized_low_rank(res.Y)                # D_{l+1} = Q_l / ||Q_l||_F
-            finally:
-                if group is not None and source.matrix is None:
-                    group.close()
-        self._finish_bm(res, start)
-        self.restarts_ = 0
+        outcome = {}
+
+        def attempt(resume):
+            client_ctx = client_context(backend, n) if source.matrix is None else contextlib.nullcontext(None)
+            with client_ctx as client:
+                D, group = self._bm_operator(source, backend, client, dtype)
+                try:
+                    done = finished_layers(store) if resume else 0
+                    self.layers_ = _layer_records(store, done)
+                    if done:
+                        D = _normalized_low_rank(run_store.read_vector(store, f"layers/{done - 1}/Y"))
+                    for layer in range(done, last + 1):
+                        key = layer_checkpoint_key(layer)
+                        checkpoints = None if store is None else run_store.Checkpoints(store, key)
+                        state = checkpoints.load() if resume and checkpoints is not None else None
+                        res = burer_monteiro(D, params_list[layer], callback=self._fit_callback,
+                                             state=state,
+                                             checkpoint=None if checkpoints is None else checkpoints.save,
+                                             checkpoint_every=self.checkpoint_every or 1)  # default 1
+                        if layer < last:
+                            record = _layer_record(res)
+                            if store is not None:
+                                with run_store.writing(store, f"layer {layer}'s Y",
+                                                       keep="the last checkpoint is intact"):
+                                    run_store.write_rows(store, f"layers/{layer}/Y", res.Y)
+                                    run_store.write_json(store, f"layers/{layer}", record)
+                            record["Q"] = res.Q
+                            self.layers_.append(record)
+                            D = _normalized_low_rank(res.Y)                # D_{l+1} = Q_l / ||Q_l||_F
+                finally:
+                    if group is not None and source.matrix is None:
+                        group.close()
+            outcome["res"] = res
+
+        # A lost worker's row chunks (Y beside X) are rebuilt from X; the run goes on from
+        # its last checkpoint.
+        self.restarts_ = runs.with_restarts(attempt, store=store, resume=resume,
+                                            checkpoint_key=layer_checkpoint_key(0),
+                                            rebuildable=source.matrix is None)
+        self._finish_bm(outcome["res"], start)
         self.backend_used_ = backend
 
     def _bm_operator(self, source, backend, client, dtype):
