@@ -182,6 +182,66 @@ def test_worker_killed_mid_kmeans_run_restarts_from_its_checkpoint(method, fresh
     np.testing.assert_array_equal(est.labels_, ref.labels_)
 
 
+class KillWhenATaskOfManyFinishes:
+    """A scheduler plugin: once armed, the first time a task finishes while other tasks
+    of its function (the key before its token, a uuid) are still to finish, SIGKILL the worker
+    holding its result: dask must run it again elsewhere."""
+
+    name = "kill-when-a-task-of-many-finishes"
+
+    def __init__(self, pids):
+        self.pids = pids
+        self.armed, self.killed = False, None
+
+    async def start(self, scheduler):
+        self.scheduler = scheduler
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        key = str(key)
+        if not self.armed or self.killed or finish != "memory":
+            return
+        prefix = key.split("-", 1)[0] + "-"
+        tasks = self.scheduler.tasks
+        if any(str(k).startswith(prefix) and ts.state != "memory" for k, ts in tasks.items()):
+            worker = next(iter(tasks[key].who_has)).address
+            os.kill(self.pids[worker], signal.SIGKILL)
+            self.killed = (key, worker)
+
+
+def test_worker_killed_mid_hottopixx_epoch_does_not_change_the_result(fresh_cluster, tmp_path):
+    """HOTTOPIXX on X staged in Zarr by columns, on a cluster: its epochs are tasks over
+    row blocks of C and X's column chunks with no state kept on the workers, so a worker
+    killed while an epoch's tasks run costs only those tasks (dask runs them again
+    elsewhere) and the run ends with the uninterrupted run's C and hott rows."""
+    import zarr
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    from dnomad.hottopixx import solver as H
+    from dnomad.data import separable_nmf
+
+    X = separable_nmf(36, 300, 3, duplicates=1, noise=0.02, random_state=9)["X"]
+    zarr.create_array(store=str(tmp_path / "x.zarr"), name="X", data=X, chunks=(36, 50))
+    src = zarr.open_array(str(tmp_path / "x.zarr"), path="X", mode="r")
+    data = H.blocks.feature_columns(src, store=str(tmp_path / "run.zarr"), chunk=50, memory_fraction=0)
+    params = H.HottopixxParams(rank=3, n_epochs=8, row_block=10)
+    whole = H.hottopixx(data, params, random_state=4, client=fresh_cluster)
+    pids = fresh_cluster.run(os.getpid)
+    fresh_cluster.register_plugin(type("Killer", (KillWhenATaskOfManyFinishes, SchedulerPlugin), {})(pids))
+
+    def arm(row):
+        if row["epoch"] == 3:
+            fresh_cluster.run_on_scheduler(lambda dask_scheduler: setattr(
+                dask_scheduler.plugins[KillWhenATaskOfManyFinishes.name], "armed", True))
+
+    res = H.hottopixx(data, params, random_state=4, client=fresh_cluster, callback=arm)
+    killed = fresh_cluster.run_on_scheduler(
+        lambda dask_scheduler: dask_scheduler.plugins[KillWhenATaskOfManyFinishes.name].killed)
+    assert killed, "no worker was killed"
+    np.testing.assert_allclose(res.C, whole.C, rtol=0, atol=1e-13)
+    np.testing.assert_array_equal(res.hott_rows, whole.hott_rows)
+    np.testing.assert_allclose(res.F, whole.F, rtol=0, atol=1e-13)
+
+
 def test_client_killed_after_a_checkpoint_then_dnomad_resume(tmp_path):
     """`dnomad fit` SIGKILLed once a checkpoint is on disk; `dnomad resume` ends where an
     uninterrupted run ends."""
