@@ -587,7 +587,9 @@ class _Rows:
         Each block is sum_i f_i g_i^T for per-row vectors f_i, g_i built from
         x_i, Vhat_i, u_i^-1, u_i^-2 and D_i^-1 (L^Q_i = mu (Vhat_i^T (x) P_i - Sh (x)
         u_i^-T) with P_i = Q1 diag(u_i^-2) and Sh = [0 I]): one GEMM over the rows each,
-        with both sides of length O(r^2 + d r + d^2), so they run at GEMM speed."""
+        with both sides of length O(r^2 + d r + d^2), so they run at GEMM speed.  The
+        products with D_i^-1 itself are summed into ``packed`` (:func:`_packed_factors`),
+        which the caller scatters into S once for all its blocks."""
         X, V, Q1, Et, mu = self.X, self.V, self.Q1, self.Et, self.mu
         c, m = V.shape
         r, d = m + 1, X.shape[1]
