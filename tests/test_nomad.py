@@ -745,3 +745,34 @@ def test_block_component_edges_in_row_strips_match_connected_components(rng, mon
             # the root is the smallest node of the node's component
             smallest = {lab: i for i, lab in reversed(list(zip(touched, labels[touched])))}
             np.testing.assert_array_equal(root, [smallest[lab] for lab in labels[touched]])
+
+
+def test_block_step_stays_within_the_client_memory(monkeypatch, caplog):
+    """CGM's block step holds at most CLIENT_MEMORY_FRACTION of the available memory: where
+    the dense step's n x n matrices do not fit, LOBPCG runs with as many directions as
+    fit (a warning says the step is capped and that solver='bm' is the way out), ending
+    near the uncapped objective; where not even the first block fits, the fit is refused
+    before any step, naming solver='bm'."""
+    import logging
+    import warnings
+
+    from dnomad.nomad import cgm
+
+    X = two_rings(60)[0]
+    kw = dict(n_clusters=2, sdp_k=6, dtype=np.float64, max_iter=300)
+    full = dnomad.NOMAD(**kw).fit(X)                      # k = 2K + 8 = 20 >= (n - 1) / 5: dense
+    n, k = 60, 20
+    dense_bytes = cgm.DENSE_STEP_MATRICES * 8 * n * n
+    lobpcg_bytes = cgm.LOBPCG_BLOCKS * 8 * n * k
+    assert lobpcg_bytes < dense_bytes
+    monkeypatch.setattr(cgm, "CLIENT_MEMORY_FRACTION", (lobpcg_bytes + dense_bytes) / 2 / blocks.available_memory())
+    with caplog.at_level(logging.WARNING, logger="dnomad.nomad.cgm"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
+        capped = dnomad.NOMAD(**kw).fit(X)
+    assert any("directions this process's memory holds" in r.getMessage() and "solver='bm'" in r.getMessage()
+               for r in caplog.records)
+    assert capped.objective_ == pytest.approx(full.objective_, rel=2e-3)
+    assert capped.Q_.row_sums() == pytest.approx(np.ones(n), abs=1e-3)
+    monkeypatch.setattr(cgm, "CLIENT_MEMORY_FRACTION", lobpcg_bytes / 2 / blocks.available_memory())
+    with pytest.raises(InputValueError, match=r"20 eigenvectors of length n = 60.*solver='bm'"):
+        dnomad.NOMAD(**kw).fit(X)

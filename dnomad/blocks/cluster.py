@@ -154,9 +154,9 @@ def choose_backend(backend, n, dtype, *, n_matrices, store, what):
         # machine a LocalCluster runs the same kernels with a round trip per pass on
         # top (graphs/backend_threshold.py: 2.1x slower per NOMAD inner step at
         # n = 8000, 1.36x at 16000 on 2 cores), so starting one would never pay.
-        from .matrix import _available_memory
+        from .matrix import available_memory
 
-        mem = _available_memory()
+        mem = available_memory()
         in_memory = "local"
     if need > 0.5 * mem:
         if store is None:

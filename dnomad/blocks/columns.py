@@ -326,10 +326,10 @@ def feature_columns(X, *, store=None, path="input/Xt", chunk=None, memory_fracti
     if lazy:
         if len(shape) != 2:
             raise InputValueError(f"X must be 2-D (n_features, n_samples); got shape {shape}")
-        from .matrix import _available_memory
+        from .matrix import available_memory
 
         nbytes = 8 * shape[0] * shape[1]
-        if nbytes > memory_fraction * _available_memory():
+        if nbytes > memory_fraction * available_memory():
             if store is None:
                 raise InputValueError(f"X ({shape[0]} x {shape[1]}, {nbytes / 2**30:.1f} GiB as float64) "
                                       f"does not fit in memory: give store= to stage its columns in Zarr")

@@ -9,7 +9,8 @@ from .device import is_device_array
 from .engine import BlockGroup
 
 
-def _available_memory():
+def available_memory():
+    """Bytes of memory available to this process now (psutil; 8 GiB where it cannot tell)."""
     try:
         import psutil
 
@@ -109,7 +110,7 @@ class BlockMatrix:
     # conversion ------------------------------------------------------------
     def to_numpy(self):
         nbytes = self.n * self.n * self.dtype.itemsize
-        if nbytes > 0.5 * _available_memory():
+        if nbytes > 0.5 * available_memory():
             raise MemoryError(f"a dense {self.n} x {self.n} {self.dtype} array needs {nbytes / 2**30:.1f} "
                               f"GiB, more than half the available memory; use matmat, block access "
                               f"or the Zarr store instead")

@@ -279,10 +279,10 @@ class LowRankGram(_TiledGram):
         return self.Y[r0:r1]
 
     def to_numpy(self):
-        from .matrix import _available_memory
+        from .matrix import available_memory
 
         nbytes = self.n * self.n * 8
-        if nbytes > 0.5 * _available_memory():
+        if nbytes > 0.5 * available_memory():
             raise MemoryError(f"a dense {self.n} x {self.n} Q needs {nbytes / 2**30:.1f} GiB, more than half "
                               f"the available memory; use matmat, diag or the factor Y instead")
         return self.Y @ self.Y.T

@@ -56,6 +56,13 @@ BLOCK_EIG_FIRST_ITERS = 30          # the first call starts from random vectors
 # with n = 120 and K = 8; held in these units, the outer iterations to the stopping rule
 # no longer grow with n.
 PENALTY_SCALE = 0.15
+# The client's share of a block step: the dense path holds J M J, D (where its factor is
+# given), eigh's vectors and workspace, about DENSE_STEP_MATRICES n x n float64; LOBPCG
+# about LOBPCG_BLOCKS blocks of n x k (X, R, P, their products, the Rayleigh-Ritz
+# basis).  A step may use CLIENT_MEMORY_FRACTION of the memory available at the start.
+DENSE_STEP_MATRICES = 4
+LOBPCG_BLOCKS = 10
+CLIENT_MEMORY_FRACTION = 0.5
 PENALTY_SCHEDULES = ("sqrt", "constant")
 EIGEN_TOL_RULES = ("inner", "outer")
 
@@ -447,8 +454,22 @@ class _BlockDirection:
         n, K = group.layout.n, params.n_clusters
         self.group, self.gram, self.params = group, gram, params
         self.n, self.K = n, K
-        self.k_cap = max(1, n - 2)
-        self.k = min(params.block_rank or 2 * K + 8, self.k_cap)
+        # The dense path where its n x n matrices fit the client's budget (LOBPCG with k
+        # below its switch, (n - 1) / 5, then fits too); else LOBPCG with at most as many
+        # directions as the budget holds: k stays at that cap, as at n - 2.
+        self.client_budget = CLIENT_MEMORY_FRACTION * blocks.available_memory()
+        self.dense_fits = DENSE_STEP_MATRICES * 8 * n * n <= self.client_budget
+        memory_cap = n if self.dense_fits else int(self.client_budget // (LOBPCG_BLOCKS * 8 * n))
+        self.k_cap = max(1, min(n - 2, memory_cap))
+        wanted = min(params.block_rank or 2 * K + 8, max(1, n - 2))
+        if memory_cap < wanted:
+            raise InputValueError(
+                f"CGM's block step needs {wanted} eigenvectors of length n = {n} ({LOBPCG_BLOCKS} blocks "
+                f"of n x k float64: {LOBPCG_BLOCKS * 8 * n * wanted / 2**30:.3g} GiB), more than "
+                f"{CLIENT_MEMORY_FRACTION:g} of this process's available memory "
+                f"({blocks.available_memory() / 2**30:.3g} GiB): use solver='bm', whose client holds O(n r) "
+                f"numbers, or a smaller sdp_k or block_rank")
+        self.k = min(wanted, self.k_cap)
         # C order throughout: LOBPCG's BLAS calls sum in an order that depends on the
         # layout, so a resumed run (vectors read back C-ordered) must see the layout the
         # uninterrupted run saw to retrace it bit for bit.
@@ -460,6 +481,7 @@ class _BlockDirection:
         self.eig_matvecs, self.fw_gap, self.rank, self.step = 0, float("nan"), 0, float("nan")
         self.stores_direction = _stores_direction(group)
         self._gram_dense = None                     # D in full, once the dense path needs it
+        self.capped = False                         # warned that k stopped at the memory cap
 
     def _start(self, k, have=None):
         """k orthonormal columns orthogonal to 1: ``have``'s, then deterministic random ones."""
@@ -523,8 +545,9 @@ class _BlockDirection:
         return to_host(w), to_host(U), products          # in decreasing order of w
 
     def _dense(self):
-        """Whether the step's eigenproblem is solved densely (k >= (n - 1) / 5)."""
-        return 5 * self.k >= self.n - 1
+        """Whether the step's eigenproblem is solved densely: k >= (n - 1) / 5, where
+        DENSE_STEP_MATRICES n x n float64 fit the client's budget."""
+        return 5 * self.k >= self.n - 1 and self.dense_fits
 
     def _centred_dense(self, L):
         """J M J in full, float64, on the blocks' device (J = I - 1 1^T / n), with D / L
@@ -558,8 +581,14 @@ class _BlockDirection:
             self.eig_matvecs += matmats
             lam = _simplex_projection(theta, K - 1.0)
             keep = lam > 0
-            if keep.all() and params.block_rank is None and self.k < self.k_cap:
-                self.k = min(self.k_cap, self.k + max(1, self.k // 2))     # grown for the next call
+            if keep.all() and params.block_rank is None:
+                if self.k < self.k_cap:
+                    self.k = min(self.k_cap, self.k + max(1, self.k // 2))     # grown for the next call
+                elif self.k_cap < self.n - 2 and not self.capped:
+                    self.capped = True
+                    logger.warning("CGM's block step needs more than the k = %d directions this process's "
+                                   "memory holds at n = %d: it goes on with %d and converges slowly; "
+                                   "solver='bm' holds O(n r) numbers", self.k, self.n, self.k)
             self.state = np.ascontiguousarray(U)
             Uk, lamk = U[:, keep], lam[keep]
             self.rank = int(keep.sum())
