@@ -1,0 +1,130 @@
+"""Scale on a cluster as a user runs it: NOMAD with its default blocks on workers of a
+given memory limit, each worker's and the client's peak memory beside the limit.
+
+Each row runs NOMAD (two rings, n rows, sdp_k 16, 3 outer steps, backend "zarr") on a
+fresh LocalCluster of 2 worker processes (1 thread each; no pausing or spilling, so the
+nanny's terminate threshold, 95% of the limit, is the bound), and records the block
+side the engine chose, seconds, each worker's peak resident memory (ru_maxrss) and the
+client's rise over its start.  A row given ``block_size`` forces it (the 64 MiB target
+the engine used whatever the workers' limit).
+
+    python graphs/scale.py              # run every row, write scale.json and scale.png
+    python graphs/scale.py --plot-only  # redraw from scale.json
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from _bench import ResidentPeak, code_commit, replot, write_result  # noqa: E402
+
+ROWS = (  # (name, n, worker memory limit in MiB, block_size or None for the default)
+    ("defaults, 2 x 400 MiB", 6000, 400, None),
+    ("defaults, 2 x 2 GiB", 6000, 2048, None),
+    ("64 MiB target (3,000-blocks), 2 x 400 MiB", 6000, 400, 3000),
+    ("64 MiB target (3,000-blocks), 2 x 2 GiB", 6000, 2048, 3000),
+)
+TERMINATE_FRACTION = 0.95
+
+
+def run_row(name, n, limit_mib, block_size):
+    import dask
+    from distributed import Client, LocalCluster
+
+    import dnomad
+    from dnomad.blocks.engine import _worker_peak_rss
+    from dnomad.data import two_rings
+
+    cfg = {"distributed.worker.memory.pause": False, "distributed.worker.memory.spill": False,
+           "distributed.worker.memory.target": False, "distributed.scheduler.allowed-failures": 0}
+    row = {"name": name, "n": n, "worker_limit_mib": limit_mib, "block_size_given": block_size,
+           "commit": code_commit()}
+    X = two_rings(n)[0]
+    with dask.config.set(cfg), LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                            memory_limit=limit_mib * 2**20, dashboard_address=None) as cluster, \
+            Client(cluster) as client, tempfile.TemporaryDirectory() as tmp, ResidentPeak() as client_peak:
+        est = dnomad.NOMAD(n_clusters=2, sdp_k=16, backend="zarr", store=os.path.join(tmp, "run.zarr"),
+                           block_size=block_size, max_iter=3)
+        t = time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
+                est.fit(X)
+            row.update(status="ok", block_size=int(est.Q_.block_size), n_iter=int(est.n_iter_))
+        except Exception as exc:  # noqa: BLE001 - a killed run is a result of this benchmark
+            row.update(status=f"failed: {type(exc).__name__}")
+        row["seconds"] = time.perf_counter() - t
+        peaks = client.run(_worker_peak_rss)
+    row["worker_peaks_mib"] = sorted(v / 2**20 for v in peaks.values())
+    row["client_rise_mib"] = client_peak.peak_above_start / 2**20
+    return row
+
+
+def table(result):
+    lines = ["| run | n | worker limit | block | status | seconds | worker peaks (MiB) | of the 95% bound | client rise |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        peak = max(r["worker_peaks_mib"]) if r["worker_peaks_mib"] else float("nan")
+        lines.append(f"| {r['name']} | {r['n']} | {r['worker_limit_mib']} MiB | {r.get('block_size', '-')} | "
+                     f"{r['status']} | {r['seconds']:.1f} | {', '.join(f'{p:.0f}' for p in r['worker_peaks_mib'])} | "
+                     f"{peak / (TERMINATE_FRACTION * r['worker_limit_mib']):.2f} | {r['client_rise_mib']:.0f} MiB |")
+    return "\n".join(lines)
+
+
+def plot(result, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    fig, ax = plt.subplots(figsize=(8, 0.8 * len(rows) + 1.5))
+    y = np.arange(len(rows))
+    peaks = [max(r["worker_peaks_mib"]) if r["worker_peaks_mib"] else 0 for r in rows]
+    ax.barh(y, peaks, color=["tab:blue" if r["status"] == "ok" else "tab:red" for r in rows],
+            label="largest worker peak")
+    ax.scatter([TERMINATE_FRACTION * r["worker_limit_mib"] for r in rows], y, marker="|", s=400, color="black",
+               label="95% of the limit (the nanny restarts the worker)")
+    ax.set_yticks(y, [f"{r['name']}\nblock {r.get('block_size', '-')}, {r['status']}" for r in rows], fontsize=8)
+    ax.set_xlabel("MiB")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(f"graphs/scale.py: NOMAD, two rings n = {rows[0]['n']}, backend 'zarr', 2 workers "
+                 f"({result['environment']['machine']})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--plot-only", action="store_true")
+    args = p.parse_args(argv)
+    if args.plot_only:
+        replot(HERE, "scale", plot)
+        import json
+        print(table(json.load(open(os.path.join(HERE, "scale.json")))))
+        return
+    import dask
+    import distributed
+
+    import dnomad
+    result = {"environment": {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                              "python": platform.python_version(), "dnomad": dnomad.__version__,
+                              "dask": dask.__version__, "distributed": distributed.__version__,
+                              "commit": code_commit()},
+              "command": "python graphs/scale.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "rows": [run_row(*row) for row in ROWS]}
+    print(table(result))
+    write_result(HERE, "scale", result, plot)
+
+
+if __name__ == "__main__":
+    main()
