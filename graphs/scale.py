@@ -95,9 +95,9 @@ def plot(result, path):
                label="95% of the limit (the nanny restarts the worker)")
     ax.set_yticks(y, [f"{r['name']}\nblock {r.get('block_size', '-')}, {r['status']}" for r in rows], fontsize=8)
     ax.set_xlabel("MiB")
-    ax.legend(fontsize=8, loc="lower right")
-    ax.set_title(f"graphs/scale.py: NOMAD, two rings n = {rows[0]['n']}, backend 'zarr', 2 workers "
-                 f"({result['environment']['machine']})", fontsize=9)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
+    ax.set_title(f"graphs/scale.py: NOMAD, two rings n = {rows[0]['n']}, backend 'zarr', 2 workers\n"
+                 f"({result['environment']['machine']}, at {result['environment']['commit']})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
