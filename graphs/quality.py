@@ -273,12 +273,13 @@ def _run_one(dataset, method, queue, progress=False):
 
 
 def kmeans_objective(X, labels):
-    """The k-means objective of a partition: squared distances to the groups' means."""
+    """The k-means objective of a partition, squared distances to the groups' means:
+    twice the Bregman clustering's hard objective for the squared Euclidean divergence
+    (which is half the squared distance)."""
+    from dnomad.bregman.clustering import hard_objective
+
     _, groups = np.unique(labels, return_inverse=True)
-    counts = np.bincount(groups)
-    sums = np.zeros((len(counts), X.shape[1]))
-    np.add.at(sums, groups, X)
-    return float(np.sum(X * X) - np.sum(sums * sums / counts[:, None]))
+    return 2.0 * hard_objective(X, groups, int(groups.max()) + 1, "euclidean")
 
 
 def run(dataset, method, timeout, progress=False):

@@ -39,36 +39,63 @@ def fresh_cluster():
     cluster.close()
 
 
-class KillWhenAnUpdateTaskFinishes:
-    """A scheduler plugin: the first time a block task of a NOMAD pass that updates P in
-    place finishes while other tasks of its pass are still to finish, SIGKILL the worker
-    holding its result.  Dask then runs that finished task again elsewhere: an update in
-    place would be applied twice.  (The first NOMAD pass of an outer iteration has no
-    pending step and leaves P as it is, so the first pass seen is skipped.)"""
+class KillWhenATaskOfManyFinishes:
+    """A scheduler plugin: once armed, the first time a task finishes while other tasks
+    of its group (by default its function: the key before its token, a uuid) are still
+    to finish, SIGKILL the worker holding its result: dask must run it again elsewhere."""
 
-    name = "kill-when-an-update-task-finishes"
+    name = "kill-when-a-task-of-many-finishes"
 
-    def __init__(self, pids):
+    def __init__(self, pids, armed=False):
         self.pids = pids
-        self.killed = None
-        self.passes_seen = set()
+        self.armed, self.killed = armed, None
 
     async def start(self, scheduler):
         self.scheduler = scheduler
 
+    def group(self, key):
+        """The key prefix of ``key``'s group, or None for a task that may not be a target."""
+        return key.split("-", 1)[0] + "-"
+
     def transition(self, key, start, finish, *args, **kwargs):
         key = str(key)
-        if self.killed or finish != "memory" or not key.startswith("dnomad-nomad-"):
+        if not self.armed or self.killed or finish != "memory":
             return
-        pass_prefix = key.rsplit("-", 2)[0] + "-"
-        self.passes_seen.add(pass_prefix)
-        if len(self.passes_seen) < 2:
+        prefix = self.group(key)
+        if prefix is None:
             return
         tasks = self.scheduler.tasks
-        if any(str(k).startswith(pass_prefix) and ts.state != "memory" for k, ts in tasks.items()):
+        if any(str(k).startswith(prefix) and ts.state != "memory" for k, ts in tasks.items()):
             worker = next(iter(tasks[key].who_has)).address
             os.kill(self.pids[worker], signal.SIGKILL)
             self.killed = (key, worker)
+
+
+class KillWhenAnUpdateTaskFinishes(KillWhenATaskOfManyFinishes):
+    """The plugin above for the block tasks of a NOMAD pass that updates P in place
+    (armed from the start): dask then runs the finished task again elsewhere, and an
+    update in place would be applied twice.  (The first NOMAD pass of an outer iteration
+    has no pending step and leaves P as it is, so the first pass seen is skipped.)"""
+
+    name = "kill-when-an-update-task-finishes"
+
+    def __init__(self, pids):
+        super().__init__(pids, armed=True)
+        self.passes_seen = set()
+
+    def group(self, key):
+        if not key.startswith("dnomad-nomad-"):
+            return None
+        prefix = key.rsplit("-", 2)[0] + "-"
+        self.passes_seen.add(prefix)
+        return prefix if len(self.passes_seen) >= 2 else None
+
+
+def _kill_first_worker(pids, killed):
+    """SIGKILL the worker first in address order (where a single chunk or block lives)."""
+    victim = sorted(pids)[0]
+    os.kill(pids[victim], signal.SIGKILL)
+    killed.append(victim)
 
 
 def _kill_during_a_pass(client, backend, armed, killed):
@@ -92,8 +119,7 @@ def _kill_during_a_pass(client, backend, armed, killed):
                 return
             time.sleep(0.01)
     else:
-        os.kill(pids[sorted(pids)[0]], signal.SIGKILL)
-        killed.append(sorted(pids)[0])
+        _kill_first_worker(pids, killed)
 
 
 @pytest.mark.parametrize("backend", ["distributed", "zarr"])
@@ -138,9 +164,7 @@ def test_worker_killed_mid_burer_monteiro_run_restarts_from_its_checkpoint(fresh
 
     def kill_once(row):
         if row["iteration"] == 2 and not killed:
-            victim = sorted(pids)[0]                  # the worker holding chunk 0 (all of X here)
-            os.kill(pids[victim], signal.SIGKILL)
-            killed.append(victim)
+            _kill_first_worker(pids, killed)          # the worker holding chunk 0 (all of X here)
 
     with pytest.warns(dnomad.ConvergenceWarning):
         est = dnomad.NOMAD(**kw, store=str(tmp_path / "run.zarr"), callback=kill_once).fit(X)
@@ -169,9 +193,7 @@ def test_worker_killed_mid_kmeans_run_restarts_from_its_checkpoint(method, fresh
 
     def kill_once(row):
         if row["iteration"] >= after and not killed:
-            victim = sorted(pids)[0]                  # the worker holding chunk 0 (all of X here)
-            os.kill(pids[victim], signal.SIGKILL)
-            killed.append(victim)
+            _kill_first_worker(pids, killed)          # the worker holding chunk 0 (all of X here)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
@@ -180,32 +202,6 @@ def test_worker_killed_mid_kmeans_run_restarts_from_its_checkpoint(method, fresh
     assert est.n_iter_ == ref.n_iter_
     np.testing.assert_allclose(est.U_, ref.U_, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(est.labels_, ref.labels_)
-
-
-class KillWhenATaskOfManyFinishes:
-    """A scheduler plugin: once armed, the first time a task finishes while other tasks
-    of its function (the key before its token, a uuid) are still to finish, SIGKILL the worker
-    holding its result: dask must run it again elsewhere."""
-
-    name = "kill-when-a-task-of-many-finishes"
-
-    def __init__(self, pids):
-        self.pids = pids
-        self.armed, self.killed = False, None
-
-    async def start(self, scheduler):
-        self.scheduler = scheduler
-
-    def transition(self, key, start, finish, *args, **kwargs):
-        key = str(key)
-        if not self.armed or self.killed or finish != "memory":
-            return
-        prefix = key.split("-", 1)[0] + "-"
-        tasks = self.scheduler.tasks
-        if any(str(k).startswith(prefix) and ts.state != "memory" for k, ts in tasks.items()):
-            worker = next(iter(tasks[key].who_has)).address
-            os.kill(self.pids[worker], signal.SIGKILL)
-            self.killed = (key, worker)
 
 
 def test_worker_killed_mid_hottopixx_epoch_does_not_change_the_result(fresh_cluster, tmp_path):

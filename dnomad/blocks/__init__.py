@@ -14,7 +14,8 @@ from .passes import DataPanels, dense, label_sums, matmat, shifted_copy, summary
 
 __all__ = [
     "BACKENDS", "BlockGroup", "BlockLayout", "BlockMatrix", "DataPanels", "FeatureColumns",
-    "PassRecord", "RowChunks", "RowState", "SparseColumns", "ZarrColumns", "as_data_matrix", "available_memory", "blocked_column_order",
+    "PassRecord", "RowChunks", "RowState", "SparseColumns", "ZarrColumns", "as_data_matrix", "available_memory",
+    "blocked_column_order",
     "check_dtype", "choose_block_size", "device", "default_row_block", "feature_columns",
     "dense", "from_array", "from_zarr", "gaussian_affinity", "gram", "input_metadata", "label_sums",
     "map_column_blocks", "matmat", "neighbour_distance_table", "neighbour_distances", "new_group",

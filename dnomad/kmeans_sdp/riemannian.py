@@ -748,13 +748,18 @@ def _packed_factors(XT, ui):
     return out
 
 
-def _unpack_pairs(G, m):
-    """G's columns indexed by the pairs a <= b of np.triu_indices(m), as the m x m
-    symmetric last two axes."""
+@functools.lru_cache(maxsize=8)
+def _pair_index(m):
+    """The m x m symmetric table of each pair's position in np.triu_indices(m)."""
     index = np.zeros((m, m), dtype=np.intp)
     index[np.triu_indices(m)] = np.arange(m * (m + 1) // 2)
-    index = np.maximum(index, index.T)
-    return G[..., index]
+    return np.maximum(index, index.T)
+
+
+def _unpack_pairs(G, m):
+    """G's last axis indexed by the pairs a <= b of np.triu_indices(m), as the m x m
+    symmetric last two axes."""
+    return G[..., _pair_index(m)]
 
 
 def _add_packed_terms(S, packed, layout, r, d, mu):

@@ -587,8 +587,8 @@ class _BlockDirection:
                 elif self.k_cap < self.n - 2 and not self.capped:
                     self.capped = True
                     logger.warning("CGM's block step needs more than the k = %d directions this process's "
-                                   "memory holds at n = %d: it goes on with %d and converges slowly; "
-                                   "solver='bm' holds O(n r) numbers", self.k, self.n, self.k)
+                                   "memory holds at n = %d: it goes on with them and converges slowly; "
+                                   "solver='bm' holds O(n r) numbers", self.k, self.n)
             self.state = np.ascontiguousarray(U)
             Uk, lamk = U[:, keep], lam[keep]
             self.rank = int(keep.sum())

@@ -544,7 +544,6 @@ class NOMAD(_Clustering, _Estimator):
             backend = source.matrix.backend
         else:
             backend = choose_backend(self.backend, n, dtype, n_matrices=1, store=store, what="the matrix D")
-        outcome = {}
 
         def attempt(resume):
             client_ctx = client_context(backend, n) if source.matrix is None else contextlib.nullcontext(None)
@@ -576,14 +575,13 @@ class NOMAD(_Clustering, _Estimator):
                 finally:
                     if group is not None and source.matrix is None:
                         group.close()
-            outcome["res"] = res
+            self._finish_bm(res, start)
 
         # A lost worker's row chunks (Y beside X) are rebuilt from X; the run goes on from
         # its last checkpoint.
         self.restarts_ = runs.with_restarts(attempt, store=store, resume=resume,
                                             checkpoint_key=layer_checkpoint_key(0),
                                             rebuildable=source.matrix is None)
-        self._finish_bm(outcome["res"], start)
         self.backend_used_ = backend
 
     def _bm_operator(self, source, backend, client, dtype):
