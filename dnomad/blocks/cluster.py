@@ -93,18 +93,18 @@ def _has_dashboard():
 TERMINATE_FRACTION = 0.95
 # A worker that has run dnomad's passes holds about 310 MiB before any block (the
 # interpreter, dask, NumPy/SciPy/Zarr and the kernels' compiled code), and one task of a
-# pass over blocks about 1.5 blocks more (NOMAD's default path on workers of 400 MiB).
+# pass over blocks up to about 2 blocks more (on workers of 400 MiB: NOMAD's default
+# path 1.5, SymNMF's affinity and Frank-Wolfe passes 2.1); 3 leaves a block of headroom.
 WORKER_FOOTPRINT_BYTES = 320 << 20
-TASK_BLOCKS = 2
+TASK_BLOCKS = 3
 
 
 def tightest_worker_memory(client):
     """(memory limit, memory in use) in bytes of the worker with the least room under its
     limit, from the scheduler's last heartbeats; None where no worker has a limit."""
-    room = [(TERMINATE_FRACTION * w["memory_limit"] - w.get("metrics", {}).get("memory", 0),
-             w["memory_limit"], w.get("metrics", {}).get("memory", 0))
-            for w in client.scheduler_info(n_workers=-1)["workers"].values() if w.get("memory_limit")]
-    return min(room)[1:] if room else None
+    workers = [(w["memory_limit"], w.get("metrics", {}).get("memory", 0))
+               for w in client.scheduler_info(n_workers=-1)["workers"].values() if w.get("memory_limit")]
+    return min(workers, key=lambda w: TERMINATE_FRACTION * w[0] - w[1], default=None)
 
 
 def block_bytes_for_workers(client, smallest_bytes):
