@@ -664,11 +664,17 @@ def _lost_workers(client, shards):
     return sorted(w for w in shards if w not in alive)
 
 
+# What distributed's actor calls raise when the worker holding the actor is gone: the
+# first while the scheduler still lists it (its comm failed), the second once it knows.
+_ACTOR_LOST_MESSAGES = ("Unable to contact Actor's worker", "Actor was lost")
+
+
 def _is_lost_worker_error(exc):
     from distributed.client import FutureCancelledError
     from distributed.comm.core import CommClosedError
 
-    return isinstance(exc, (CommClosedError, FutureCancelledError)) or "Actor was lost" in str(exc)
+    return isinstance(exc, (CommClosedError, FutureCancelledError)) or any(
+        message in str(exc) for message in _ACTOR_LOST_MESSAGES)
 
 
 def _results_to_host(result):
