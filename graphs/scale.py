@@ -1,8 +1,8 @@
-"""Scale on a cluster as a user runs it: NOMAD with its default blocks on workers of a
-given memory limit, each worker's and the client's peak memory beside the limit.
+"""Scale on a cluster as a user runs it: NOMAD and SymNMF with their default blocks on
+workers of a given memory limit, each worker's and the client's peak memory beside the limit.
 
-Each row runs NOMAD (two rings, n rows, sdp_k 16, 3 outer steps, backend "zarr") on a
-fresh LocalCluster of 2 worker processes (1 thread each; no pausing or spilling, so the
+Each row runs NOMAD (two rings, n rows, sdp_k 16, 3 outer steps) or SymNMF (six blobs,
+20 Frank-Wolfe iterations), backend "zarr", on a fresh LocalCluster of 2 worker processes (1 thread each; no pausing or spilling, so the
 nanny's terminate threshold, 95% of the limit, is the bound), and records the block
 side the engine chose, seconds, each worker's peak resident memory (ru_maxrss) and the
 client's rise over its start.  A row given ``block_size`` forces it (the 64 MiB target
@@ -27,39 +27,60 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from _bench import ResidentPeak, code_commit, replot, write_result  # noqa: E402
 
-ROWS = (  # (name, n, worker memory limit in MiB, block_size or None for the default)
-    ("defaults, 2 x 400 MiB", 6000, 400, None),
-    ("defaults, 2 x 2 GiB", 6000, 2048, None),
-    ("64 MiB target (3,000-blocks), 2 x 400 MiB", 6000, 400, 3000),
-    ("64 MiB target (3,000-blocks), 2 x 2 GiB", 6000, 2048, 3000),
+ROWS = (  # (name, method, n, worker memory limit in MiB, block_size or None for the default)
+    ("NOMAD, defaults, 2 x 400 MiB", "nomad", 6000, 400, None),
+    ("NOMAD, defaults, 2 x 2 GiB", "nomad", 6000, 2048, None),
+    ("NOMAD, 64 MiB target (3,000-blocks), 2 x 400 MiB", "nomad", 6000, 400, 3000),
+    ("NOMAD, 64 MiB target (3,000-blocks), 2 x 2 GiB", "nomad", 6000, 2048, 3000),
+    ("SymNMF, defaults, 2 x 400 MiB", "symnmf", 8000, 400, None),
+    ("SymNMF, 64 MiB target (4,000-blocks), 2 x 400 MiB", "symnmf", 8000, 400, 4000),
 )
 TERMINATE_FRACTION = 0.95
 
 
-def run_row(name, n, limit_mib, block_size):
+def _estimator(method, store, block_size):
+    """NOMAD on two rings (sdp_k 16, 3 outer steps) or SymNMF on six blobs (20 Frank-Wolfe
+    iterations), both with their n x n matrices in Zarr."""
+    import dnomad
+
+    if method == "nomad":
+        return dnomad.NOMAD(n_clusters=2, sdp_k=16, backend="zarr", store=store, block_size=block_size, max_iter=3)
+    return dnomad.SymNMF(6, backend="zarr", store=store, block_size=block_size, max_iter=20)
+
+
+def _block_side(store, n):
+    """The chunk side of the n x n matrices the run stored (its blocks)."""
+    import zarr
+
+    sides = {a.chunks[0] for _, a in zarr.open_group(store, mode="r").members(max_depth=None)
+             if isinstance(a, zarr.Array) and a.shape == (n, n)}
+    return int(sides.pop()) if len(sides) == 1 else None
+
+
+def run_row(name, method, n, limit_mib, block_size):
     import dask
     from distributed import Client, LocalCluster
 
     import dnomad
     from dnomad.blocks.engine import _worker_peak_rss
-    from dnomad.data import two_rings
+    from dnomad.data import gaussian_blobs, two_rings
 
     cfg = {"distributed.worker.memory.pause": False, "distributed.worker.memory.spill": False,
            "distributed.worker.memory.target": False, "distributed.scheduler.allowed-failures": 0}
-    row = {"name": name, "n": n, "worker_limit_mib": limit_mib, "block_size_given": block_size,
+    row = {"name": name, "method": method, "n": n, "worker_limit_mib": limit_mib, "block_size_given": block_size,
            "commit": code_commit()}
-    X = two_rings(n)[0]
+    X = two_rings(n)[0] if method == "nomad" else gaussian_blobs(n, n_centers=6, n_features=5)[0]
     with dask.config.set(cfg), LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                             memory_limit=limit_mib * 2**20, dashboard_address=None) as cluster, \
             Client(cluster) as client, tempfile.TemporaryDirectory() as tmp, ResidentPeak() as client_peak:
-        est = dnomad.NOMAD(n_clusters=2, sdp_k=16, backend="zarr", store=os.path.join(tmp, "run.zarr"),
-                           block_size=block_size, max_iter=3)
+        est = _estimator(method, os.path.join(tmp, "run.zarr"), block_size)
         t = time.perf_counter()
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
                 est.fit(X)
-            row.update(status="ok", block_size=int(est.Q_.block_size), n_iter=int(est.n_iter_))
+            row.update(status="ok", block_size=_block_side(os.path.join(tmp, "run.zarr"), n),
+                       n_iter=int(est.n_iter_))
         except Exception as exc:  # noqa: BLE001 - a killed run is a result of this benchmark
             row.update(status=f"failed: {type(exc).__name__}")
         row["seconds"] = time.perf_counter() - t
@@ -69,12 +90,16 @@ def run_row(name, n, limit_mib, block_size):
     return row
 
 
+def _block(row):
+    return row.get("block_size") or row["block_size_given"] or "-"
+
+
 def table(result):
     lines = ["| run | n | worker limit | block | status | seconds | worker peaks (MiB) | of the 95% bound | client rise |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         peak = max(r["worker_peaks_mib"]) if r["worker_peaks_mib"] else float("nan")
-        lines.append(f"| {r['name']} | {r['n']} | {r['worker_limit_mib']} MiB | {r.get('block_size', '-')} | "
+        lines.append(f"| {r['name']} | {r['n']} | {r['worker_limit_mib']} MiB | {_block(r)} | "
                      f"{r['status']} | {r['seconds']:.1f} | {', '.join(f'{p:.0f}' for p in r['worker_peaks_mib'])} | "
                      f"{peak / (TERMINATE_FRACTION * r['worker_limit_mib']):.2f} | {r['client_rise_mib']:.0f} MiB |")
     return "\n".join(lines)
@@ -93,10 +118,11 @@ def plot(result, path):
             label="largest worker peak")
     ax.scatter([TERMINATE_FRACTION * r["worker_limit_mib"] for r in rows], y, marker="|", s=400, color="black",
                label="95% of the limit (the nanny restarts the worker)")
-    ax.set_yticks(y, [f"{r['name']}\nblock {r.get('block_size', '-')}, {r['status']}" for r in rows], fontsize=8)
+    ax.set_yticks(y, [f"{r['name']}\nblock {_block(r)}, {r['status']}" for r in rows], fontsize=8)
     ax.set_xlabel("MiB")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
-    ax.set_title(f"graphs/scale.py: NOMAD, two rings n = {rows[0]['n']}, backend 'zarr', 2 workers\n"
+    ax.set_title(f"graphs/scale.py: NOMAD (two rings, n = 6,000), SymNMF (blobs, n = 8,000)\n"
+                 f"backend 'zarr', 2 workers "
                  f"({result['environment']['machine']}, at {result['environment']['commit']})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
