@@ -6,6 +6,7 @@ import pytest
 
 from devices import DEVICES, needs_gpu
 from dnomad.blocks import device as dev
+from dnomad.blocks.cluster import workers_info
 from dnomad.errors import InputValueError
 
 
@@ -143,7 +144,7 @@ def test_gpu_worker_layout_pins_one_worker_per_device():
 
     with dev.gpu_cluster(2, prefer_dask_cuda=False, dashboard_address=None) as cluster, Client(cluster) as client:
         assert sorted(client.run(_visible_device).values()) == [("0", "cuda"), ("1", "cuda")]
-        workers = client.scheduler_info(n_workers=-1)["workers"].values()
+        workers = workers_info(client).values()
         assert [w["resources"] for w in workers] == [{"GPU": 1}, {"GPU": 1}]
         assert all(w["nthreads"] == 1 for w in workers)
         futures = [client.submit(_visible_device, resources={"GPU": 1}, pure=False) for _ in range(4)]

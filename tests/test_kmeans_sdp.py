@@ -7,6 +7,7 @@ import pytest
 
 import dnomad
 from dnomad.blocks import RowChunks
+from dnomad.blocks.cluster import workers_info
 from dnomad.blocks import store as run_store
 from dnomad.data import gmm_simplex
 from dnomad.errors import InputValueError
@@ -43,7 +44,7 @@ def test_results_do_not_depend_on_where_the_row_chunks_live(tmp_path, cluster_cl
     formed in chunk order); other chunkings agree to round-off.  25 Newton steps and
     100 NLR steps (equality, not convergence, is the point)."""
     X, _ = gmm_simplex(300, n_clusters=3, gamma=1.5, random_state=1)
-    workers = sorted(cluster_client.scheduler_info()["workers"])
+    workers = sorted(workers_info(cluster_client))
     zpath = write_zarr(tmp_path / "X.zarr", X, 40)
 
     def run_rn(data):

@@ -73,3 +73,29 @@ def test_default_blocks_follow_the_workers_memory_limit(tmp_path):
         assert max(client.run(_worker_peak_rss).values()) < 0.95 * limit
         with pytest.raises(dnomad.InputValueError, match=r"memory limit of at least \d+ MiB"):
             engine_cluster.block_bytes_for_workers(client, smallest_bytes=limit)
+
+
+def test_workers_are_asked_of_the_scheduler_not_the_clients_cache(small_memory_client, tmp_path, monkeypatch):
+    """The client's periodic refresh caches an identity without workers; a fit that read
+    that cache placed its blocks on no worker (seen in CI: ``min() arg is an empty
+    sequence``).  A cluster that has no workers is refused, after a wait, by name."""
+    from dnomad.blocks import cluster as engine_cluster
+
+    client = small_memory_client
+    refresh = client._update_scheduler_info
+
+    async def refreshed_then_overwritten(n_workers=0):
+        # The periodic refresh (n_workers=0) landing between a fetch and its read.
+        await refresh(n_workers=n_workers)
+        await refresh(n_workers=0)
+
+    monkeypatch.setattr(client, "_update_scheduler_info", refreshed_then_overwritten)
+    assert client.scheduler_info(n_workers=-1)["workers"] == {}
+    assert len(engine_cluster.workers_info(client)) == 2
+    M = dnomad.blocks.from_array(np.eye(40), backend="distributed", block_size=20, client=client)
+    assert np.array_equal(M.row_sums(), np.ones(40))
+
+    monkeypatch.setattr(engine_cluster, "WORKER_WAIT_SECONDS", 1)
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as empty, Client(empty) as no_workers:
+        with pytest.raises(dnomad.InputValueError, match="has no workers after 1 s"):
+            dnomad.blocks.from_array(np.eye(40), backend="distributed", block_size=20, client=no_workers)

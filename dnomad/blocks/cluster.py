@@ -31,6 +31,34 @@ def get_client():
         return None
 
 
+def workers_info(client):
+    """{address: identity} of every worker the scheduler knows now, asked of the scheduler.
+
+    Not ``client.scheduler_info()``: that returns the client's cached identity, which the
+    client's own periodic refresh (every 2 s, asking for no workers) can overwrite between
+    the fetch and the read, leaving ``"workers"`` empty on a cluster that has them."""
+    return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
+
+
+# How long a fit waits for a cluster that has no workers yet (a batch system's workers
+# may still be queued) before it refuses.
+WORKER_WAIT_SECONDS = 60
+
+
+def workers_to_hold_blocks(client):
+    """The workers' addresses, sorted; waits up to WORKER_WAIT_SECONDS for a first one."""
+    workers = workers_info(client)
+    if not workers:
+        try:
+            client.wait_for_workers(1, timeout=WORKER_WAIT_SECONDS)
+        except TimeoutError:
+            raise InputValueError(
+                f"the connected dask cluster ({client.scheduler.address}) has no workers after "
+                f"{WORKER_WAIT_SECONDS} s; start workers (or scale the cluster) before fitting") from None
+        workers = workers_info(client)
+    return sorted(workers)
+
+
 # The scheduler's event topic of every pass a fit runs on a cluster's workers (also
 # published to "all", which the dashboard's /events page draws).
 PASS_EVENTS = "dnomad-passes"
@@ -103,7 +131,7 @@ def tightest_worker_memory(client):
     """(memory limit, memory in use) in bytes of the worker with the least room under its
     limit, from the scheduler's last heartbeats; None where no worker has a limit."""
     workers = [(w["memory_limit"], w.get("metrics", {}).get("memory", 0))
-               for w in client.scheduler_info(n_workers=-1)["workers"].values() if w.get("memory_limit")]
+               for w in workers_info(client).values() if w.get("memory_limit")]
     return min(workers, key=lambda w: TERMINATE_FRACTION * w[0] - w[1], default=None)
 
 
@@ -147,7 +175,7 @@ def choose_backend(backend, n, dtype, *, n_matrices, store, what):
     client = get_client()
     if client is not None and n >= LOCAL_MAX_N:
         mem = sum(w.get("memory_limit", 0)
-                  for w in client.scheduler_info(n_workers=-1)["workers"].values())
+                  for w in workers_info(client).values())
         in_memory = "distributed"
     else:
         # Without a cluster (or for small n) the blocks stay in this process: on one

@@ -39,7 +39,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import InputValueError, NotPicklableError, StoreError, WorkerLostError
-from .cluster import log_pass
+from .cluster import log_pass, workers_info, workers_to_hold_blocks
 from .device import is_device_array, resolve_device, to_device, to_host
 from .layout import BlockLayout
 
@@ -361,7 +361,7 @@ class BlockGroup:
 
     def _placement(self):
         """Workers for each key, balancing stored bytes (largest blocks first)."""
-        workers = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        workers = workers_to_hold_blocks(self.client)
         load = {w: 0 for w in workers}
         owner = {}
         for key in sorted(self.layout.keys, key=lambda k: -self.block_nbytes(k)):
@@ -374,7 +374,7 @@ class BlockGroup:
         if self._shards:
             return
         self._owner = self._placement()
-        info = self.client.scheduler_info(n_workers=-1)["workers"]
+        info = workers_info(self.client)
         for w in sorted(set(self._owner.values())):
             fut = self.client.submit(_Shard, int(info[w].get("nthreads", 1)), workers=[w],
                                      allow_other_workers=False, actor=True, pure=False,
@@ -658,7 +658,7 @@ def close_actors(client, shards, futures, holding):
 
 def _lost_workers(client, shards):
     try:
-        alive = set(client.scheduler_info(n_workers=-1)["workers"])
+        alive = set(workers_info(client))
     except Exception:  # noqa: BLE001 - the scheduler itself is unreachable
         return sorted(shards)
     return sorted(w for w in shards if w not in alive)

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..errors import InputValueError
-from .cluster import log_pass
+from .cluster import log_pass, workers_info, workers_to_hold_blocks
 from .engine import _n_threads, _open_zarr_array, _Shard, close_actors, wait_for_actors
 
 # Rows per chunk for X in memory; Zarr X uses its own chunking (or a multiple of it).
@@ -218,8 +218,8 @@ class RowChunks:
     # ------------------------------------------------------------ workers
     def _start_shards(self):
         """One actor per worker; chunks placed in contiguous runs of about equal rows."""
-        info = self.client.scheduler_info(n_workers=-1)["workers"]
-        workers = sorted(info) if self._workers is None else self._workers
+        workers = workers_to_hold_blocks(self.client) if self._workers is None else self._workers
+        info = workers_info(self.client)
         unknown = sorted(set(workers) - set(info))
         if not workers or unknown:
             raise InputValueError(f"no workers to hold the row chunks (unknown: {unknown}; the "
