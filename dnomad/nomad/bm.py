@@ -252,6 +252,8 @@ class BurerMonteiroParams:
     inner_tol: float = 1e-10         # the inner ftol and gtol (D normalized: entries ~ 1/n)
     inner_rtol: float = 0.1          # inner solves stop at this fraction of their first projected gradient
     start: str = "symnmf"            # "symnmf" (App. E) or "random"
+    start_tol: float = 1e-5          # the symmetric NMF start's ADMM stops at this split gap ...
+    start_max_iter: int = 1000       # ... or after this many iterations
     increments: bool = False         # X's products of an evaluation by float32 increments (data mode)
     precondition: float | None = 0.1  # lbfgs: H0 = (Y^T Y + eta I)^-1 on each row, eta this times Tr(Y^T Y) / r
     random_state: object = None
@@ -268,14 +270,14 @@ class BurerMonteiroParams:
         return 10.0 / n if self.sigma is None else self.sigma
 
     def validate(self, n):
-        check_ints(self, ("n_clusters", "max_iter", "inner_max_iter", "memory"))
+        check_ints(self, ("n_clusters", "max_iter", "inner_max_iter", "memory", "start_max_iter"))
         if not 1 <= self.n_clusters < n:
             raise InputValueError(f"n_clusters must be in [1, {n - 1}] for n = {n}; got {self.n_clusters}")
         r = self.resolved_rank(n)
         if not isinstance(r, (int, np.integer)) or not self.n_clusters <= r <= n:
             raise InputValueError(f"rank must be an integer in [K, n] = [{self.n_clusters}, {n}] (K: NOMAD's sdp_k); "
                                   f"got {self.rank!r}")
-        check_numbers(self, ("phi", "eta", "tol", "feasibility_tol", "inner_tol"), positive=True)
+        check_numbers(self, ("phi", "eta", "tol", "feasibility_tol", "inner_tol", "start_tol"), positive=True)
         if self.sigma is not None:
             check_numbers(self, ("sigma",), positive=True)
         check_numbers(self, ("inner_rtol",), positive=False)
@@ -593,7 +595,8 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
         # more, and X's products cost half): on all 70,000 MNIST digits at r = 128 this
         # start was a third of the run in float64 with Y gathered into this process.
         admm = _symnmf_admm(space, r, matmat=None if data_mode else D.matmat, gram_scale=problem.scale,
-                            dtype=np.float32 if data_mode else np.float64, random_state=params.random_state)
+                            dtype=np.float32 if data_mode else np.float64, random_state=params.random_state,
+                            max_iter=params.start_max_iter, tol=params.start_tol)
         space.map(_start_y, read_x=False)
         start = {"method": "symnmf", "iterations": admm.n_iter, "converged": admm.converged,
                  "products": admm.products, "passes": admm.passes, "seconds": admm.seconds}
