@@ -206,8 +206,10 @@ class NOMAD(_Clustering, _Estimator):
     Y_ : ndarray (n, r)
         (bm) The factor: Q = Y Y^T (in the store: ``result/Y``, row-chunked).
     layers_ : list of dict
-        Per layer: sdp_k, n_iter, stop_reason, objective, seconds, and Q (the
-        inner layers' Q when kept, else None; the last layer's is ``Q_``).
+        Per layer: sdp_k, n_iter, stop_reason, objective, seconds, start (bm: the
+        symmetric NMF start's method, iterations, converged, products, passes and
+        seconds; None where the layer began elsewhere), and Q (the inner layers' Q when
+        kept, else None; the last layer's is ``Q_``).
     embedding_ : ndarray (n, n_components)
         Leading eigenvectors of Q (after the constant one) scaled by sqrt(eigenvalue).
     labels_ : ndarray (n,)
@@ -675,7 +677,7 @@ def finished_layers(store):
 def _layer_record(res):
     return {"sdp_k": int(res.params.n_clusters), "n_iter": res.n_iter, "stop_reason": res.stop_reason,
             "objective": res.history[-1]["objective"] if res.history else float("nan"),
-            "seconds": res.history[-1]["seconds"] if res.history else 0.0}
+            "seconds": res.history[-1]["seconds"] if res.history else 0.0, "start": res.start}
 
 
 def _layer_records(store, done):
