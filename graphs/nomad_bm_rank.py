@@ -37,7 +37,7 @@ from _bench import ResidentPeak, code_commit  # noqa: E402
 from quality import DATASETS, _machine  # noqa: E402
 
 DEFAULT_DATASETS = ("rings", "moons", "unequal_blobs", "digits", "satimage", "mnist_5k")
-START_TOL = 1e-5          # BurerMonteiroParams' default
+START_TOL = 1e-5          # the rank sweep's start (the default before 1e-3); rows without start_tol ran at it
 
 
 def _trefoil(n=100_000, parts=8):

@@ -19,7 +19,7 @@ lam -= eta phi (||Y||_F^2 - K).  One evaluation of L and its gradient costs one 
 D Y: a pass over D's blocks, or two passes over the rows of X when D is X's Gram
 matrix; nothing n x n is ever formed.  Nonconvex: r >= K trades
 speed for closeness to the SDP's solution (r = K gives hard clusterings, Kulis et al.
-2007; the authors' default is r = 8K).
+2007; the authors' default is r = 8K, ours 2K: see RANK_PER_K).
 
 Symmetric NMF (App. D): min ||A - W W^T||_F, W >= 0, by ADMM on the split W = H with
 sigma = eta = 1; each half step is the least-squares solution clipped at 0 (the
@@ -228,10 +228,19 @@ BM_OPTIMIZERS = ("lbfgs", "spg", "scipy")
 INNER_STOPS = ("gtol", "ftol", "max_iter", "line_search")
 
 
+# The default r = RANK_PER_K K (the authors': 8 K).  Y and each of the optimizer's
+# states are n x r, so r sets the rows a worker holds and every pass's bytes; with K
+# from NOMAD's default sdp_k, 2 K ended within 1e-3 of 8 K's objective with the same
+# labels (ARI within 0.02) on six data sets, in 0.18-0.34 of the time
+# (graphs/nomad_bm_rank.py).  Closer to the SDP's solution takes a wider Y (the
+# paper's Fig. 12; settable as rank), or solver="cgm".
+RANK_PER_K = 2
+
+
 @dataclass
 class BurerMonteiroParams:
-    """Parameters of :func:`burer_monteiro`: the paper's defaults, except sigma (see
-    resolved_sigma), phi and the preconditioner.  phi = 0.1, not 1: the trace penalty's
+    """Parameters of :func:`burer_monteiro`: the paper's defaults, except r (see
+    RANK_PER_K), sigma (see resolved_sigma), phi and the preconditioner.  phi = 0.1, not 1: the trace penalty's
     curvature along Y is 4 phi K, with phi = 1 the Hessian's one outlier (66 at K = 16 on
     1,000 MNIST digits, the rest <= 4), which sets L-BFGS's curvature scale; with the
     preconditioner, 7,000 and 3,500 MNIST digits (K = 16) met the stopping rule in 970
@@ -239,7 +248,7 @@ class BurerMonteiroParams:
     (``python graphs/nomad_bm_scaling.py --only tuning``; docs/benchmark_notes.md)."""
 
     n_clusters: int
-    rank: int | None = None          # r; None: min(8 K, n)
+    rank: int | None = None          # r; None: min(RANK_PER_K K, n)
     sigma: float | None = None       # row-sum penalty; None: 10 / n (see resolved_sigma)
     phi: float = 0.1                 # trace penalty (the paper's 1: see the class docstring)
     eta: float = 1.0
@@ -252,14 +261,14 @@ class BurerMonteiroParams:
     inner_tol: float = 1e-10         # the inner ftol and gtol (D normalized: entries ~ 1/n)
     inner_rtol: float = 0.1          # inner solves stop at this fraction of their first projected gradient
     start: str = "symnmf"            # "symnmf" (App. E) or "random"
-    start_tol: float = 1e-5          # the symmetric NMF start's ADMM stops at this split gap ...
+    start_tol: float = 1e-3          # the symmetric NMF start's ADMM stops at this split gap ...
     start_max_iter: int = 1000       # ... or after this many iterations
     increments: bool = False         # X's products of an evaluation by float32 increments (data mode)
     precondition: float | None = 0.1  # lbfgs: H0 = (Y^T Y + eta I)^-1 on each row, eta this times Tr(Y^T Y) / r
     random_state: object = None
 
     def resolved_rank(self, n):
-        return min(8 * self.n_clusters, n) if self.rank is None else self.rank
+        return min(RANK_PER_K * self.n_clusters, n) if self.rank is None else self.rank
 
     def resolved_sigma(self, n):
         """The row-sum penalty: ``sigma``, or 10 / n.  Its curvature along each row's

@@ -59,11 +59,12 @@ class NOMAD(_Clustering, _Estimator):
         row chunks, multipliers by (33b, 33c), D divided by its Frobenius norm,
         symmetric-NMF start).
     rank : int, optional
-        (bm) r, Y's columns, K <= r <= n; default 8 K, the authors' practice: r = K
+        (bm) r, Y's columns, K <= r <= n; default 2 K (the authors' is 8 K): r = K
         returns hard clusterings (Kulis et al.), larger r comes closer to the SDP's
         solution (graphs/nomad_solvers.py: relative distance 0.9 at r = K, 0.06-0.09
-        at 8 K on two rings).  In multi-layer runs the same r serves every layer
-        (default 8 K_l).
+        at 8 K on two rings) at r's cost in memory and time; 2 K gave 8 K's labels
+        (graphs/nomad_bm_rank.py).  In multi-layer runs the same r serves every
+        layer (default 2 K_l).
     layers : list of int or "halving", optional
         Multi-layer NOMAD (Sec. 3.1): Q_1 = NOMAD(D, K_1), Q_l = NOMAD(Q_{l-1}, K_l) for a
         strictly decreasing schedule K_1 > ... > K_L >= n_clusters (``sdp_k`` is then
