@@ -97,3 +97,24 @@ def code_commit():
         return head + ("+" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+def run_in_fresh_process(target, args, timeout):
+    """``target(*args, queue)`` in a spawned process, killed past ``timeout`` seconds:
+    (status, what it put on the queue or None, wall seconds).  status is "ok", "did not
+    finish in <timeout> s" or "failed (exit <code>)"."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=target, args=(*args, queue))
+    start = time.perf_counter()
+    proc.start()
+    proc.join(timeout)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+        return f"did not finish in {timeout:.0f} s", None, time.perf_counter() - start
+    if proc.exitcode != 0 or queue.empty():
+        return f"failed (exit {proc.exitcode})", None, time.perf_counter() - start
+    return "ok", queue.get(), time.perf_counter() - start

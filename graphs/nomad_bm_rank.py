@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import sys
 import time
@@ -33,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from _bench import ResidentPeak, code_commit  # noqa: E402
+from _bench import ResidentPeak, code_commit, run_in_fresh_process  # noqa: E402
 from quality import DATASETS, _machine  # noqa: E402
 
 DEFAULT_DATASETS = ("rings", "moons", "unequal_blobs", "digits", "satimage", "mnist_5k")
@@ -80,18 +79,8 @@ def _key(row):
 
 def run(dataset, factor, start_tol, timeout):
     row = {"dataset": dataset, "factor": factor, "start_tol": start_tol, "commit": code_commit()}
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_run_one, args=(dataset, factor, start_tol, queue))
-    proc.start()
-    proc.join(timeout)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
-        return dict(row, status=f"did not finish in {timeout:.0f} s")
-    if proc.exitcode != 0 or queue.empty():
-        return dict(row, status=f"failed (exit {proc.exitcode})")
-    return dict(row, status="ok", **queue.get())
+    status, out, _ = run_in_fresh_process(_run_one, (dataset, factor, start_tol), timeout)
+    return dict(row, status=status, **(out or {}))
 
 
 def table(result):

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import platform
 import sys
@@ -45,7 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from _bench import ResidentPeak, code_commit  # noqa: E402
+from _bench import ResidentPeak, code_commit, run_in_fresh_process  # noqa: E402
 
 
 # ------------------------------------------------------------------ data sets
@@ -284,22 +283,17 @@ def kmeans_objective(X, labels):
 
 def run(dataset, method, timeout, progress=False):
     row = {"dataset": dataset, "method": method, "commit": code_commit()}     # the code the row measures
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_run_one, args=(dataset, method, queue, progress))
-    start = time.perf_counter()
-    proc.start()
-    proc.join(timeout)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
-        return dict(row, status=f"did not finish in {timeout:.0f} s")
-    if proc.exitcode != 0 or queue.empty():
-        return dict(row, status=f"failed (exit {proc.exitcode})")
-    out = queue.get()
+    status, out, wall = run_in_fresh_process(_run_one, (dataset, method), timeout) if not progress else \
+        run_in_fresh_process(_run_one_with_progress, (dataset, method), timeout)
+    if status != "ok":
+        return dict(row, status=status)
     if "skipped" in out:
         return dict(row, status=out["skipped"])
-    return dict(row, status="ok", wall_with_load=time.perf_counter() - start, **out)
+    return dict(row, status="ok", wall_with_load=wall, **out)
+
+
+def _run_one_with_progress(dataset, method, queue):
+    _run_one(dataset, method, queue, progress=True)
 
 
 def _n_of(dataset):
