@@ -283,8 +283,8 @@ def kmeans_objective(X, labels):
 
 def run(dataset, method, timeout, progress=False):
     row = {"dataset": dataset, "method": method, "commit": code_commit()}     # the code the row measures
-    status, out, wall = run_in_fresh_process(_run_one, (dataset, method), timeout) if not progress else \
-        run_in_fresh_process(_run_one_with_progress, (dataset, method), timeout)
+    target = _run_one_with_progress if progress else _run_one
+    status, out, wall = run_in_fresh_process(target, (dataset, method), timeout)
     if status != "ok":
         return dict(row, status=status)
     if "skipped" in out:

@@ -46,7 +46,7 @@ WORKER_WAIT_SECONDS = 60
 
 
 def workers_to_hold_blocks(client):
-    """The workers' addresses, sorted; waits up to WORKER_WAIT_SECONDS for a first one."""
+    """:func:`workers_info`, waiting up to WORKER_WAIT_SECONDS for a first worker."""
     workers = workers_info(client)
     if not workers:
         try:
@@ -56,7 +56,7 @@ def workers_to_hold_blocks(client):
                 f"the connected dask cluster ({client.scheduler.address}) has no workers after "
                 f"{WORKER_WAIT_SECONDS} s; start workers (or scale the cluster) before fitting") from None
         workers = workers_info(client)
-    return sorted(workers)
+    return workers
 
 
 # The scheduler's event topic of every pass a fit runs on a cluster's workers (also

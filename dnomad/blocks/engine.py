@@ -359,9 +359,8 @@ class BlockGroup:
         pass_no = next(self._counter) if pass_no is None else pass_no
         return f"dnomad-{name}-{self._token}-{pass_no}-{key[0]}-{key[1]}"
 
-    def _placement(self):
+    def _placement(self, workers):
         """Workers for each key, balancing stored bytes (largest blocks first)."""
-        workers = workers_to_hold_blocks(self.client)
         load = {w: 0 for w in workers}
         owner = {}
         for key in sorted(self.layout.keys, key=lambda k: -self.block_nbytes(k)):
@@ -373,8 +372,8 @@ class BlockGroup:
     def _start_shards(self):
         if self._shards:
             return
-        self._owner = self._placement()
-        info = workers_info(self.client)
+        info = workers_to_hold_blocks(self.client)
+        self._owner = self._placement(sorted(info))
         for w in sorted(set(self._owner.values())):
             fut = self.client.submit(_Shard, int(info[w].get("nthreads", 1)), workers=[w],
                                      allow_other_workers=False, actor=True, pure=False,

@@ -218,8 +218,8 @@ class RowChunks:
     # ------------------------------------------------------------ workers
     def _start_shards(self):
         """One actor per worker; chunks placed in contiguous runs of about equal rows."""
-        workers = workers_to_hold_blocks(self.client) if self._workers is None else self._workers
-        info = workers_info(self.client)
+        info = workers_to_hold_blocks(self.client) if self._workers is None else workers_info(self.client)
+        workers = sorted(info) if self._workers is None else self._workers
         unknown = sorted(set(workers) - set(info))
         if not workers or unknown:
             raise InputValueError(f"no workers to hold the row chunks (unknown: {unknown}; the "
