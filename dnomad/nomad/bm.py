@@ -257,12 +257,14 @@ class BurerMonteiroParams:
     feasibility_tol: float = 1e-4    # ... and the constraints met to this (relative) level
     optimizer: str = "lbfgs"         # inner solver: "lbfgs", "spg" or "scipy" (L-BFGS-B)
     memory: int = 5                  # pairs kept by "lbfgs"
-    inner_max_iter: int = 15000      # inner iterations per outer step (SciPy's default)
+    inner_max_iter: int = 15000      # inner iterations per outer step (SciPy's default) ...
+    inexact_max_iter: int = 50       # ... and per inexact step (see _step_rtol)
     inner_tol: float = 1e-10         # the inner ftol and gtol (D normalized: entries ~ 1/n)
     inner_rtol: float = 0.1          # inner solves stop at this fraction of their first projected gradient
     start: str = "symnmf"            # "symnmf" (App. E) or "random"
     start_tol: float = 1e-3          # the symmetric NMF start's ADMM stops at this split gap ...
     start_max_iter: int = 1000       # ... or after this many iterations
+    balance: bool = True             # the start scaled to Y Y^T 1 = 1, and its first step inexact (see _step_rtol)
     increments: bool = False         # X's products of an evaluation by float32 increments (data mode)
     precondition: float | None = 0.1  # lbfgs: H0 = (Y^T Y + eta I)^-1 on each row, eta this times Tr(Y^T Y) / r
     random_state: object = None
@@ -279,7 +281,7 @@ class BurerMonteiroParams:
         return 10.0 / n if self.sigma is None else self.sigma
 
     def validate(self, n):
-        check_ints(self, ("n_clusters", "max_iter", "inner_max_iter", "memory", "start_max_iter"))
+        check_ints(self, ("n_clusters", "max_iter", "inner_max_iter", "inexact_max_iter", "memory", "start_max_iter"))
         if not 1 <= self.n_clusters < n:
             raise InputValueError(f"n_clusters must be in [1, {n - 1}] for n = {n}; got {self.n_clusters}")
         r = self.resolved_rank(n)
@@ -293,7 +295,7 @@ class BurerMonteiroParams:
         if self.precondition is not None:
             check_numbers(self, ("precondition",), positive=True)
         check_choices(self, {"start": ("symnmf", "random"), "optimizer": BM_OPTIMIZERS,
-                             "increments": (True, False)})
+                             "increments": (True, False), "balance": (True, False)})
 
 
 def lagrangian(Y, DY, mu, lam, K, sigma, phi):
@@ -498,17 +500,70 @@ def _add_to_rows(chunk, g, h):
 
 
 def _multiplier_step(chunk, c, step):
-    """mu -= step (Y Y^T 1 - 1) (33b); (max |Y Y^T 1 - 1|, ||Y - Y_prev||^2, ||Y_prev||^2)."""
+    """mu -= step (Y Y^T 1 - 1) (33b); (max |Y Y^T 1 - 1|, ||Y - Y_prev||^2, ||Y_prev||^2,
+    Y^T Y, Y_prev^T Y_prev, Y_prev^T Y): the last three give Q's change."""
     Y, prev = chunk["Y"], chunk["Y_prev"]
     s = Y @ c - 1.0
     chunk["mu"] = chunk["mu"] - step * s
-    return float(np.abs(s).max(initial=0.0)), float(np.vdot(Y - prev, Y - prev)), float(np.vdot(prev, prev))
+    return (float(np.abs(s).max(initial=0.0)), float(np.vdot(Y - prev, Y - prev)), float(np.vdot(prev, prev)),
+            Y.T @ Y, prev.T @ prev, prev.T @ Y)
+
+
+def q_change(YtY, PtP, PtY):
+    """||Y Y^T - P P^T||_F / ||P P^T||_F from r x r products, with no n x n matrix:
+    ||Y Y^T - P P^T||_F^2 = ||Y^T Y||_F^2 + ||P^T P||_F^2 - 2 ||P^T Y||_F^2 (resolved
+    down to about 1e-7: the terms cancel in float64)."""
+    sq = float(np.vdot(YtY, YtY) + np.vdot(PtP, PtP) - 2.0 * np.vdot(PtY, PtY))
+    return math.sqrt(max(sq, 0.0)) / max(float(np.linalg.norm(PtP)), 1e-300)
 
 
 def _start_y(chunk):
     """Y = W clipped to [0, 1], from the symmetric NMF start's states."""
     chunk["Y"] = np.clip(chunk.pop("W"), 0.0, 1.0)
     del chunk["_H"], chunk["_Gamma"]
+
+
+# The start's symmetric scaling stops when every row sum of Y Y^T is this close to 1,
+# or after BALANCE_MAX_SWEEPS sweeps (each one pass over Y alone).
+BALANCE_TOL = 1e-3
+BALANCE_MAX_SWEEPS = 100
+
+
+def _balance_start(space):
+    """Y <- diag(d) Y with Y Y^T 1 = 1 on every row that has mass: the symmetric
+    Sinkhorn iteration d <- sqrt(d / (Y Y^T d)) on the nonnegative Q = Y Y^T, each
+    sweep one pass over Y (Y Y^T d = Y (Y^T d)).  Returns the sweeps made.  A start
+    on the row-sum constraint leaves the multiplier steps the trace alone to settle."""
+    space.map(_init_scaling, read_x=False)
+    for sweep in range(1, BALANCE_MAX_SWEEPS + 1):
+        c = _ordered_sum(space.map(_scaled_column_sums, read_x=False))
+        worst = max(space.map(_scaling_sweep, c, read_x=False))
+        if worst <= BALANCE_TOL:
+            break
+    space.map(_apply_scaling, read_x=False)
+    return sweep
+
+
+def _init_scaling(chunk):
+    chunk["_d"] = np.ones(chunk["Y"].shape[0])
+
+
+def _scaled_column_sums(chunk):
+    return chunk["Y"].T @ chunk["_d"]
+
+
+def _scaling_sweep(chunk, c):
+    """d <- sqrt(d / (Y c)) on rows with mass; the largest |d_i (Y c)_i - 1| before it."""
+    q = chunk["Y"] @ c
+    d = chunk["_d"]
+    live = q > 0
+    worst = float(np.abs(d[live] * q[live] - 1.0).max(initial=0.0))
+    d[live] = np.sqrt(d[live] / q[live])
+    return worst
+
+
+def _apply_scaling(chunk):
+    chunk["Y"] = np.clip(chunk["Y"] * chunk.pop("_d")[:, None], 0.0, 1.0)
 
 
 def _copy(chunk, src, dst):
@@ -558,9 +613,12 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
     The start Y0 defaults to symmetric NMF of D at rank r by ADMM (App. E), clipped to
     [0, 1], run in the row space (in data mode with X's products in float32: a start
     needs no more; the multiplier steps are float64) and reported in the result's
-    ``start``.  Multiplier steps are solved inexactly, to ``inner_rtol`` of their
-    starting projected gradient (the far steps need little accuracy), except the first
-    and a step confirming the stopping rule, solved to ``inner_tol``.  Stops when Y
+    ``start``.  With ``params.balance`` the start's rows are then scaled so that
+    Y Y^T 1 = 1 (:func:`_balance_start`); mu and lam start at 0, as in the paper.
+    Multiplier steps are solved inexactly, to ``inner_rtol`` of their starting
+    projected gradient or ``inexact_max_iter`` iterations (the far steps need little
+    accuracy), except a step confirming the stopping rule and, from a start not
+    balanced, the first, solved to ``inner_tol`` (see :func:`_step_rtol`).  Stops when Y
     changes by less than ``tol`` (relative) between outer steps with the constraints
     met within ``feasibility_tol``, in a step solved to ``inner_tol`` ("tolerance"), or at
     ``max_iter`` ("max_iter", with a ConvergenceWarning), or when ``callback`` returns
@@ -568,7 +626,8 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
     History rows: iteration, rtol (the step's relative tolerance), exact (solved to
     inner_tol), objective Tr(D Y Y^T),
     lagrangian, row_sum_violation,
-    trace_violation, change, inner_iterations, inner_stop (why the inner solve ended:
+    trace_violation, change (of Y, relative), q_change (of Q = Y Y^T, relative),
+    inner_iterations, inner_stop (why the inner solve ended:
     ``INNER_STOPS[code]``, 0 gtol, 1 ftol, 2 max_iter, 3 line_search), evaluations,
     incremental_evaluations
     (those of the evaluations made by float32 increments), matmats, passes (over X,
@@ -615,6 +674,8 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
             raise InputValueError(f"Y0 must have shape ({n}, {r}); got {Y0.shape}")
         space.put("Y", Y0)
         del Y0
+    if state is None and params.balance:
+        _balance_start(space)
     space.put("mu", np.zeros(n) if state is None else np.array(state["mu"], dtype=np.float64))
     problem.lam = 0.0 if state is None else float(state["lam"])
 
@@ -649,11 +710,12 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
             row_violation = max(p[0] for p in parts)
             change = math.sqrt(_ordered_sum([p[1] for p in parts])) / max(
                 math.sqrt(_ordered_sum([p[2] for p in parts])), 1e-300)
+            change_q = q_change(*(_ordered_sum([p[k] for p in parts]) for k in (3, 4, 5)))
             problem.lam = problem.lam - params.eta * phi * (float(trace) - K)
             trace_violation = abs(float(trace) - K) / K
             history.append({"iteration": it, "rtol": rtol, "exact": exact, "objective": objective,
                             "lagrangian": lagr, "row_sum_violation": row_violation, "trace_violation": trace_violation,
-                            "change": float(change), "inner_iterations": nit,
+                            "change": float(change), "q_change": change_q, "inner_iterations": nit,
                             "inner_stop": INNER_STOPS.index(inner_stop), "evaluations": nfev,
                             "incremental_evaluations": problem.incremental_evaluations - incremental0,
                             "matmats": problem.matmats, "passes": space.passes - passes0,
@@ -690,14 +752,21 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
 
 
 def _step_rtol(history, params):
-    """The next multiplier step's relative tolerance: 0 (to inner_tol) for SciPy's
-    solver, with inner_rtol = 0, and after a step that met the stopping rule inexactly
-    (a small change may be only a short inexact solve: the rule holds when it holds
-    again) and for the first step (its solution sets the first multipliers: at
-    inner_rtol it sent r = K runs on separated blobs to merged clusters, and at 1e-3 it
-    took 4x the outer steps to a different point on 300 blobs, though 9x fewer
-    evaluations on 7,000 MNIST digits); inner_rtol for the others."""
-    if params.inner_rtol == 0 or params.optimizer == "scipy" or not history or _rule_met(history[-1], params):
+    """The next multiplier step's relative tolerance: ``inner_rtol`` (an inexact step,
+    also cut at ``inexact_max_iter`` iterations), or 0 (to ``inner_tol``) for SciPy's
+    solver, with inner_rtol = 0, after a step that met the stopping rule inexactly (a
+    small change may be only a short inexact solve: the rule holds when it holds
+    again), and for the first step from a start not balanced (its solution sets the
+    first multipliers: inexact from the symmetric NMF start as it is, it sent r = K
+    runs on separated blobs to merged clusters; from the balanced start, on the row
+    sums, it is an inexact step like the others, where the exact one took half the
+    time of a run on 5,000 MNIST digits).  Uncut inexact steps alternated: after a
+    short step that ended near the row sums, the next one's tolerance, a tenth of its
+    small starting gradient, took ~1,000 evaluations of drift along nearly flat
+    directions of L (on 10,000-70,000 MNIST digits Q moved 20-30%, the objective 1e-4,
+    the violation grew 3-5x), every other step."""
+    if (params.inner_rtol == 0 or params.optimizer == "scipy" or (not history and not params.balance)
+            or (history and _rule_met(history[-1], params))):
         return 0.0
     return float(params.inner_rtol)
 
@@ -754,7 +823,8 @@ def _minimize(space, problem, params, n, r, rtol=0.0, scale0=None):
     try:
         # The work states stay between multiplier steps (dropped when the run ends): each
         # step would otherwise fault in up to 17 new n x r buffers.
-        res = method(space, problem, "Y", lo=0.0, hi=1.0, max_iter=params.inner_max_iter, ftol=params.inner_tol,
+        max_iter = params.inner_max_iter if rtol == 0 else min(params.inner_max_iter, params.inexact_max_iter)
+        res = method(space, problem, "Y", lo=0.0, hi=1.0, max_iter=max_iter, ftol=params.inner_tol,
                      gtol=params.inner_tol, rtol=rtol, scale0=scale0, release=False, **kw)
     finally:
         problem.begin_solve(False)      # drops the kept D Y's

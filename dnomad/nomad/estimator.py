@@ -85,8 +85,12 @@ class NOMAD(_Clustering, _Estimator):
         Tr(Y^T Y) / r; None: the identity), inner_max_iter (15000),
         inner_tol (1e-10: ftol and gtol), inner_rtol (0.1: a multiplier step stops
         once its projected gradient has fallen to this fraction of where it started,
-        except the first and one confirming the stopping rule, solved to inner_tol;
-        0: every step to inner_tol; not "scipy"), start ("symnmf" or "random"),
+        or after inexact_max_iter (50) iterations, except one confirming the stopping
+        rule, solved to inner_tol; 0: every step to inner_tol; not "scipy"), start
+        ("symnmf" or "random"), balance (True: the start's rows scaled so that
+        Y Y^T 1 = 1, and its first step inexact; False: the paper's start as it is,
+        its first step solved to inner_tol), start_tol (1e-3) and start_max_iter (1000) of the
+        symmetric NMF start,
         increments (False; True: after the first evaluation of each inner solve, X's
         products in float32 on the step only, D Y_new = D Y + F F^T (Y_new - Y) /
         ||F^T F||_F with D Y kept in float64: 1.43x fewer seconds per evaluation on all
@@ -626,8 +630,9 @@ CGM_MAX_ITER = 2000
 CGM_CHECKPOINT_EVERY = 20
 BM_MAX_ITER = 1000
 # Burer-Monteiro settings passed through ``solver_options`` (see BurerMonteiroParams).
-BM_OPTIONS = ("sigma", "phi", "eta", "tol", "feasibility_tol", "optimizer", "memory", "inner_max_iter", "inner_tol",
-              "inner_rtol", "start", "start_tol", "start_max_iter", "increments", "precondition")
+BM_OPTIONS = ("sigma", "phi", "eta", "tol", "feasibility_tol", "optimizer", "memory", "inner_max_iter",
+              "inexact_max_iter", "inner_tol",
+              "inner_rtol", "start", "start_tol", "start_max_iter", "balance", "increments", "precondition")
 
 
 def default_sdp_k(n, n_clusters):
