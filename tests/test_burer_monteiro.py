@@ -450,6 +450,20 @@ def test_row_space_burer_monteiro_finds_the_planted_clustering_as_the_operator_d
         np.testing.assert_allclose(res.Y @ res.Y.T, Q_star, atol=2e-3)
 
 
+@pytest.mark.parametrize("step", [1e-1, 1e-4, 1e-6])
+def test_q_change_is_the_relative_change_of_q(step, rng):
+    """The history's q_change, from r x r products, is ||Y Y^T - P P^T||_F / ||P P^T||_F
+    computed densely, down to steps of 1e-6; a rotation of Y (Q unchanged) gives 0."""
+    from dnomad.nomad.bm import q_change
+
+    P = rng.random((200, 7))
+    Y = P + step * rng.standard_normal(P.shape)
+    ref = np.linalg.norm(Y @ Y.T - P @ P.T) / np.linalg.norm(P @ P.T)
+    assert q_change(Y.T @ Y, P.T @ P, P.T @ Y) == pytest.approx(ref, rel=1e-3)
+    O = np.linalg.qr(rng.standard_normal((7, 7)))[0]
+    assert q_change((P @ O).T @ (P @ O), P.T @ P, P.T @ (P @ O)) <= 1e-7
+
+
 @pytest.mark.parametrize("where", ["chunks", "operator"])
 def test_the_start_is_scaled_onto_the_row_sums(where, rng):
     """The start's symmetric scaling: Y Y^T 1 = 1 to BALANCE_TOL on every row with mass

@@ -613,8 +613,9 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
     The start Y0 defaults to symmetric NMF of D at rank r by ADMM (App. E), clipped to
     [0, 1], run in the row space (in data mode with X's products in float32: a start
     needs no more; the multiplier steps are float64) and reported in the result's
-    ``start``.  With ``params.balance`` the start's rows are then scaled so that
-    Y Y^T 1 = 1 (:func:`_balance_start`); mu and lam start at 0, as in the paper.
+    ``start``.  With ``params.balance`` the start's rows (of Y0 too) are then scaled so
+    that Y Y^T 1 = 1 (:func:`_balance_start`; its sweeps in ``start``); mu and lam
+    start at 0, as in the paper.
     Multiplier steps are solved inexactly, to ``inner_rtol`` of their starting
     projected gradient or ``inexact_max_iter`` iterations (the far steps need little
     accuracy), except a step confirming the stopping rule and, from a start not
@@ -675,7 +676,9 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
         space.put("Y", Y0)
         del Y0
     if state is None and params.balance:
-        _balance_start(space)
+        sweeps = _balance_start(space)
+        if start is not None:
+            start["balance_sweeps"] = sweeps
     space.put("mu", np.zeros(n) if state is None else np.array(state["mu"], dtype=np.float64))
     problem.lam = 0.0 if state is None else float(state["lam"])
 
