@@ -44,6 +44,19 @@ def write_result(here, name, result, plot):
     print(f"\nwrote {os.path.join(here, name + '.png')}")
 
 
+def merge_row(path, result, row, key):
+    """Put ``row`` into ``result["rows"]`` in place of the rows with the same ``key(row)``
+    (a rerun replaces its own rows, the others stay), print it, and save ``result`` to
+    ``path`` (after every row: a stopped run keeps the rows it finished)."""
+    import json
+
+    result["rows"] = [r for r in result["rows"] if key(r) != key(row)]
+    result["rows"].append(row)
+    print(json.dumps(row), flush=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+
+
 def replot(here, name, plot):
     """Redraw ``name``.png from the saved ``name``.json (a script's --plot-only)."""
     import json

@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from _bench import ResidentPeak, code_commit, run_in_fresh_process  # noqa: E402
+from _bench import ResidentPeak, code_commit, merge_row, run_in_fresh_process  # noqa: E402
 from quality import DATASETS, _machine  # noqa: E402
 
 DEFAULT_DATASETS = ("rings", "moons", "unequal_blobs", "digits", "satimage", "mnist_5k")
@@ -149,12 +149,8 @@ def main(argv=None):
         for dataset in args.datasets.split(","):
             for factor in (int(f) for f in args.factors.split(",")):
                 for start_tol in (float(t) for t in args.start_tols.split(",")):
-                    row = dict(run(dataset, factor, start_tol, args.timeout), command=command)
-                    result["rows"] = [r for r in result["rows"] if _key(r) != _key(row)]
-                    result["rows"].append(row)
-                    print(json.dumps(row), flush=True)
-                    with open(path, "w") as f:
-                        json.dump(result, f, indent=1)
+                    merge_row(path, result, dict(run(dataset, factor, start_tol, args.timeout), command=command),
+                              _key)
     print(table(result))
     plot(result, os.path.join(HERE, "nomad_bm_rank.png"))
 

@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from _bench import ResidentPeak, code_commit, run_in_fresh_process  # noqa: E402
+from _bench import ResidentPeak, code_commit, merge_row, run_in_fresh_process  # noqa: E402
 from quality import DATASETS, _machine, _mnist  # noqa: E402
 
 DATASETS = dict(DATASETS, mnist_10k=lambda: _mnist(10_000), mnist_20k=lambda: _mnist(20_000))
@@ -162,13 +162,8 @@ def main(argv=None):
         command = "python graphs/nomad_bm_steps.py " + " ".join(argv if argv is not None else sys.argv[1:])
         for dataset in args.datasets.split(","):
             for schedule in args.schedules.split(","):
-                row = dict(run(dataset, schedule, args.timeout), command=command)
-                result["rows"] = [r for r in result["rows"]
-                                  if (r["dataset"], r["schedule"]) != (dataset, schedule)]
-                result["rows"].append(row)
-                print(json.dumps(row), flush=True)
-                with open(path, "w") as f:
-                    json.dump(result, f, indent=1)
+                merge_row(path, result, dict(run(dataset, schedule, args.timeout), command=command),
+                          lambda r: (r["dataset"], r["schedule"]))
     print(table(result))
     plot(result, os.path.join(HERE, "nomad_bm_steps.png"))
 

@@ -44,7 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from _bench import ResidentPeak, code_commit, run_in_fresh_process  # noqa: E402
+from _bench import ResidentPeak, code_commit, merge_row, run_in_fresh_process  # noqa: E402
 
 
 # ------------------------------------------------------------------ data sets
@@ -434,11 +434,7 @@ def main(argv=None):
                 else:
                     row = run(dataset, method, args.timeout, args.progress)
                 row["command"] = result["command"]          # a rerun of some rows keeps the others' own
-                result["rows"] = [r for r in result["rows"] if (r["dataset"], r["method"]) != (dataset, method)]
-                result["rows"].append(row)
-                print(json.dumps(row), flush=True)
-                with open(path, "w") as f:
-                    json.dump(result, f, indent=1)
+                merge_row(path, result, row, lambda r: (r["dataset"], r["method"]))
     print("\n\n".join([table(result, group) for group in TABLES] + [kmeans_objective_table(result)]))
     plot(result, os.path.join(HERE, "quality.png"))
 
