@@ -53,8 +53,9 @@ def merge_row(path, result, row, key):
     result["rows"] = [r for r in result["rows"] if key(r) != key(row)]
     result["rows"].append(row)
     print(json.dumps(row), flush=True)
-    with open(path, "w") as f:
+    with open(path + ".tmp", "w") as f:      # then renamed: a run killed mid-write keeps the old file
         json.dump(result, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 def replot(here, name, plot):

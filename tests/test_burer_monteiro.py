@@ -450,6 +450,59 @@ def test_row_space_burer_monteiro_finds_the_planted_clustering_as_the_operator_d
         np.testing.assert_allclose(res.Y @ res.Y.T, Q_star, atol=2e-3)
 
 
+def test_inexact_steps_are_cut_at_inexact_max_iter_and_exact_ones_are_not():
+    """Inexact multiplier steps stop at inexact_max_iter iterations (inner_stop
+    max_iter); exact ones (the first, from the paper's start, and the one that confirms
+    the rule) go past it, to gtol or ftol."""
+    from dnomad.nomad.bm import INNER_STOPS
+
+    X, _ = gaussian_blobs(200, n_centers=4, separation=6.0, random_state=2)
+    res = burer_monteiro(DataGram(X), BurerMonteiroParams(n_clusters=4, rank=8, random_state=0, inexact_max_iter=3,
+                                                          balance=False))
+    assert res.history[0]["exact"] and INNER_STOPS[res.history[0]["inner_stop"]] in ("gtol", "ftol")
+    assert res.stop_reason == "tolerance"
+    inexact = [h for h in res.history if not h["exact"]]
+    assert inexact and all(h["inner_iterations"] <= 3 for h in inexact)
+    assert any(INNER_STOPS[h["inner_stop"]] == "max_iter" for h in inexact)
+    assert max(h["inner_iterations"] for h in res.history if h["exact"]) > 3
+    assert INNER_STOPS[res.history[-1]["inner_stop"]] in ("gtol", "ftol")
+
+
+def test_a_run_balances_its_start_unless_told_not_to(rng):
+    """With balance (the default) a run's start Y0 is scaled onto Y Y^T 1 = 1 before its
+    first step, and the run says so: one inner iteration later its rows are still near
+    the row sums, where from Y0 as given (balance=False) they are far off."""
+    X, _ = gaussian_blobs(120, n_centers=3, separation=6.0, random_state=0)
+    Y0 = rng.random((120, 6)) * 0.05
+    assert np.abs(Y0 @ Y0.sum(axis=0) - 1).max() > 0.3
+    runs = {}
+    for balance in (True, False):
+        params = BurerMonteiroParams(n_clusters=3, rank=6, random_state=0, balance=balance, max_iter=1,
+                                     inner_max_iter=1)
+        with pytest.warns(Warning, match="max_iter"):
+            runs[balance] = burer_monteiro(DataGram(X), params, Y0=Y0)
+    start = runs[True].start
+    assert start["method"] == "Y0" and start["balanced"] and start["balance_sweeps"] >= 1
+    assert runs[False].start is None
+    assert runs[True].history[0]["row_sum_violation"] < 0.1 < runs[False].history[0]["row_sum_violation"]
+
+
+def test_a_row_too_small_to_scale_leaves_the_start_unscaled():
+    """A start with a row of mass 1e-160 in a column no other row uses cannot be scaled
+    (its d overflows): the start stays as it was, finite, and the run goes on."""
+    from dnomad.blocks import RowState
+    from dnomad.nomad.bm import _balance_start
+
+    rng = np.random.default_rng(0)
+    Y0 = np.zeros((60, 4))
+    Y0[:, :3] = rng.random((60, 3)) * 0.1
+    Y0[5] = [0, 0, 0, 1e-160]
+    space = RowState(60, chunk_rows=25)
+    space.put("Y", Y0)
+    sweeps, balanced = _balance_start(space)
+    assert not balanced and np.array_equal(space.get("Y"), Y0)
+
+
 @pytest.mark.parametrize("step", [1e-1, 1e-4, 1e-6])
 def test_q_change_is_the_relative_change_of_q(step, rng):
     """The history's q_change, from r x r products, is ||Y Y^T - P P^T||_F / ||P P^T||_F
@@ -477,7 +530,8 @@ def test_the_start_is_scaled_onto_the_row_sums(where, rng):
     Y0[7] = 0.0
     space = RowChunks(rng.standard_normal((n, 3)), chunk_rows=40) if where == "chunks" else RowState(n, chunk_rows=40)
     space.put("Y", Y0)
-    assert _balance_start(space) > 1
+    sweeps, balanced = _balance_start(space)
+    assert balanced and sweeps > 1
     Y = space.get("Y")
     row_sums = Y @ Y.sum(axis=0)
     live = Y0.any(axis=1)

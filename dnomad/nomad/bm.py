@@ -258,7 +258,7 @@ class BurerMonteiroParams:
     optimizer: str = "lbfgs"         # inner solver: "lbfgs", "spg" or "scipy" (L-BFGS-B)
     memory: int = 5                  # pairs kept by "lbfgs"
     inner_max_iter: int = 15000      # inner iterations per outer step (SciPy's default) ...
-    inexact_max_iter: int = 50       # ... and per inexact step (see _step_rtol)
+    inexact_max_iter: int = 150      # ... and per inexact step (see _step_rtol)
     inner_tol: float = 1e-10         # the inner ftol and gtol (D normalized: entries ~ 1/n)
     inner_rtol: float = 0.1          # inner solves stop at this fraction of their first projected gradient
     start: str = "symnmf"            # "symnmf" (App. E) or "random"
@@ -532,37 +532,47 @@ BALANCE_MAX_SWEEPS = 100
 def _balance_start(space):
     """Y <- diag(d) Y with Y Y^T 1 = 1 on every row that has mass: the symmetric
     Sinkhorn iteration d <- sqrt(d / (Y Y^T d)) on the nonnegative Q = Y Y^T, each
-    sweep one pass over Y (Y Y^T d = Y (Y^T d)).  Returns the sweeps made.  A start
-    on the row-sum constraint leaves the multiplier steps the trace alone to settle."""
-    space.map(_init_scaling, read_x=False)
+    sweep one pass over Y (Y Y^T d = Y (Y^T d), and the pass that updates d returns
+    Y^T d for the next).  Returns (sweeps, converged).  A start on the row-sum
+    constraint leaves the multiplier steps the trace alone to settle.  Where the
+    scaling does not stay finite (a row with mass too small to scale), Y is left as
+    it was."""
+    c = _ordered_sum(space.map(_init_scaling, read_x=False))
+    converged = False
     for sweep in range(1, BALANCE_MAX_SWEEPS + 1):
-        c = _ordered_sum(space.map(_scaled_column_sums, read_x=False))
-        worst = max(space.map(_scaling_sweep, c, read_x=False))
-        if worst <= BALANCE_TOL:
+        parts = space.map(_scaling_sweep, c, read_x=False)
+        worst = np.array([p[0] for p in parts])
+        c = _ordered_sum([p[1] for p in parts])
+        if not (np.isfinite(worst).all() and np.isfinite(c).all()):
+            space.map(drop_states, ["_d", "_live"], read_x=False)
+            return sweep, False
+        if worst.max() <= BALANCE_TOL:
+            converged = True
             break
     space.map(_apply_scaling, read_x=False)
-    return sweep
+    return sweep, converged
 
 
 def _init_scaling(chunk):
-    chunk["_d"] = np.ones(chunk["Y"].shape[0])
-
-
-def _scaled_column_sums(chunk):
-    return chunk["Y"].T @ chunk["_d"]
+    Y = chunk["Y"]
+    chunk["_d"] = np.ones(Y.shape[0])
+    chunk["_live"] = Y.any(axis=1)
+    return Y.sum(axis=0)
 
 
 def _scaling_sweep(chunk, c):
-    """d <- sqrt(d / (Y c)) on rows with mass; the largest |d_i (Y c)_i - 1| before it."""
-    q = chunk["Y"] @ c
-    d = chunk["_d"]
-    live = q > 0
-    worst = float(np.abs(d[live] * q[live] - 1.0).max(initial=0.0))
-    d[live] = np.sqrt(d[live] / q[live])
-    return worst
+    """d <- sqrt(d / (Y c)) on rows with mass; (the largest |d_i (Y c)_i - 1| before
+    it, Y^T d after it)."""
+    Y, d, live = chunk["Y"], chunk["_d"], chunk["_live"]
+    q = Y[live] @ c
+    worst = float(np.abs(d[live] * q - 1.0).max(initial=0.0))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        d[live] = np.sqrt(d[live] / q)
+    return worst, Y.T @ d
 
 
 def _apply_scaling(chunk):
+    del chunk["_live"]
     chunk["Y"] = np.clip(chunk["Y"] * chunk.pop("_d")[:, None], 0.0, 1.0)
 
 
@@ -614,8 +624,8 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
     [0, 1], run in the row space (in data mode with X's products in float32: a start
     needs no more; the multiplier steps are float64) and reported in the result's
     ``start``.  With ``params.balance`` the start's rows (of Y0 too) are then scaled so
-    that Y Y^T 1 = 1 (:func:`_balance_start`; its sweeps in ``start``); mu and lam
-    start at 0, as in the paper.
+    that Y Y^T 1 = 1 (:func:`_balance_start`; its sweeps, whether it met BALANCE_TOL and
+    its seconds in ``start``); mu and lam start at 0, as in the paper.
     Multiplier steps are solved inexactly, to ``inner_rtol`` of their starting
     projected gradient or ``inexact_max_iter`` iterations (the far steps need little
     accuracy), except a step confirming the stopping rule and, from a start not
@@ -654,6 +664,7 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
     sigma, phi = params.resolved_sigma(n), params.phi
     problem = _AugmentedLagrangian(space, None if data_mode else D, K, sigma, phi)
     start = None
+    start_method = "Y0" if Y0 is not None else params.start
     if state is not None:
         problem.matmats = int(state["matmats"])
         Y0 = state["Y"]
@@ -676,9 +687,10 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
         space.put("Y", Y0)
         del Y0
     if state is None and params.balance:
-        sweeps = _balance_start(space)
-        if start is not None:
-            start["balance_sweeps"] = sweeps
+        t_balance = time.perf_counter()
+        sweeps, balanced = _balance_start(space)
+        start = dict(start or {"method": start_method},
+                     balance_sweeps=sweeps, balanced=balanced, balance_seconds=time.perf_counter() - t_balance)
     space.put("mu", np.zeros(n) if state is None else np.array(state["mu"], dtype=np.float64))
     problem.lam = 0.0 if state is None else float(state["lam"])
 

@@ -138,7 +138,7 @@ class NomadResult:
         (|min Q| n / K), ``neg_fro_ratio`` (||[Q]_-||_F / ||Q||_F), ``fw_gap`` (the last
         inner Frank-Wolfe gap), ``eig_matvecs``, ``passes``, ``bytes_read``,
         ``bytes_written``; Burer-Monteiro ``lagrangian``, ``row_sum_violation``,
-        ``trace_violation``, ``change``, ``inner_iterations``, ``inner_stop`` (a code:
+        ``trace_violation``, ``change``, ``q_change``, ``inner_iterations``, ``inner_stop`` (a code:
         ``dnomad.nomad.bm.INNER_STOPS[code]``), ``matmats``.
     n_iter : int
         Outer iterations done.

@@ -213,7 +213,8 @@ class NOMAD(_Clustering, _Estimator):
     layers_ : list of dict
         Per layer: sdp_k, n_iter, stop_reason, objective, seconds, start (bm: the
         symmetric NMF start's method, iterations, converged, products, passes and
-        seconds; None where the layer began elsewhere), and Q (the inner layers' Q when
+        seconds, and the balancing's balance_sweeps, balanced and balance_seconds;
+        None where the layer resumed from a checkpoint), and Q (the inner layers' Q when
         kept, else None; the last layer's is ``Q_``).
     embedding_ : ndarray (n, n_components)
         Leading eigenvectors of Q (after the constant one) scaled by sqrt(eigenvalue).
