@@ -85,7 +85,7 @@ class NOMAD(_Clustering, _Estimator):
         Tr(Y^T Y) / r; None: the identity), inner_max_iter (15000),
         inner_tol (1e-10: ftol and gtol), inner_rtol (0.1: a multiplier step stops
         once its projected gradient has fallen to this fraction of where it started,
-        or after inexact_max_iter (50) iterations, except one confirming the stopping
+        or after inexact_max_iter (150) iterations, except one confirming the stopping
         rule, solved to inner_tol; 0: every step to inner_tol; not "scipy"), start
         ("symnmf" or "random"), balance (True: the start's rows scaled so that
         Y Y^T 1 = 1, and its first step inexact; False: the paper's start as it is,
