@@ -117,9 +117,9 @@ def test_symnmf_admm_in_row_chunks_factors_the_planted_gram_as_the_operator_does
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_rank_k_on_separated_blobs_is_the_hard_clustering(seed):
     """r = K gives a hard clustering (Kulis et al. 2007).  Which one is a matter of the
-    start at r = K: over 20 seeds of these blobs the balanced start and the paper's
-    each merged two clusters once, over 20 seeds of 5 blobs (n = 300) 12 and 13 times;
-    the default r is 2 K."""
+    start at r = K: the balanced start and the paper's each merged two clusters on
+    about one in 20 seeds of these blobs and on more than half of 20 seeds of 5 blobs
+    (n = 300); the default r is 2 K."""
     X, y = gaussian_blobs(150, n_centers=3, separation=8.0, random_state=seed)
     res = burer_monteiro(DataGram(X), BurerMonteiroParams(n_clusters=3, rank=3, random_state=seed))
     assert res.stop_reason == "tolerance"

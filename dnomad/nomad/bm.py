@@ -771,15 +771,12 @@ def _step_rtol(history, params):
     also cut at ``inexact_max_iter`` iterations), or 0 (to ``inner_tol``) for SciPy's
     solver, with inner_rtol = 0, after a step that met the stopping rule inexactly (a
     small change may be only a short inexact solve: the rule holds when it holds
-    again), and for the first step from a start not balanced (its solution sets the
-    first multipliers: inexact from the symmetric NMF start as it is, it sent r = K
-    runs on separated blobs to merged clusters; from the balanced start, on the row
-    sums, it is an inexact step like the others, where the exact one took half the
-    time of a run on 5,000 MNIST digits).  Uncut inexact steps alternated: after a
-    short step that ended near the row sums, the next one's tolerance, a tenth of its
-    small starting gradient, took ~1,000 evaluations of drift along nearly flat
-    directions of L (on 10,000-70,000 MNIST digits Q moved 20-30%, the objective 1e-4,
-    the violation grew 3-5x), every other step."""
+    again), and for the first step from a start not balanced (from zero multipliers it
+    leaps far from the row sums, and inexact it sent r = K runs on separated blobs to
+    merged clusters).  The cut stops the drift along nearly flat directions of L that
+    an inexact step's tolerance, a tenth of a small starting gradient, otherwise allows
+    after a step that ended near the row sums (docs/benchmark_notes.md,
+    graphs/nomad_bm_steps.py)."""
     if (params.inner_rtol == 0 or params.optimizer == "scipy" or (not history and not params.balance)
             or (history and _rule_met(history[-1], params))):
         return 0.0
