@@ -632,8 +632,8 @@ CGM_CHECKPOINT_EVERY = 20
 BM_MAX_ITER = 1000
 # Burer-Monteiro settings passed through ``solver_options`` (see BurerMonteiroParams).
 BM_OPTIONS = ("sigma", "phi", "eta", "tol", "feasibility_tol", "optimizer", "memory", "inner_max_iter",
-              "inexact_max_iter", "inner_tol",
-              "inner_rtol", "start", "start_tol", "start_max_iter", "balance", "increments", "precondition")
+              "inexact_max_iter", "inner_tol", "inner_rtol", "start", "start_tol", "start_max_iter", "balance",
+              "increments", "precondition")
 
 
 def default_sdp_k(n, n_clusters):
