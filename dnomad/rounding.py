@@ -4,6 +4,7 @@ solution Q, and normalized spectral clustering of Q as an affinity."""
 from __future__ import annotations
 
 import numpy as np
+from scipy import sparse
 
 from .blocks.operators import LowRankGram
 from .errors import InputValueError
@@ -47,8 +48,7 @@ def kmeans_rows(Y, k, random_state=None, *, n_init=10, max_iter=300, init=None):
         for _ in range(max_iter):
             lab = np.argmin(dist2(C), axis=1)
             counts = np.bincount(lab, minlength=k)
-            sums = np.zeros_like(C)
-            np.add.at(sums, lab, Y)
+            sums = group_sums(lab, Y, k)
             newC = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], C)
             if np.allclose(newC, C):
                 break
@@ -57,6 +57,14 @@ def kmeans_rows(Y, k, random_state=None, *, n_init=10, max_iter=300, init=None):
         if inertia < best_inertia:
             best, best_inertia = np.argmin(dist2(C), axis=1), inertia
     return best
+
+
+def group_sums(labels, Y, k):
+    """The k x r sums of the rows of Y (n x r) by group (``labels`` in 0..k-1): one sparse
+    product, O(n r) (np.add.at took 80% of a k-means++ start on 5,000 MNIST digits)."""
+    n = len(labels)
+    onehot = sparse.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(k, n))
+    return np.asarray(onehot @ Y)
 
 
 # Default of ``component_labels``' fraction: on the exact SDP solution any value in (0, 1)

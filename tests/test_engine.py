@@ -194,6 +194,31 @@ def test_states_a_kernel_drops_or_swaps_are_gone_from_the_chunks(cluster_client,
             np.testing.assert_array_equal(data.get("d"), V + 10)
 
 
+def _project_to_state(chunk, W):
+    chunk["Xw"] = chunk["X"] @ W
+
+
+def _x_and_its_sum(chunk):
+    return chunk["X"].copy(), chunk["X"].sum()
+
+
+def test_a_state_is_read_as_x_by_a_pass_that_names_it(cluster_client, rng):
+    """map(x_state=name) hands the chunk's state ``name`` to the kernel as X (here the
+    centred rows projected on W, written by an earlier pass), here and on workers, and
+    counts a pass over the state, not over X."""
+    X = rng.standard_normal((130, 4)) + 5.0
+    W = rng.standard_normal((4, 2))
+    for client in (None, cluster_client):
+        with blocks.RowChunks(X, chunk_rows=50, client=client) as data:
+            data.map(_project_to_state, W)
+            passes, state_passes = data.passes, data.state_passes
+            parts = data.map(_x_and_its_sum, x_state="Xw")
+            assert (data.passes, data.state_passes) == (passes, state_passes + 1)
+            np.testing.assert_allclose(np.concatenate([p[0] for p in parts]), (X - X.mean(axis=0)) @ W,
+                                       rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(data.get("Xw"), (X - X.mean(axis=0)) @ W, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
 def test_passes_on_a_cluster_are_in_its_event_log_while_the_fit_runs(cluster_client):
     """Every pass a fit runs on a cluster's workers (blocks, and row chunks) is published

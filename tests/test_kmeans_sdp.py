@@ -270,3 +270,23 @@ def test_command_line_fit_and_info(tmp_path):
     assert clustering_accuracy(y, run_store.read_vector(store, "result/labels")) == 1.0
     info = subprocess.run(cli + ["info", store], capture_output=True, text=True, check=True).stdout
     assert "riemannian-kmeans" in info and "stop_reason=tolerance" in info
+
+
+def test_group_sums_and_kmeans_rows_against_a_loop_and_scikit_learn():
+    """rounding.group_sums is the loop's per-group sum (an empty group's row zero), and
+    kmeans_rows reaches scikit-learn's k-means inertia on separated blobs."""
+    from sklearn.cluster import KMeans
+    from sklearn.datasets import make_blobs
+
+    from dnomad.rounding import group_sums, kmeans_rows
+
+    rng = np.random.default_rng(0)
+    Y = rng.standard_normal((97, 5))
+    labels = rng.integers(0, 4, 97)
+    labels[labels == 2] = 3                                     # group 2 empty
+    expected = np.stack([Y[labels == g].sum(axis=0) for g in range(5)])
+    np.testing.assert_allclose(group_sums(labels, Y, 5), expected, rtol=1e-13, atol=1e-13)
+    X, _ = make_blobs(400, n_features=6, centers=5, random_state=2)
+    lab = kmeans_rows(X, 5, random_state=0)
+    inertia = sum(((X[lab == g] - X[lab == g].mean(axis=0)) ** 2).sum() for g in range(5))
+    assert inertia <= KMeans(5, n_init=10, random_state=0).fit(X).inertia_ * (1 + 1e-9)

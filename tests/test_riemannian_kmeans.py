@@ -549,3 +549,49 @@ def test_estimator_tol_and_lam_are_in_units_of_the_data():
         assert est.stop_reason_ == "tolerance" and abs(est.n_iter_ - base.n_iter_) <= 0.2 * base.n_iter_
         np.testing.assert_array_equal(est.labels_, base.labels_)
         assert est.cost_ == pytest.approx(units ** 2 * base.cost_, rel=1e-8)
+
+
+@pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
+def test_many_features_are_solved_on_a_principal_sketch_equal_to_the_projected_problem():
+    """X with 120 features (a planted 3-cluster mixture): the default solves on X's
+    ceil(3 / 0.2) = 15 top principal components, and ends where the run on those
+    components computed by NumPy ends (same labels and cost: the sketch is the projected
+    problem, its k-means start included), at the planted clusters; n_components=None
+    keeps every feature, the paper's problem."""
+    import dnomad
+    from dnomad.data import gmm_simplex
+    from sklearn.metrics import adjusted_rand_score
+
+    X, y = gmm_simplex(240, n_clusters=3, gamma=1.5, n_features=120, random_state=3)
+    sketched = dnomad.RiemannianKMeans(3, random_state=0).fit(X)
+    Xc = X - X.mean(axis=0)
+    values, vectors = np.linalg.eigh(Xc.T @ Xc)
+    projected = Xc @ vectors[:, ::-1][:, :15]
+    reference = dnomad.RiemannianKMeans(3, n_components=None, random_state=0).fit(projected)
+    assert sketched.n_components_ == 15 and reference.n_components_ == 15
+    assert sketched.explained_variance_ratio_ == pytest.approx(values[::-1][:15].sum() / values.sum(), rel=1e-10)
+    assert reference.explained_variance_ratio_ == 1.0
+    assert sketched.stop_reason_ == reference.stop_reason_ == "tolerance"
+    np.testing.assert_array_equal(sketched.labels_, reference.labels_)
+    assert sketched.cost_ == pytest.approx(reference.cost_, rel=1e-9)
+    assert adjusted_rand_score(y, sketched.labels_) == 1.0
+    full = dnomad.RiemannianKMeans(3, n_components=None, random_state=0, max_iter=2).fit(X)
+    assert full.n_components_ == 120
+
+
+@pytest.mark.parametrize("value,match", [(0, "n_components"), (2.5, "n_components"), ("all", "n_components"),
+                                         (True, "n_components"), (7, "n_components must be at most X's 6")])
+def test_bad_n_components_is_refused_by_name(value, match):
+    import dnomad
+
+    X = np.random.default_rng(0).standard_normal((30, 6))
+    with pytest.raises((InputValueError, ValueError, TypeError), match=match):
+        dnomad.RiemannianKMeans(2, n_components=value).fit(X)
+
+
+def test_sketch_size_rule():
+    from dnomad.kmeans_sdp.riemannian import sketch_size
+
+    assert sketch_size("auto", 784, 10) == 50 and sketch_size("auto", 30, 10) == 30
+    assert sketch_size("auto", 448, 16) == 80 and sketch_size(None, 784, 10) == 784
+    assert sketch_size(12, 784, 10) == 12

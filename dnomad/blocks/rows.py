@@ -124,14 +124,21 @@ class RowChunks:
         self._keep = bool(keep_centred) and self.source is None
 
     # ------------------------------------------------------------ passes
-    def map(self, kernel, *args, read_x=True, dtype=np.float64):
+    def map(self, kernel, *args, read_x=True, x_state=None, dtype=np.float64):
         """``[kernel(chunk, *args) for every chunk]``, in chunk order: one pass over X, or,
         with ``read_x=False``, over the state alone (``chunk`` holds no ``"X"``; X in
-        Zarr is not read).  ``dtype``: the precision of ``chunk["X"]`` (float32 halves
-        the cost of a kernel's products with it where that is accurate enough).
-        Passes that read X count in ``passes``, the others in ``state_passes``."""
+        Zarr is not read), or, with ``x_state`` a state's name, over the state with that
+        state as ``chunk["X"]`` (features derived from X, e.g. its projection on
+        principal components, that later passes read in X's place).  ``dtype``: the
+        precision of ``chunk["X"]`` (float32 halves the cost of a kernel's products with
+        it where that is accurate enough).  Passes that read X count in ``passes``, the
+        others in ``state_passes``."""
         t0 = time.perf_counter()
-        rows_of = self._rows_of if read_x else (lambda i: False)
+        if x_state is not None:
+            read_x = False
+            rows_of = (lambda i: _StateRows(x_state))
+        else:
+            rows_of = self._rows_of if read_x else (lambda i: False)
         if self.backend == "local":
             def run(i):
                 state = self._chunks.setdefault(i, {})
@@ -319,7 +326,9 @@ def _chunk_task(state, index, kernel, rows, mean, args, dtype=np.float64, keep=F
     passes in that dtype)."""
     chunk = {k: v for k, v in state.items() if k not in ("_X", "_Xc")}
     kept = state.get("_Xc", {}).get(np.dtype(dtype).str)
-    if rows is not False and kept is not None:
+    if isinstance(rows, _StateRows):
+        chunk["X"] = state[rows.name]
+    elif rows is not False and kept is not None:
         chunk["X"] = kept
     elif rows is not False:
         if rows is None:
@@ -344,6 +353,13 @@ def _chunk_task(state, index, kernel, rows, mean, args, dtype=np.float64, keep=F
         if name not in ("X", "_X", "_Xc"):
             state[name] = value
     return out
+
+
+class _StateRows:
+    """A pass's X taken from the chunk's state ``name`` (see :meth:`RowChunks.map`)."""
+
+    def __init__(self, name):
+        self.name = name
 
 
 def _state_bundle(index, name, block):

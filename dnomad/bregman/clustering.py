@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputValueError, warn_convergence
+from ..rounding import group_sums
 from .divergences import get_divergence
 
 
@@ -224,8 +225,7 @@ def _hard_kernel(chunk, div, d, centroids, log_prior, patch):
         new[hit] = [patch[int(r)] for r in rows[hit]]
     changed = int(np.sum(new != labels))
     chunk["labels"] = new[:, None]
-    sums = np.zeros((d, X.shape[1]))
-    np.add.at(sums, new, X)
+    sums = group_sums(new, X, d)
     return sums, np.bincount(new, minlength=d), changed, objective
 
 

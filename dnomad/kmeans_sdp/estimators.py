@@ -101,6 +101,14 @@ class RiemannianKMeans(_RowChunkEstimator):
     rank : int, optional
         r > n_clusters; default n_clusters + 1 (the paper's Fig. 6: results do not
         depend on r).
+    n_components : "auto", int or None, default "auto"
+        Solve on X's projection on this many principal components (computed from the
+        d x d Gram of the centred rows; one more pass): a Newton step costs
+        O(n r^2 d^2) and solves a system with d (r - 1) unknowns, so X with hundreds of
+        features (images, text) is out of reach without it.  "auto": min(d,
+        5 n_clusters), which keeps the k-means cost of every partition (and of every
+        point of the SDP) within a factor 1.2 (Cohen et al., STOC 2015); None: all of X's
+        features, the paper's problem.  ``cost_`` is then the projected problem's.
     mu : "auto", float or decreasing sequence of floats, default "auto"
         The barrier weight: App. F's heuristic (the barrier at 20 times the data term at
         the interior point), a value, or continuation stages (each warm-started).
@@ -159,6 +167,10 @@ class RiemannianKMeans(_RowChunkEstimator):
         U = [1/sqrt(n) 1, V] Q > 0; ``membership()`` gives Z = U U^T for small n.
     grad_tol_ : float
         The gradient norm the run stopped at or below: tol ||X||_2^2.
+    n_components_ : int
+        The principal components the problem was solved on (d without a projection).
+    explained_variance_ratio_ : float
+        The fraction of X's variance those components keep (1.0 without a projection).
     V_, Q_, mu_, cost_, grad_norm_, min_eigenvalue_, stop_reason_, n_iter_, history_,
     costs_ (every start's final cost), curvature_steps_, passes_ (over X), fit_seconds_,
     restarts_ (restarts from the last checkpoint after a lost worker)
@@ -173,6 +185,7 @@ class RiemannianKMeans(_RowChunkEstimator):
 
     _parameter_constraints = {
         "n_clusters": [Interval(numbers.Integral, 2, None)], "rank": _OPTIONAL_POSITIVE_INT,
+        "n_components": [Options("auto")] + _OPTIONAL_POSITIVE_INT,
         "mu": [Options("auto"), "array-like"] + _POSITIVE, "init": [Options(*rk.INITS)], "n_init": _POSITIVE_INT,
         "max_iter": _POSITIVE_INT, "tol": _POSITIVE, "lam": _POSITIVE,
         "kappa_plus": [Interval(numbers.Real, 1, None, closed="neither")],
@@ -183,14 +196,15 @@ class RiemannianKMeans(_RowChunkEstimator):
         "chunk_rows": _OPTIONAL_POSITIVE_INT, "backend": [Options("auto", "local", "distributed")],
         "checkpoint_every": _POSITIVE_INT, "callback": [None, "callback"], **_RUN_CONSTRAINTS}
 
-    def __init__(self, n_clusters=8, *, rank=None, mu="auto", init="kmeans", n_init=1, max_iter=1000, tol=1e-10,
-                 lam=1.0,
+    def __init__(self, n_clusters=8, *, rank=None, n_components="auto", mu="auto", init="kmeans", n_init=1,
+                 max_iter=1000, tol=1e-10, lam=1.0,
                  kappa_plus=1.3, kappa_minus=1.1, max_inner=60, lam_rule="adaptive", cubic_L=1.0,
                  boundary_fraction=0.95, second_order=True, min_eigenvalue=None, chunk_rows=None,
                  backend="auto", random_state=None, store=None, overwrite=False, checkpoint_every=10,
                  callback=None, verbose=0):
         self.n_clusters = n_clusters
         self.rank = rank
+        self.n_components = n_components
         self.mu = mu
         self.init = init
         self.n_init = n_init
@@ -226,7 +240,8 @@ class RiemannianKMeans(_RowChunkEstimator):
         curvature = rk.data_curvature(data)
         self.grad_tol_ = self.tol * curvature
         res = rk.riemannian_kmeans(
-            data, self.n_clusters, rank=self.rank, mu=self.mu, init=self.init, n_init=self.n_init,
+            data, self.n_clusters, rank=self.rank, n_components=self.n_components, mu=self.mu, init=self.init,
+            n_init=self.n_init,
             random_state=self.random_state, lam=self.lam * curvature, kappa_plus=self.kappa_plus,
             kappa_minus=self.kappa_minus, max_iter=self.max_iter, max_inner=self.max_inner, gtol=self.grad_tol_,
             curvature_tol=math.sqrt(self.tol) * curvature, lam_rule=self.lam_rule,
@@ -235,6 +250,8 @@ class RiemannianKMeans(_RowChunkEstimator):
             min_eigenvalue=self.min_eigenvalue, callback=self._solver_callback(), state=state,
             checkpoint=checkpoint, checkpoint_every=self.checkpoint_every)
         self.labels_ = res.labels
+        self.n_components_ = data.d if res.sketch is None else res.sketch.components.shape[1]
+        self.explained_variance_ratio_ = 1.0 if res.sketch is None else res.sketch.variance
         self.U_, self.V_, self.Q_ = res.U, res.V, res.Q
         self.mu_, self.cost_, self.grad_norm_ = res.mu, res.cost, res.grad_norm
         self.min_eigenvalue_ = res.min_eigenvalue
@@ -249,6 +266,8 @@ class RiemannianKMeans(_RowChunkEstimator):
 
     def _summary(self):
         return {"cost": self.cost_, "mu": self.mu_, "grad_norm": self.grad_norm_, "grad_tol": self.grad_tol_,
+                "n_components": int(self.n_components_),
+                "explained_variance_ratio": float(self.explained_variance_ratio_),
                 "min_eigenvalue": self.min_eigenvalue_, "stop_reason": self.stop_reason_,
                 "n_iter": self.n_iter_, "passes": self.passes_, "costs": [float(c) for c in self.costs_],
                 "curvature_steps": int(self.curvature_steps_)}

@@ -16,26 +16,26 @@ SEED_SAMPLE_ROWS = 20000
 LLOYD_MAX_ITER = 300
 
 
-def kmeans_partition(data, K, random_state=None, *, max_iter=LLOYD_MAX_ITER):
+def kmeans_partition(data, K, random_state=None, *, max_iter=LLOYD_MAX_ITER, x_state=None):
     """Labels (n,) of the rows of ``data`` (a :class:`dnomad.blocks.RowChunks`) by
     k-means: :func:`dnomad.rounding.kmeans_rows` on min(n, SEED_SAMPLE_ROWS) rows drawn
     uniformly, then Lloyd's iterations over every row until no label changes (or
     ``max_iter``).  Costs one pass to draw the sample and one per iteration (O(n d K)
     each); the client holds the sample and K centres.  A centre left without rows keeps
-    its place."""
+    its place.  ``x_state``: the rows are that state of the chunks (e.g. X's sketch)."""
     rng = np.random.default_rng(random_state)
     n = data.n
     picked = np.zeros((n, 1), dtype=bool)
     picked[rng.choice(n, min(n, SEED_SAMPLE_ROWS), replace=False)] = True
     data.put("kmeans_pick", picked)
-    sample = np.concatenate(data.map(_picked_rows), axis=0)
+    sample = np.concatenate(data.map(_picked_rows, x_state=x_state), axis=0)
     data.drop("kmeans_pick")
     seed = kmeans_rows(sample, K, rng)
     centres = np.stack([sample[seed == k].mean(axis=0) if np.any(seed == k) else sample[rng.integers(len(sample))]
                         for k in range(K)])
     data.put("kmeans_labels", np.full((n, 1), -1, dtype=np.int64))
     for _ in range(max_iter):
-        parts = data.map(_lloyd_kernel, centres)
+        parts = data.map(_lloyd_kernel, centres, x_state=x_state)
         sums = sum(p[0] for p in parts)
         counts = sum(p[1] for p in parts)
         changed = sum(p[2] for p in parts)
@@ -82,23 +82,24 @@ def _lloyd_kernel(chunk, centres):
     return onehot.T @ X, onehot.sum(axis=0), changed
 
 
-def split_groups(data, labels, groups):
+def split_groups(data, labels, groups, *, x_state=None):
     """A refinement of the partition ``labels`` into exactly ``groups`` nonempty groups
     (numbered 0..groups-1): the largest group cut in two at the median of its rows'
     projections on their first principal direction, again while there are too few (two
-    passes a cut: the group's moments, then its projections).  Needs n >= groups."""
+    passes a cut: the group's moments, then its projections).  Needs n >= groups.
+    ``x_state`` as in :func:`kmeans_partition`."""
     labels = np.unique(np.asarray(labels), return_inverse=True)[1]       # nonempty groups 0..c-1
     if groups > data.n:
         raise InputValueError(f"cannot split {data.n} rows into {groups} nonempty groups")
     while labels.max() + 1 < groups:
         big = int(np.argmax(np.bincount(labels)))
         data.put("split_labels", labels[:, None])
-        parts = data.map(_group_moments, big)
+        parts = data.map(_group_moments, big, x_state=x_state)
         count = sum(p[0] for p in parts)
         mean = sum(p[1] for p in parts) / count
         scatter = sum(p[2] for p in parts) - count * np.outer(mean, mean)
         direction = np.linalg.eigh(scatter)[1][:, -1]
-        projections = np.concatenate(data.map(_group_projections, big, direction))
+        projections = np.concatenate(data.map(_group_projections, big, direction, x_state=x_state))
         data.drop("split_labels")
         rows = np.flatnonzero(labels == big)
         upper = rows[np.argsort(projections, kind="stable")[len(rows) // 2:]]

@@ -212,7 +212,7 @@ class KMeansProblem:
     step length that keeps U > 0 is a minimum over all rows of the back-substituted step.
     """
 
-    def __init__(self, manifold, X, mu, *, chunk_rows=None, client=None):
+    def __init__(self, manifold, X, mu, *, chunk_rows=None, client=None, sketch=None):
         from ..blocks import RowChunks
 
         if not (isinstance(mu, (int, float, np.floating)) and not isinstance(mu, bool) and mu > 0
@@ -223,18 +223,29 @@ class KMeansProblem:
             raise InputValueError(f"X must have n = {manifold.n} rows; got {data.n}")
         self.manifold = manifold
         self.data = data
-        self.d = data.d
+        self.sketch = sketch
+        self.d = data.d if sketch is None else sketch.components.shape[1]
         self.mu = float(mu)
-        self.layout = _SmallLayout(manifold.r, data.d)
+        self.layout = _SmallLayout(manifold.r, self.d)
         self._X = None
         self._names = iter(range(1 << 62))
 
     @property
     def X(self):
-        """The centred X as one array (one pass; for the reference methods, small n)."""
+        """The centred X (or its sketch) as one array (one pass; for the reference
+        methods, small n)."""
         if self._X is None:
-            self._X = np.concatenate(self.data.map(_centred_rows), axis=0)
+            self._X = np.concatenate(self._map(_centred_rows), axis=0)
         return self._X
+
+    def _map(self, kernel, *args):
+        """One pass of ``kernel`` over the rows the problem reads: X, or its sketch."""
+        return self.data.map(kernel, *args, x_state=None if self.sketch is None else self.sketch.name)
+
+    @property
+    def passes(self):
+        """Passes over the rows the problem reads (X or its sketch) so far."""
+        return self.data.passes + self.data.state_passes
 
     # -- the reference methods on (V, Q) arrays ----------------------------------
     def _CV(self, V):
@@ -302,7 +313,7 @@ class KMeansProblem:
         V, Q = point
         name = self._new_name()
         self.data.put(name, np.asarray(V, dtype=np.float64))
-        return self._evaluate(name, np.asarray(Q, dtype=np.float64), self.data.map(
+        return self._evaluate(name, np.asarray(Q, dtype=np.float64), self._map(
             _point_kernel, name, np.asarray(Q, dtype=np.float64), self.manifold.n, self.mu))
 
     def point(self, it):
@@ -365,7 +376,7 @@ class KMeansProblem:
         small = self._small(it, shift)
         if rhs is not None:
             self.data.put("rhsV", rhs[0])
-        parts = self.data.map(_schur_kernel, it.name, small, self.layout, rhs is not None)
+        parts = self._map(_schur_kernel, it.name, small, self.layout, rhs is not None)
         S, b, HQQ, gg, neg_d = (_ordered_sum(p[k] for p in parts) for k in range(5))
         lay = self.layout
         HQQ = HQQ.reshape(r * r, r * r) - np.kron(_sym(it.GQ @ Q.T), np.eye(r)) + lam * np.eye(r * r)
@@ -390,7 +401,7 @@ class KMeansProblem:
     def back_substitute(self, it, sol):
         """The second pass: dV_i = D_i^-1 (b_i - L_i s) into the row chunks (state "dV");
         returns what the retraction and the model decrease need (:class:`Step`)."""
-        parts = self.data.map(_back_substitute_kernel, it.name, sol.small, self.layout, sol.s, sol.dQ,
+        parts = self._map(_back_substitute_kernel, it.name, sol.small, self.layout, sol.s, sol.dQ,
                               sol.with_rhs)
         dv_sum, vdv, dvdv, bdv = (_ordered_sum(p[k] for p in parts) for k in range(4))
         t_max = min(p[4] for p in parts)
@@ -407,7 +418,7 @@ class KMeansProblem:
         A, _, Bt = np.linalg.svd(it.Q + t * step.dQ)
         Q = A @ Bt
         name = self._new_name()
-        parts = self.data.map(_retract_kernel, it.name, name, t, mean, scale, Q, M.n, self.mu)
+        parts = self._map(_retract_kernel, it.name, name, t, mean, scale, Q, M.n, self.mu)
         return self._evaluate(name, Q, parts)
 
     def release(self, it):
@@ -880,15 +891,73 @@ def _orth_constraint_rows(Q):
 
 
 # ------------------------------------------------------------------ the optimizer
-def default_mu(X, manifold, point, ratio=20.0):
+# Cohen et al.'s epsilon for the default sketch: its K / epsilon principal components.
+SKETCH_EPSILON = 0.2
+
+
+def sketch_size(n_components, d, K):
+    """The principal components the problem is solved on: all d for None; ``"auto"``,
+    min(d, ceil(K / SKETCH_EPSILON)); else ``n_components`` (at most d).
+
+    The Newton system's small unknowns include z = X^T dV, d (r - 1) of them, and a Schur
+    pass costs O(n d^2 r^2) (:func:`schur_pass_flops`): at d = 784 (MNIST) the Schur
+    complement is a dense 8,000 x 8,000 solve, several an iteration.  Projecting the
+    centred rows on their top ceil(K / eps) principal components preserves the k-means
+    cost of every partition into K groups within a factor 1 + eps, up to a constant
+    (Cohen, Elder, Musco, Musco, Persu, STOC 2015: a projection-cost-preserving sketch);
+    the bound is affine in the projection, so it holds for every Z of the SDP (doubly
+    stochastic, PSD and of trace K: a convex combination of rank-K projections)."""
+    if n_components is None:
+        return d
+    if isinstance(n_components, str):
+        if n_components != "auto":
+            raise InputValueError(f"n_components must be 'auto', None or an integer >= 1; got {n_components!r}")
+        return min(d, math.ceil(K / SKETCH_EPSILON))
+    if isinstance(n_components, bool) or not isinstance(n_components, (int, np.integer)) or n_components < 1:
+        raise InputValueError(f"n_components must be 'auto', None or an integer >= 1; got {n_components!r}")
+    if n_components > d:
+        raise InputValueError(f"n_components must be at most X's {d} features; got {n_components}")
+    return int(n_components)
+
+
+@dataclass(frozen=True, eq=False)
+class PrincipalSketch:
+    """X's centred rows projected on its top principal components (``components``, d x
+    m, orthonormal columns), held as the row chunks' state ``name``; ``variance``: the
+    fraction of X's variance they keep."""
+
+    name: str
+    components: np.ndarray
+    variance: float
+
+
+def principal_sketch(data, m, name="X_sketch"):
+    """The projection of the row chunks' centred X on its m top principal components
+    (the eigenvectors of the d x d Gram the chunks computed when built), written as
+    state ``name`` in one pass; None when m is all of X's d features."""
+    if m >= data.d:
+        return None
+    values, vectors = np.linalg.eigh(data.gram)
+    components = np.ascontiguousarray(vectors[:, ::-1][:, :m])
+    total = float(values.sum())
+    data.map(_project_rows, components, name)
+    return PrincipalSketch(name, components, float(values[::-1][:m].sum()) / total if total > 0 else 1.0)
+
+
+def _project_rows(chunk, components, name):
+    chunk[name] = chunk["X"] @ components
+
+
+def default_mu(X, manifold, point, ratio=20.0, sketch=None):
     """App. F: the largest mu with the barrier term mu * (-sum log U) at ``point`` no more
-    than ``ratio`` times the data term ||X^T V||_F^2 there (X centred; an array, a Zarr
-    array or path, or a :class:`dnomad.blocks.RowChunks`; one pass over it)."""
+    than ``ratio`` times the data term ||X^T V||_F^2 there (X centred, or its ``sketch``;
+    X an array, a Zarr array or path, or a :class:`dnomad.blocks.RowChunks`; one pass)."""
     from ..blocks import RowChunks
 
     data = X if isinstance(X, RowChunks) else RowChunks(X)
     data.put("V_mu", np.asarray(point[0], dtype=np.float64))
-    parts = data.map(_point_kernel, "V_mu", np.asarray(point[1], dtype=np.float64), manifold.n, 1.0)
+    parts = data.map(_point_kernel, "V_mu", np.asarray(point[1], dtype=np.float64), manifold.n, 1.0,
+                     x_state=None if sketch is None else sketch.name)
     data.drop("V_mu")
     if not min(p[0] for p in parts) > 0:
         raise InputValueError("default_mu needs a strictly feasible point (U > 0)")
@@ -913,8 +982,9 @@ def random_start(manifold, rng, scale=0.5, tries=60):
     return x
 
 
-def kmeans_start(manifold, data, rng):
-    """A strictly feasible point at the k-means partition of the rows (``init="kmeans"``).
+def kmeans_start(manifold, data, rng, sketch=None):
+    """A strictly feasible point at the k-means partition of the rows (``init="kmeans"``;
+    of the rows of X's ``sketch`` when given).
 
     The partition (:func:`dnomad.kmeans_sdp.lloyd.kmeans_partition`) is refined into r
     groups (its largest cut in two while there are fewer, :func:`dnomad.kmeans_sdp.lloyd.
@@ -928,7 +998,8 @@ def kmeans_start(manifold, data, rng):
     far from any partition, where the Hessian is indefinite by about 2 ||X||_2^2 and the
     steps regularized by that much are short."""
     K, r, n = manifold.K, manifold.r, manifold.n
-    groups = lloyd.split_groups(data, lloyd.kmeans_partition(data, K, rng), r)
+    x_state = None if sketch is None else sketch.name
+    groups = lloyd.split_groups(data, lloyd.kmeans_partition(data, K, rng, x_state=x_state), r, x_state=x_state)
     theta = (r - K) / (r - 1)
     s = np.sqrt(np.bincount(groups, minlength=r) / n)
     half = math.sqrt(1.0 - theta) * (np.eye(r) - np.outer(s, s)) + np.outer(s, s)
@@ -959,6 +1030,7 @@ class NewtonResult:
     mu: float | None = None
     costs: list | None = None
     labels: np.ndarray | None = None
+    sketch: PrincipalSketch | None = None
 
     @property
     def point(self):
@@ -1028,8 +1100,7 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
     if lam_rule not in ("adaptive", "bisection"):
         raise InputValueError(f"lam_rule must be 'adaptive' or 'bisection'; got {lam_rule!r}")
     M = problem.manifold
-    data = problem.data
-    passes0 = data.passes
+    passes0 = problem.passes
     if state is not None:
         x0, lam, cubic_L = (state["V"], state["Q"]), float(state["lam"]), float(state["cubic_L"])
     it = problem.load(x0)
@@ -1043,17 +1114,17 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
         # (a state saved before the run's first iteration is its start: counted afresh).
         history = [dict(row) for row in state["history"]]
         escapes, inner = int(state["escapes"]), int(state["inner"])
-        passes0, t0 = data.passes - int(state["passes"]), t0 - float(state["seconds"])
+        passes0, t0 = problem.passes - int(state["passes"]), t0 - float(state["seconds"])
     first = len(history)
     for k in range(first, max_iter + 1):
         if checkpoint is not None and k > first and k % checkpoint_every == 0:
             V, Q = problem.point(it)
             checkpoint({"V": V, "Q": Q, "lam": lam, "cubic_L": cubic_L, "history": [dict(r) for r in history],
                         "escapes": escapes,
-                        "inner": inner, "passes": data.passes - passes0, "seconds": time.perf_counter() - t0})
+                        "inner": inner, "passes": problem.passes - passes0, "seconds": time.perf_counter() - t0})
         sol = problem.solve(it, lam)
         row = {"iteration": k, "loss": it.cost, "grad_norm": sol.grad_norm, "lam": lam, "inner": inner,
-               "seconds": time.perf_counter() - t0, "passes": data.passes - passes0}
+               "seconds": time.perf_counter() - t0, "passes": problem.passes - passes0}
         if min_eigenvalue == "every":
             row["min_eigenvalue"] = problem.min_eigenvalue(it)[0]
         history.append(row)
@@ -1117,7 +1188,7 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
     V, Q = problem.point(it)
     return NewtonResult(V, Q, M, history=history, stop_reason=stop, n_iter=history[-1]["iteration"],
                         cost=it.cost, grad_norm=history[-1]["grad_norm"], min_eigenvalue=final_eig,
-                        curvature_steps=escapes, passes=data.passes - passes0,
+                        curvature_steps=escapes, passes=problem.passes - passes0,
                         seconds=time.perf_counter() - t0)
 
 
@@ -1229,7 +1300,7 @@ def data_curvature(data):
     return top if top > 0 else 1.0
 
 
-def mu_schedule(mu, data, manifold):
+def mu_schedule(mu, data, manifold, sketch=None):
     """The barrier weights of the stages: ``"auto"`` is App. F's heuristic at the
     interior point of Lemma 5 (so it does not depend on the start); a number is one
     stage; a decreasing sequence is continuation (each stage starts from the previous
@@ -1238,7 +1309,7 @@ def mu_schedule(mu, data, manifold):
         if mu != "auto":
             raise InputValueError(f"mu must be 'auto', a number > 0 or a decreasing sequence of them; "
                                   f"got {mu!r}")
-        return [default_mu(data, manifold, manifold.interior_point())]
+        return [default_mu(data, manifold, manifold.interior_point(), sketch=sketch)]
     values = [mu] if np.ndim(mu) == 0 else list(mu)
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not (v > 0 and math.isfinite(v)):
@@ -1249,15 +1320,16 @@ def mu_schedule(mu, data, manifold):
     return [float(v) for v in values]
 
 
-def riemannian_kmeans(data, K, *, rank=None, mu="auto", init="kmeans", n_init=1, random_state=None, state=None,
-                      checkpoint=None, checkpoint_every=10, **newton):
-    """K-means by :func:`riemannian_newton` on the row chunks ``data``: ``n_init``
-    strictly feasible starts (``init``: "kmeans", :func:`kmeans_start`, a new seeding
+def riemannian_kmeans(data, K, *, rank=None, n_components="auto", mu="auto", init="kmeans", n_init=1,
+                      random_state=None, state=None, checkpoint=None, checkpoint_every=10, **newton):
+    """K-means by :func:`riemannian_newton` on the row chunks ``data`` (or on their
+    projection on ``n_components`` principal components, :func:`principal_sketch`, the
+    start's k-means too): ``n_init`` strictly feasible starts (``init``: "kmeans", :func:`kmeans_start`, a new seeding
     each; "random", :func:`random_start`), each run through the ``mu`` stages; the run with
     the lowest final cost wins.  Returns its :class:`NewtonResult` with ``history``
     rows tagged by ``init`` and ``stage`` (and ``mu``), ``mu`` (the final barrier
-    weight), ``labels`` (Lemma 1), ``costs`` (every start's final cost) and the passes
-    over X of all runs.  Runs (a start's stage) that stop at ``max_iter`` are reported
+    weight), ``labels`` (Lemma 1), ``costs`` (every start's final cost), ``sketch``
+    (None without one) and the passes over X or its sketch of all runs.  Runs (a start's stage) that stop at ``max_iter`` are reported
     in one ConvergenceWarning.
 
     ``checkpoint(state)`` is called every ``checkpoint_every`` Newton iterations, and at
@@ -1272,7 +1344,8 @@ def riemannian_kmeans(data, K, *, rank=None, mu="auto", init="kmeans", n_init=1,
         raise InputValueError(f"init must be one of {INITS}; got {init!r}")
     if not (isinstance(n_init, (int, np.integer)) and not isinstance(n_init, bool) and n_init >= 1):
         raise InputValueError(f"n_init must be an integer >= 1; got {n_init!r}")
-    mus = mu_schedule(mu, data, manifold)
+    sketch = principal_sketch(data, sketch_size(n_components, data.d, K))
+    mus = mu_schedule(mu, data, manifold, sketch)
     rng = np.random.default_rng(random_state)
     best, costs, passes, capped, done = None, [], 0, [], []
     first_init, first_stage, newton_state = 0, 0, None
@@ -1282,9 +1355,9 @@ def riemannian_kmeans(data, K, *, rank=None, mu="auto", init="kmeans", n_init=1,
     for index in range(first_init, n_init):
         x = None
         if newton_state is None:
-            before = data.passes
-            x = kmeans_start(manifold, data, rng) if init == "kmeans" else random_start(manifold, rng)
-            passes += data.passes - before                # the start's k-means passes
+            before = data.passes + data.state_passes
+            x = kmeans_start(manifold, data, rng, sketch) if init == "kmeans" else random_start(manifold, rng)
+            passes += data.passes + data.state_passes - before         # the start's k-means passes
         history = [row for row in done if row["init"] == index]
         for stage, mu_stage in enumerate(mus):
             if index == first_init and stage < first_stage:
@@ -1297,7 +1370,7 @@ def riemannian_kmeans(data, K, *, rank=None, mu="auto", init="kmeans", n_init=1,
                 # ones (fewer than checkpoint_every iterations each) loses at most one.
                 save({"V": x[0], "Q": x[1], "lam": newton.get("lam", 1.0), "cubic_L": newton.get("cubic_L", 1.0),
                       "history": [], "escapes": 0, "inner": 0, "passes": 0, "seconds": 0.0})
-            res = riemannian_newton(KMeansProblem(manifold, data, mu_stage), x, **newton, warn=False,
+            res = riemannian_newton(KMeansProblem(manifold, data, mu_stage, sketch=sketch), x, **newton, warn=False,
                                     state=newton_state, checkpoint=save, checkpoint_every=checkpoint_every)
             newton_state = None
             rows = [dict(row, init=index, stage=stage, mu=mu_stage) for row in res.history]
@@ -1321,7 +1394,10 @@ def riemannian_kmeans(data, K, *, rank=None, mu="auto", init="kmeans", n_init=1,
         more = f"; and {len(capped) - 5} more" if len(capped) > 5 else ""
         warn_convergence(f"Riemannian K-means stopped at max_iter={max_iter} before meeting its tolerance "
                          f"in {len(capped)} of {n_init * len(mus)} Newton runs: {runs}{more}")
-    return dataclasses.replace(best, mu=mus[-1], costs=costs, passes=passes, labels=labels_from_u(best.U, K))
+    if sketch is not None:
+        data.drop(sketch.name)
+    return dataclasses.replace(best, mu=mus[-1], costs=costs, passes=passes, labels=labels_from_u(best.U, K),
+                               sketch=sketch)
 
 
 # The best start's scalars a checkpoint keeps (its V and Q are arrays of their own).
