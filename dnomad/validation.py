@@ -174,6 +174,34 @@ def check_dtype_kind(dtype, name, owner):
                          f"got {what} dtype {dtype}{hint}")
 
 
+def _unwrapped(X, owner, name):
+    """A masked array without masked entries as its data (with any: refused, dnomad does
+    not impute), a pandas object as a float64 array (missing values as NaN, which the
+    gate then names); anything else unchanged."""
+    if isinstance(X, np.ma.MaskedArray):
+        mask = np.ma.getmaskarray(X)
+        if mask.any():
+            where = np.argwhere(mask)[0]
+            raise InputValueError(f"{owner}: {name} is a masked array with {int(mask.sum())} masked {'entry' if mask.sum() == 1 else 'entries'} (first "
+                                  f"at {tuple(int(i) for i in where)}); dnomad does not impute them: fill them "
+                                  f"({name}.filled(value)) or drop their rows")
+        return np.ma.getdata(X)
+    if isinstance(getattr(X, "_meta", None), np.ma.MaskedArray) and hasattr(X, "dask"):
+        raise InputValueError(f"{owner}: {name} is a dask array of masked arrays; dnomad does not impute masked "
+                              f"entries: fill them (dask.array.ma.filled({name}, value)) or drop their rows")
+    if type(X).__module__.split(".")[0] == "pandas" and hasattr(X, "to_numpy"):
+        try:
+            return X.to_numpy(dtype=np.float64, na_value=np.nan)
+        except (TypeError, ValueError) as exc:
+            dtypes = getattr(X, "dtypes", None)
+            columns = [] if dtypes is None or not hasattr(dtypes, "items") else \
+                [str(c) for c, t in dtypes.items() if t.kind not in "biuf"]
+            which = f" (columns {', '.join(columns[:5])})" if columns else ""
+            raise InputTypeError(f"{owner}: {name} is a pandas {type(X).__name__} that does not convert to "
+                                 f"numbers{which}: {exc}") from None
+    return X
+
+
 def check_data(X, *, owner, name="X", min_rows=2, min_cols=1, square=False, nonnegative=False,
                no_zero_rows=False, not_constant=False, sparse=False, lazy=True, dtype=None):
     """The data's half of the gate.  Returns X as a float64 ndarray when it is in memory
@@ -190,8 +218,14 @@ def check_data(X, *, owner, name="X", min_rows=2, min_cols=1, square=False, nonn
     not overflow: entries up to its largest value / n."""
     from . import blocks
 
+    X = _unwrapped(X, owner, name)
     meta = blocks.input_metadata(X)
     kind = meta["kind"]
+    if kind == "dask" and any(isinstance(s, float) and math.isnan(s) for s in meta["shape"]):
+        # Unknown chunk sizes (after boolean indexing): one pass to count the rows, as
+        # every later step needs n.
+        X = blocks.with_known_chunks(X)
+        meta = dict(meta, shape=X.shape)
     if kind == "unsupported":
         raise InputTypeError(f"{owner}: {name} must be an array (NumPy, dask, a Zarr array or its path or "
                              f"URL{', scipy.sparse' if sparse else ''}); got {type(X).__name__}")

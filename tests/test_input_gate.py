@@ -5,9 +5,12 @@ names the argument), before any pass over the data, and without writing a store 
 issue's own cases are listed by hand; bad data covers dtypes, shapes, content and kinds."""
 import os
 
+import dask.array
 import numpy as np
+import pandas
 import pytest
 import scipy.sparse
+import xarray
 
 import dnomad
 from dnomad import validation
@@ -119,6 +122,11 @@ def _data(method):
         "inf": (inf, InputValueError, "NaN or Inf"),
         "huge": (huge, InputValueError, "magnitude"),
         "missing-zarr-path": ("/nonexistent/dir/X.zarr", InputValueError, "not a readable Zarr array"),
+        "masked": (np.ma.masked_greater(n, np.median(n)), InputValueError, "masked"),
+        "dask-of-masked": (dask.array.from_array(np.ma.masked_greater(n, np.median(n)), chunks=(10, 2)),
+                           InputValueError, "masked"),
+        "pandas-strings": (pandas.DataFrame({"a": n[:, 0], "b": ["x"] * len(n)}), InputTypeError, "columns b"),
+        "pandas-missing": (pandas.DataFrame(nan).astype("Float64"), InputValueError, "NaN"),
         "negative": (neg, InputValueError, "nonnegative") if method == "hottopixx" else None,
         "zero-row": (zero_row, InputValueError, "all zero") if method == "hottopixx" else None,
         # every row the same point: no clustering is better than another (SymNMF's all-ones
@@ -279,3 +287,34 @@ def test_a_fit_checks_its_solver_parameters_once(method, params_class, params, m
     monkeypatch.setattr(cls, "validate", lambda self, size: (calls.append(size), original(self, size))[1])
     ESTIMATORS[method](**params).fit(good_data(method))
     assert len(calls) == len(params.get("layers", [None])), calls
+
+
+def _input_kinds(X, tmp_path):
+    """X as each array-like a scientific Python user hands over."""
+    path = tmp_path / "X.npy"
+    np.save(path, X)
+    read_only = X.copy()
+    read_only.flags.writeable = False
+    unknown = dask.array.from_array(X, chunks=(7, X.shape[1]))
+    unknown = unknown[unknown[:, 0] > -np.inf]                  # chunk sizes unknown (NaN)
+    assert np.isnan(unknown.shape[0])
+    return {"masked-none": np.ma.masked_array(X), "pandas": pandas.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]),
+            "xarray": xarray.DataArray(X, dims=("sample", "feature")),
+            "xarray-dask": xarray.DataArray(X, dims=("sample", "feature")).chunk({"sample": 9}),
+            "memmap": np.load(path, mmap_mode="r"), "read-only": read_only, "dask-unknown-chunks": unknown}
+
+
+@pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
+@pytest.mark.parametrize("method", list(ESTIMATORS))
+def test_every_input_kind_gives_the_labels_of_its_numpy_array(method, tmp_path):
+    """Masked arrays without masked entries, pandas and xarray objects (NumPy- or
+    dask-backed), read-only memmaps and arrays, dask arrays of unknown chunk sizes: each
+    fits to the labels (HOTTOPIXX: the anchor rows) the NumPy array gives, with its d."""
+    X = good_data(method)
+    params = dict(base_params(method), random_state=0)
+    expected = dnomad.fit(X, method=method, **params)
+    for kind, Xk in _input_kinds(X, tmp_path).items():
+        est = dnomad.fit(Xk, method=method, **params)
+        assert est.n_features_in_ == expected.n_features_in_, kind
+        result = "hott_rows_" if method == "hottopixx" else "labels_"
+        np.testing.assert_array_equal(getattr(est, result), getattr(expected, result), err_msg=kind)

@@ -2,7 +2,8 @@
 and fused passes over them.  Only this package builds task graphs and touches Zarr."""
 from .builders import (as_data_matrix, check_dtype, choose_block_size, from_array, from_zarr,
                        gaussian_affinity, gram, input_metadata, neighbour_distance_table, neighbour_distances,
-                       new_group, prepare_gram_data, squared_distances_from, zeros_like_layout)
+                       new_group, prepare_gram_data, squared_distances_from, with_known_chunks,
+                       zeros_like_layout)
 from .columns import (FeatureColumns, SparseColumns, ZarrColumns, blocked_column_order, default_row_block,
                       feature_columns, map_column_blocks, stream_rows)
 from . import device
@@ -20,5 +21,5 @@ __all__ = [
     "dense", "from_array", "from_zarr", "gaussian_affinity", "gram", "input_metadata", "label_sums",
     "map_column_blocks", "matmat", "neighbour_distance_table", "neighbour_distances", "new_group",
     "prepare_gram_data", "shifted_copy", "single_threaded_blas", "squared_distances_from", "stream_rows", "summary",
-    "zeros_like_layout",
+    "with_known_chunks", "zeros_like_layout",
 ]

@@ -128,6 +128,15 @@ def input_metadata(X):
     return {"kind": "unsupported", "dtype": None, "shape": None}
 
 
+def with_known_chunks(X):
+    """A dask array whose chunk sizes are unknown (NaN in its shape, as after boolean
+    indexing) with them computed: one pass over its graph; the caller's array is left
+    as it was."""
+    X = X.copy()
+    X.compute_chunk_sizes()
+    return X
+
+
 def as_data_matrix(X, name="X"):
     """A finite 2-D float64 NumPy array from numpy, dask, a Zarr array or a Zarr path/URL.
 
