@@ -49,9 +49,11 @@ def plot(result, path=None, *, X=None):
     """
     from matplotlib.figure import Figure
 
+    _check_plot_arguments(result, path)
     view = _from_store(result) if isinstance(result, (str, os.PathLike)) else _from_estimator(result)
     if X is not None:
-        view["X"] = np.asarray(X, dtype=np.float64)
+        view["X"] = _checked_data(X, view)
+        view.pop("points", None)
     panels = [draw for draw, wanted in ((_data_panel, view.get("X") is not None and view.get("labels") is not None),
                                         (_q_panel, view.get("Q") is not None and view.get("labels") is not None),
                                         (_embedding_panel, view.get("embedding") is not None
@@ -76,6 +78,35 @@ def plot(result, path=None, *, X=None):
 
 
 # ------------------------------------------------------------------ what a result has
+def _check_plot_arguments(result, path):
+    """What plot's arguments must be, checked as an estimator checks its own."""
+    from .base import _Estimator
+    from .errors import InputTypeError, InputValueError
+
+    if not isinstance(result, (str, os.PathLike)):
+        if not isinstance(result, _Estimator):
+            raise InputTypeError(f"plot: result must be a fitted dnomad estimator or the path or URL of a run store; "
+                                 f"got {type(result).__name__}")
+        if not any(k.endswith("_") and not k.startswith("_") for k in vars(result)):
+            raise InputValueError(f"plot: this {type(result).__name__} is not fitted yet; call fit(X) first")
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise InputTypeError(f"plot: path must be a file name (str or os.PathLike) or None; got "
+                             f"{type(path).__name__}{' (the data goes in X=...)' if hasattr(path, 'shape') else ''}")
+
+
+def _checked_data(X, view):
+    """plot's X: the gate's data checks, and one row per label of the result."""
+    from .errors import InputValueError
+    from .validation import check_data
+
+    X = check_data(X, owner="plot", min_rows=1, lazy=False)
+    labels = view.get("labels")
+    if labels is not None and len(X) != len(labels):
+        raise InputValueError(f"plot: X has {len(X)} rows but the result has {len(labels)} labels; X must be the data "
+                              f"the result was fitted on")
+    return X
+
+
 def _from_estimator(est):
     from .api import ESTIMATORS
     from .blocks import runs

@@ -81,6 +81,10 @@ ISSUE_CASES = [
     ("riemannian-kmeans", {"mu": [0.1, 0.2]}, "mu"), ("riemannian-kmeans", {"mu": -1.0}, "mu"),
     ("nlr", {"rank": 1}, "rank"), ("nomad", {"sdp_k": 2, "n_clusters": 3}, "sdp_k"),
     ("nlr", {"tol": 10**400}, "tol"), ("nomad", {"random_state": np.random.RandomState(0)}, "random_state"),
+    # sizes against the 40 samples (issue 69): named, not an internal r or a silent cap
+    ("nomad", {"n_components": 39}, "n_components"), ("riemannian-kmeans", {"n_clusters": 40}, "n_clusters"),
+    ("riemannian-kmeans", {"rank": 41}, "rank"), ("nlr", {"n_clusters": 41}, "n_clusters"),
+    ("nlr", {"rank": 41}, "rank"), ("riemannian-kmeans", {"n_components": 3}, "n_components"),
 ]
 
 

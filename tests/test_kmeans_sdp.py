@@ -244,10 +244,18 @@ def test_bad_data_is_refused():
         dnomad.RiemannianKMeans(3, mu=0.1).fit(X)
     with pytest.raises(InputValueError, match="NaN"):
         dnomad.NLR(3).fit(X)
-    with pytest.raises(InputValueError, match="need at least r = 5 points; got n = 4"):
-        dnomad.RiemannianKMeans(4, mu=0.1).fit(np.random.default_rng(0).standard_normal((4, 2)))
-    with pytest.raises(InputValueError, match="need at least rank = 6 points; got n = 4"):
-        dnomad.NLR(3).fit(np.random.default_rng(0).standard_normal((4, 2)))
+    four = np.random.default_rng(0).standard_normal((4, 2))
+    # n_clusters and rank against n are named, before any pass (U > 0 needs r > K columns)
+    with pytest.raises(InputValueError, match=r"n_clusters must be below the number of samples \(4\); got 4"):
+        dnomad.RiemannianKMeans(4, mu=0.1).fit(four)
+    with pytest.raises(InputValueError, match=r"rank must be at most the number of samples \(4\); got 5"):
+        dnomad.RiemannianKMeans(3, rank=5).fit(four)
+    with pytest.raises(InputValueError, match=r"n_clusters must be at most the number of samples \(4\); got 5"):
+        dnomad.NLR(5).fit(four)
+    with pytest.raises(InputValueError, match=r"rank must be at most the number of samples \(4\); got 5"):
+        dnomad.NLR(3, rank=5).fit(four)
+    # NLR's default rank 2 n_clusters is capped at n
+    assert dnomad.NLR(3, random_state=0).fit(four).U_.shape == (4, 4)
     with pytest.raises(InputValueError, match="2-D"):
         dnomad.NLR(3).fit(np.zeros(10))
     for bad in ({"beta": 0}, {"step": -1.0}, {"rank": 2}, {"n_init": 0}):

@@ -70,3 +70,25 @@ def test_plot_leaves_pyplot_alone_and_skips_what_a_result_lacks(tmp_path):
     assert plt.get_fignums() == open_before
     assert not any(t.startswith("2-D embedding") for t in titles(fig))
     assert (tmp_path / "one.png").stat().st_size > 10_000
+
+
+def test_plot_checks_its_arguments_as_an_estimator_does():
+    """Not an estimator, not fitted, the data passed as ``path``, an X of another length,
+    dimension or dtype: a DnomadError that names the argument, never AttributeError or
+    IndexError from a panel."""
+    import numpy as np
+
+    from dnomad.errors import InputTypeError, InputValueError
+
+    est = dnomad.NLR(3, random_state=0).fit(BLOBS)
+    cases = [((42,), {}, InputTypeError, "result must be a fitted dnomad estimator"),
+             ((dnomad.NOMAD(2),), {}, InputValueError, "not fitted"),
+             ((est, BLOBS), {}, InputTypeError, "path must be a file name"),
+             ((est,), {"X": BLOBS[:10]}, InputValueError, "X has 10 rows but the result has 60 labels"),
+             ((est,), {"X": BLOBS[None]}, InputValueError, "X must be 2-D"),
+             ((est,), {"X": BLOBS.astype(str)}, InputTypeError, "X must hold real numbers"),
+             ((est,), {"X": np.where(BLOBS > 6, np.nan, BLOBS)}, InputValueError, "NaN")]
+    for args, kwargs, err, match in cases:
+        with pytest.raises(err, match=match):
+            dnomad.plot(*args, **kwargs)
+    assert dnomad.plot(est, X=BLOBS[:, :1]) is not None             # one feature: drawn on a line

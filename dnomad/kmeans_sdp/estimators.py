@@ -25,6 +25,20 @@ class _RowChunkEstimator(_Clustering, _Estimator):
     _method = None
     _checkpoints = True
 
+    def _check_sizes(self, n, d):
+        """n_clusters and rank against the number of samples (and the method's own sizes
+        against X's, :meth:`_check_features`), before any pass."""
+        r = self._rank(n)
+        if self.n_clusters >= n if self._strict else self.n_clusters > n:
+            limit = "below" if self._strict else "at most"
+            raise InputValueError(f"n_clusters must be {limit} the number of samples ({n}); got {self.n_clusters}")
+        if r > n:
+            raise InputValueError(f"rank must be at most the number of samples ({n}); got {self.rank}")
+        self._check_features(d)
+
+    def _check_features(self, d):
+        pass
+
     def _row_chunks(self, X, client):
         return blocks.RowChunks(X, chunk_rows=self.chunk_rows, client=client)
 
@@ -40,6 +54,7 @@ class _RowChunkEstimator(_Clustering, _Estimator):
         self._check()
         start = time.perf_counter()
         X = check_data(X, owner=type(self).__name__, not_constant=True)
+        self._check_sizes(*(int(v) for v in blocks.input_metadata(X)["shape"]))
         params = runs.jsonable_params(self.get_params())
         checkpoints = self._start_matrix_run(self._method, {k: v for k, v in params.items()
                                                             if k not in _NOT_IDENTITY}, X, resume)
@@ -182,6 +197,13 @@ class RiemannianKMeans(_RowChunkEstimator):
     """
 
     _method = "riemannian-kmeans"
+    _strict = True          # U > 0 needs r = rank > n_clusters columns, so n_clusters < n
+
+    def _rank(self, n):
+        return self.n_clusters + 1 if self.rank is None else self.rank
+
+    def _check_features(self, d):
+        rk.sketch_size(self.n_components, d, self.n_clusters)
 
     _parameter_constraints = {
         "n_clusters": [Interval(numbers.Integral, 2, None)], "rank": _OPTIONAL_POSITIVE_INT,
@@ -283,7 +305,7 @@ class NLR(_RowChunkEstimator):
     ----------
     n_clusters : int, >= 2
     rank : int, optional
-        Default 2 * n_clusters (the authors').
+        Default 2 * n_clusters (the authors'), at most the number of samples.
     beta : "scale" or float, default "scale"
         The augmented Lagrangian's penalty.  "scale": 10 ||X||_2^2 / n (X centred), the
         authors' 10 on X scaled to ||X||_2^2 = n, so that the run does not depend on
@@ -318,6 +340,10 @@ class NLR(_RowChunkEstimator):
     """
 
     _method = "nlr"
+    _strict = False
+
+    def _rank(self, n):
+        return nlr_solver.default_rank(n, self.n_clusters) if self.rank is None else self.rank
 
     _parameter_constraints = {
         "n_clusters": [Interval(numbers.Integral, 2, None)], "rank": _OPTIONAL_POSITIVE_INT,

@@ -119,15 +119,23 @@ def _check_numbers(beta, step, tol, dual_tol):
     check_numbers(given, names, positive=True)
 
 
+def default_rank(n, K):
+    """U's columns by default: 2 K (the NLR paper's), at most n."""
+    return min(2 * K, n)
+
+
 def _checked_rank(n, K, rank):
-    """r, U's columns (default 2 K), once K, the rank and n are checked against each other."""
+    """r, U's columns (:func:`default_rank` for None), once K, the rank and n are checked
+    against each other."""
     if not (isinstance(K, (int, np.integer)) and not isinstance(K, bool) and K >= 2):
         raise InputValueError(f"n_clusters (K) must be an integer >= 2; got {K!r}")
-    r = 2 * K if rank is None else rank
+    if K > n:
+        raise InputValueError(f"n_clusters must be at most the number of samples ({n}); got {K}")
+    r = default_rank(n, K) if rank is None else rank
     if not (isinstance(r, (int, np.integer)) and not isinstance(r, bool) and r >= K):
         raise InputValueError(f"rank must be an integer >= K = {K}; got {rank!r}")
     if n < r:
-        raise InputValueError(f"need at least rank = {r} points; got n = {n}")
+        raise InputValueError(f"rank must be at most the number of samples ({n}); got {r}")
     return r
 
 

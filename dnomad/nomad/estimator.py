@@ -320,6 +320,10 @@ class NOMAD(_Clustering, _Estimator):
         n = source.n
         if self.n_clusters >= n:
             raise InputValueError(f"n_clusters must be below the number of samples ({n}); got {self.n_clusters}")
+        if self.n_components > n - 2:
+            # the embedding: Q's top eigenvectors orthogonal to the constant vector
+            raise InputValueError(f"n_components must be at most the number of samples less 2 ({n - 2}); got "
+                                  f"{self.n_components}")
         schedule = self._schedule(n)
         self.sdp_k_ = schedule[0]
         params_list = [self._solver_params_for(K) for K in schedule]
@@ -526,9 +530,8 @@ class NOMAD(_Clustering, _Estimator):
         self.objective_ = res.history[-1]["objective"] if res.history else float("nan")
         self.layers_.append(_layer_record(res))
         ones = np.ones(n) / np.sqrt(n)
-        k = min(self.n_components, n - 2)
         with blocks.single_threaded_blas():
-            w, V = top_eigenvectors(centered_matmat, n, k, deflate=ones, tol=1e-8)
+            w, V = top_eigenvectors(centered_matmat, n, self.n_components, deflate=ones, tol=1e-8)
             self.labels_, self.label_method_used_ = nomad_labels(
                 res.Q, self.n_clusters, self.label_method, self.component_threshold, self.random_state)
         self.embedding_ = V * np.sqrt(np.clip(w, 0, None))
