@@ -384,11 +384,13 @@ def _fit_settings(args):
     cfg = load_config(args.config) if args.config else {}
     defaults = {"method": "nomad", "overwrite": False, "precomputed": False, "backend": "auto",
                 "dtype": "float32", "params": {}}
-    out = {}
+    out, given = {}, set()
     for key in ("input", "method", "n_clusters", "store", "overwrite", "precomputed", "backend", "device",
                 "dtype"):
         flag = getattr(args, key)
-        out[key] = flag if flag not in (None, False) else cfg.get(key, defaults.get(key))
+        out[key] = flag if flag is not None and flag is not False else cfg.get(key, defaults.get(key))
+        if (flag is not None and flag is not False) or key in cfg:
+            given.add(key)
     out["params"] = dict(cfg.get("params", {}))
     if args.params:
         try:
@@ -405,14 +407,31 @@ def _fit_settings(args):
         raise InputValueError(f"missing {', '.join('--' + m.replace('_', '-') for m in missing)} "
                               f"(give them as flags or in --config)")
     _check_param_keys(out["method"], out["params"])
+    _check_flags_apply(out["method"], given)
     if out["device"] is not None:
-        if out["method"] != "nomad":
-            raise InputValueError(f"--device is NOMAD's (its blocks on a GPU); --method {out['method']} runs "
-                                  f"on the host")
         out["params"]["device"] = out["device"]
     out["cluster"] = _cluster_settings(args, cfg.get("cluster", {}))
     out["security"] = cfg.get("security")
     return out
+
+
+# The flags that set an estimator parameter, and the parameters they set (--precomputed:
+# NOMAD's precomputed, SymNMF's affinity).
+_FLAG_PARAMS = {"backend": ("backend",), "dtype": ("dtype",), "device": ("device",),
+                "precomputed": ("precomputed", "affinity")}
+
+
+def _check_flags_apply(method, given):
+    """A flag (or config key) given for a method whose estimator has no such parameter is
+    refused by name, not ignored."""
+    if method not in ESTIMATORS:
+        return                           # refused with the list of methods by the settings' check
+    params = ESTIMATORS[method]().get_params()
+    for key, names in _FLAG_PARAMS.items():
+        if key in given and not any(name in params for name in names):
+            takers = [m for m, est in ESTIMATORS.items() if any(name in est().get_params() for name in names)]
+            raise InputValueError(f"--{key} (or {key} in --config) does not apply to --method {method}; it is "
+                                  f"for {', '.join(takers)}")
 
 
 def _check_param_keys(method, params):
@@ -624,11 +643,44 @@ def cmd_info(args):
     if res:
         print("result      " + " ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
                                       for k, v in res.items() if k not in ("finished", "passes")))
-    shown = history if args.history == "all" else history[-int(args.history):]
+    shown = history if args.history == "all" else history[len(history) - min(args.history, len(history)):]
     print(f"history     {len(history)} rows" + (f", the last {len(shown)}:" if shown else ""))
     if shown:
         print(_format_table(shown))
     return 0
+
+
+def _positive_int(text):
+    """argparse's type for counts: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {value}")
+    return value
+
+
+def _history_rows(text):
+    """``--history``: "all" or a number of rows >= 0."""
+    if text == "all":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of rows >= 0 or all; got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number of rows >= 0 or all; got {value}")
+    return value
+
+
+def _parsed_seconds(text):
+    """``--connect-timeout``: checked when parsed, whether or not a cluster is named."""
+    try:
+        _seconds(text, "--connect-timeout")
+    except InputValueError:
+        raise argparse.ArgumentTypeError(f"must be {_SECONDS}; got {text!r}") from None
+    return text
 
 
 def _add_cluster_flags(p):
@@ -637,11 +689,11 @@ def _add_cluster_flags(p):
     g.add_argument("--scheduler-address", help="connect to this scheduler")
     g.add_argument("--scheduler-file", help="connect to the scheduler that wrote this file "
                    "(deploy/slurm/dnomad.sbatch)")
-    g.add_argument("--slurm-jobs", type=int, help="submit this many SLURM jobs of workers "
+    g.add_argument("--slurm-jobs", type=_positive_int, help="submit this many SLURM jobs of workers "
                    "(dask-jobqueue's SLURMCluster, settings from dask config jobqueue.slurm)")
-    g.add_argument("--local-workers", type=int, help="start a LocalCluster of this many workers")
-    g.add_argument("--wait-for-workers", type=int, help="wait until this many workers have joined")
-    g.add_argument("--connect-timeout", metavar="SECONDS",
+    g.add_argument("--local-workers", type=_positive_int, help="start a LocalCluster of this many workers")
+    g.add_argument("--wait-for-workers", type=_positive_int, help="wait until this many workers have joined")
+    g.add_argument("--connect-timeout", metavar="SECONDS", type=_parsed_seconds,
                    help="wait this long for the scheduler file to appear, then this long for the "
                         "scheduler to answer, before failing (also [cluster] connect_timeout; default: "
                         "dask config distributed.comm.timeouts.connect, 30 s unless set)")
@@ -674,11 +726,11 @@ def build_parser():
     p = sub.add_parser("demo", help="NOMAD on two rings (in this process; --cluster: on a LocalCluster); "
                                     "writes Q, the history and a PNG")
     p.add_argument("--output", default="demo_out", help="folder for the run store and the PNG (default demo_out)")
-    p.add_argument("--n-samples", type=int, default=200, help="points on the two rings (default 200)")
-    p.add_argument("--n-clusters", type=int, default=2, help="the clusters to return (default 2, the rings)")
-    p.add_argument("--sdp-k", type=int, default=None, help="NOMAD's K, the trace of Q (default: NOMAD's rule "
+    p.add_argument("--n-samples", type=_positive_int, default=200, help="points on the two rings (default 200)")
+    p.add_argument("--n-clusters", type=_positive_int, default=2, help="the clusters to return (default 2, the rings)")
+    p.add_argument("--sdp-k", type=_positive_int, default=None, help="NOMAD's K, the trace of Q (default: NOMAD's rule "
                    "from n and n_clusters)")
-    p.add_argument("--block-size", type=int, default=None, help="the blocks' size (default: one block per "
+    p.add_argument("--block-size", type=_positive_int, default=None, help="the blocks' size (default: one block per "
                    "worker thread's share)")
     p.add_argument("--cluster", action="store_true",
                    help="run the same job on an embedded 2-worker LocalCluster, as a large run would")
@@ -688,7 +740,7 @@ def build_parser():
     p.add_argument("--config", help="run configuration (TOML or YAML); flags override it")
     p.add_argument("--input", help="data: .npy, .csv, or a Zarr path or URL (required)")
     p.add_argument("--method", choices=METHODS, help="default nomad")
-    p.add_argument("--n-clusters", "--rank", dest="n_clusters", type=int,
+    p.add_argument("--n-clusters", "--rank", dest="n_clusters", type=_positive_int,
                    help="the number of clusters (nomad, symnmf, the k-means methods, bregman) or the "
                         "rank r (hottopixx: features x samples input); required; NOMAD's K is "
                         "--params '{\"sdp_k\": K}'")
@@ -724,7 +776,7 @@ def build_parser():
     p = sub.add_parser("info", help="print the record, progress and history of the run in STORE")
     p.add_argument("store", help="the run store, a Zarr path or URL")
     p.add_argument("--json", action="store_true", help="everything, as JSON (the whole history)")
-    p.add_argument("--history", default="10", help="history rows to print: a number, or all")
+    p.add_argument("--history", default="10", type=_history_rows, help="history rows to print: a number, or all")
     p.set_defaults(func=cmd_info)
     return parser
 

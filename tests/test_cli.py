@@ -197,7 +197,7 @@ def test_device_flag_reaches_nomad_and_is_refused_elsewhere(tmp_path):
         assert res.returncode != 0
         return res.stderr
 
-    assert "--device is NOMAD's" in fails(*base, "--store", str(tmp_path / "b.zarr"), "--method", "symnmf",
+    assert "--device (or device in --config) does not apply to --method symnmf" in fails(*base, "--store", str(tmp_path / "b.zarr"), "--method", "symnmf",
                                           "--device", "cuda")
     if not cuda_available():
         assert "asks for 'cuda', but" in fails(*base, "--store", str(tmp_path / "c.zarr"), "--device", "cuda")
