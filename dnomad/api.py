@@ -5,7 +5,7 @@ import numpy as np
 
 from .blocks import store as run_store
 from .bregman.estimator import BregmanClustering
-from .errors import InputValueError, StoreError
+from .errors import DnomadError, InputValueError, StoreError
 from .hottopixx.estimator import Hottopixx
 from .kmeans_sdp.estimators import NLR, RiemannianKMeans
 from .nomad.estimator import NOMAD
@@ -29,23 +29,55 @@ def fit(data, method="nomad", **params):
     return ESTIMATORS[method](**params).fit(data, resume=resume)
 
 
+def run_record(store):
+    """The run record of ``store`` checked as a resume needs it (None where the store
+    holds no run): its fields (:func:`dnomad.blocks.store.read_run_record`), a method
+    dnomad has, and parameters its estimator takes; else the StoreError naming it."""
+    meta = run_store.read_run_record(store)
+    if meta is not None:
+        _estimator_of_record(store, meta, {})
+    return meta
+
+
+def _estimator_of_record(store, meta, overrides):
+    """The estimator the run record ``meta`` describes, with ``overrides``: a StoreError
+    where the record names a method or parameters dnomad does not have, or values its
+    estimator refuses (the overrides' own errors are the caller's)."""
+    part = f"the run record {run_store.RUN_MARKER!r}"
+    if meta["method"] not in ESTIMATORS:
+        raise run_store.damaged(store, part, f"names the method {meta['method']!r}, not one of {sorted(ESTIMATORS)}")
+    cls = ESTIMATORS[meta["method"]]
+    recorded = dict(meta["estimator_params"])
+    unknown = sorted(set(recorded) - set(cls().get_params()))
+    if unknown:
+        raise run_store.damaged(store, part, f"gives {cls.__name__} parameters it does not have: "
+                                f"{', '.join(unknown)}")
+
+    def build(params):
+        params = dict(params, store=store, overwrite=False)
+        if params.get("dtype") is not None:
+            params["dtype"] = np.dtype(params["dtype"])
+        est = cls(**params)
+        validate_params(est)
+        return est
+
+    try:
+        est = build(recorded)
+    except (DnomadError, TypeError, ValueError) as exc:
+        raise run_store.damaged(store, part, f"holds parameters {cls.__name__} refuses ({exc})") from None
+    return build(dict(recorded, **overrides)) if overrides else est
+
+
 def resume(store, **overrides):
     """Continue the run in ``store`` from its last checkpoint (after a crash or preemption)
     and return the fitted estimator.  A finished run (its result written) is left as it
     is: the estimator comes back with the stored result's attributes, and nothing is
     computed or written.  A run that crashed after its last checkpoint but before its
     result finishes from that checkpoint, to the result an uninterrupted run writes."""
-    meta = run_store.read_json(store, run_store.RUN_MARKER)
+    meta = run_store.read_run_record(store)
     if meta is None:
         raise StoreError(f"store {run_store.redact(str(store))!r} holds no dnomad run to resume")
-    params = dict(meta["estimator_params"])
-    params.update(overrides)
-    params["store"] = store
-    params["overwrite"] = False
-    if params.get("dtype") is not None:
-        params["dtype"] = np.dtype(params["dtype"])
-    est = ESTIMATORS[meta["method"]](**params)
-    validate_params(est)
+    est = _estimator_of_record(store, meta, overrides)
     inp = meta["input"]
     if inp["kind"] == "data":
         X = run_store.read_vector(store, "input/X")

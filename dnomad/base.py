@@ -132,13 +132,13 @@ class _Estimator(BaseEstimator):
         ``max_iter`` (this fit's, resolved) is larger: its result is withdrawn (so that a
         crash while it goes on leaves no stale result standing) and the run's record
         takes the new max_iter, and resuming goes on from the last checkpoint."""
-        summary = run_store.read_json(self.store, "result")
+        summary = run_store.read_result(self.store)
         if summary is None:
             return False
         if summary.get("stop_reason") == "max_iter" and max_iter is not None and \
                 max_iter > summary.get("n_iter", max_iter):
             run_store.drop_json(self.store, "result")
-            marker = run_store.read_json(self.store, run_store.RUN_MARKER)
+            marker = run_store.read_run_record(self.store)
             marker["estimator_params"][self._max_iter_param] = int(max_iter)
             run_store.write_json(self.store, run_store.RUN_MARKER, marker)
             return False

@@ -511,13 +511,13 @@ def cmd_resume(args):
 
     if _run_marker(args.store) is None:       # before any cluster is reached
         raise StoreError(f"store {redact(args.store)!r} holds no dnomad run to resume")
-    done = run_store.read_json(args.store, "result")
+    cfg = load_config(args.config) if args.config else {}
+    done = run_store.read_result(args.store)
     if done is not None:                     # a finished run stays as it is
         stop = ", ".join(f"{k} {done[k]}" for k in ("stop_reason", "n_iter", "n_epochs") if k in done)
         print(f"the run in {redact(args.store)} finished on {done.get('finished')} ({stop}): nothing to "
               f"resume; `dnomad info {redact(args.store)}` shows it")
         return 0
-    cfg = load_config(args.config) if args.config else {}
     ignored = sorted(set(cfg) - {"cluster", "security"})
     if ignored:
         logger.info("resume: %s in %s ignored (the run's settings are the store's)", ", ".join(ignored),
@@ -538,11 +538,14 @@ def cmd_resume(args):
 
 
 def _run_marker(store):
-    """The run record in ``store`` (None if it holds none); StoreError if it cannot be read."""
-    from dnomad.blocks import store as run_store
+    """The run record in ``store`` (None if it holds none), checked; StoreError if it is
+    damaged or cannot be read."""
+    from dnomad.api import run_record
 
     try:
-        return run_store.read_json(store, run_store.RUN_MARKER)
+        return run_record(store)
+    except StoreError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any backend error means unreadable
         raise StoreError(f"store {redact(store)!r} cannot be read ({type(exc).__name__}: "
                          f"{_one_line(redact(exc, store))})") from exc
@@ -556,29 +559,30 @@ def run_info(store):
     meta = _run_marker(store)
     if meta is None:
         return None
-    layers = []
-    ck = None
-    if meta["method"] == "nomad":
-        from dnomad.nomad.estimator import finished_layers, layer_checkpoint_key
+    layers, ck, res, history = [], None, None, []
+    try:
+        if meta["method"] == "nomad":
+            from dnomad.nomad.estimator import finished_layers, layer_checkpoint_key
 
-        layers = [run_store.read_json(store, f"layers/{layer}") for layer in range(finished_layers(store))]
-        # The checkpoint of the layer running (or last run) in a multi-layer run.
-        for layer in range(len(layers), -1, -1):
-            ck = run_store.Checkpoints(store, layer_checkpoint_key(layer)).latest()
-            if ck is not None:
-                ck["layer"] = layer
-                break
-    else:
-        ck = run_store.Checkpoints(store, f"{meta['method']}_checkpoint").latest()
-    res = run_store.read_json(store, "result")
-    history = run_store.read_table(store, "result/history") if res else None
-    if history is None:
-        history = ck["history"] if ck else []
+            layers = [run_store.read_json(store, f"layers/{layer}") for layer in range(finished_layers(store))]
+            # The checkpoint of the layer running (or last run) in a multi-layer run.
+            for layer in range(len(layers), -1, -1):
+                ck = run_store.Checkpoints(store, layer_checkpoint_key(layer)).latest()
+                if ck is not None:
+                    ck["layer"] = layer
+                    break
+        else:
+            ck = run_store.Checkpoints(store, f"{meta['method']}_checkpoint").latest()
+        res = run_store.read_result(store)
+        history = run_store.read_table(store, "result/history") if res else None
+        if history is None:
+            history = ck["history"] if ck else []
+        status = "finished" if res else ("interrupted or running" if ck else "started")
+    except StoreError as exc:
+        status = f"damaged: {exc}"
     checkpoint = None if ck is None else {k: v for k, v in ck.items() if k not in ("history", "params")}
     return {"store": redact(str(store)), "run": meta, "checkpoint": checkpoint, "result": res,
-            "layers": layers,
-            "status": "finished" if res else ("interrupted or running" if ck else "started"),
-            "history": history}
+            "layers": layers, "status": status, "history": history}
 
 
 def _format_table(rows, columns=None):
@@ -621,19 +625,21 @@ def cmd_info(args):
     if info is None:
         print(f"dnomad: error: {redact(args.store)!r} holds no dnomad run", file=sys.stderr)
         return 1
+    failed = 1 if info["status"].startswith("damaged") else 0
     if args.json:
         print(json.dumps(info, indent=2, default=str))
-        return 0
+        return failed
     run, res, ck, history = info["run"], info["result"], info["checkpoint"], info["history"]
     params = {k: v for k, v in run["estimator_params"].items() if v is not None and k != "callback"}
     print(f"store       {info['store']}")
-    print(f"run         {run['method']} (run id {run['run_id']}), started {run['started']} on "
+    print(f"run         {run['method']} (run id {run['run_id']}), started {run.get('started')} on "
           f"{run.get('host')}")
     print(f"status      {info['status']}" + (f", {res['finished']} after {res.get('fit_seconds', 0):.1f} s"
                                            if res else ""))
     print(f"input       {json.dumps(run['input'])}")
     print(f"params      {' '.join(f'{k}={v}' for k, v in params.items())}")
-    print(f"versions    {' '.join(f'{k} {v}' for k, v in run['versions'].items())}")
+    versions = run.get("versions") if isinstance(run.get("versions"), dict) else {}
+    print(f"versions    {' '.join(f'{k} {v}' for k, v in versions.items())}")
     for i, layer in enumerate(info["layers"]):
         print(f"layer {i}     K={layer['sdp_k']} {layer['n_iter']} iterations ({layer['stop_reason']}), "
               f"objective {layer['objective']:.6g}")
@@ -642,12 +648,12 @@ def cmd_info(args):
         print(f"checkpoint  iteration {ck['iteration']}{where} in {ck['prefix']}")
     if res:
         print("result      " + " ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
-                                      for k, v in res.items() if k not in ("finished", "passes")))
+                                      for k, v in res.items() if k not in ("finished", "passes", "arrays")))
     shown = history if args.history == "all" else history[len(history) - min(args.history, len(history)):]
     print(f"history     {len(history)} rows" + (f", the last {len(shown)}:" if shown else ""))
     if shown:
         print(_format_table(shown))
-    return 0
+    return failed
 
 
 def _positive_int(text):

@@ -133,10 +133,10 @@ def _from_store(store):
     from .blocks import store as run_store
     from .errors import StoreError
 
-    marker = run_store.read_json(store, run_store.RUN_MARKER)
+    marker = run_store.read_run_record(store)
     if marker is None:
         raise StoreError(f"store {run_store.redact(str(store))!r} holds no dnomad run")
-    result = run_store.read_json(store, "result")
+    result = run_store.read_result(store)
     if result is None:
         raise StoreError(f"the run in {run_store.redact(str(store))!r} has not finished: no result to draw "
                          f"(`dnomad info` shows its history)")

@@ -9,7 +9,10 @@ import dnomad
 from dnomad.blocks.engine import _worker_peak_rss
 from dnomad.data import two_rings
 
-MEMORY_LIMIT = 300 * 2**20
+# A worker holds about 250 MiB before any block: Python, NumPy, dask, distributed, and
+# scikit-learn, which dnomad's ConvergenceWarning subclasses and which imports pandas where
+# it is installed (as the test extra installs it).
+MEMORY_LIMIT = 450 * 2**20
 BLOCK = 500
 
 
@@ -35,7 +38,7 @@ def _fit(n, store):
 def test_nomad_runs_out_of_core_with_bounded_worker_memory(small_memory_client, tmp_path):
     client = small_memory_client
     peaks = {}
-    for n in (1500, 4000):
+    for n in (1500, 5000):
         est = _fit(n, str(tmp_path / f"run{n}.zarr"))
         assert est.backend_used_ == "zarr" and est.n_iter_ == 2
         Q = est.Q_
@@ -43,12 +46,12 @@ def test_nomad_runs_out_of_core_with_bounded_worker_memory(small_memory_client, 
         # ru_maxrss is the peak over each worker's life, so peaks[n] covers all runs so far.
         peaks[n] = max(client.run(_worker_peak_rss).values())
         state_bytes = 3 * Q.group.matrix_nbytes + n * n * 8   # P, Gamma, G (upper) and Q (full)
-        if n == 4000:
+        if n == 5000:
             assert state_bytes > MEMORY_LIMIT
-    assert peaks[4000] < 0.95 * MEMORY_LIMIT
-    # Going from n = 1500 to 4000 adds 7x the matrix bytes; the workers' peak may grow by
-    # O(n) vectors, not by anything of order n^2 (one 4000^2 float64 matrix is 128 MB).
-    assert peaks[4000] - peaks[1500] < 24 * 2**20
+    assert peaks[5000] < 0.95 * MEMORY_LIMIT
+    # Going from n = 1500 to 5000 adds 11x the matrix bytes; the workers' peak may grow by
+    # O(n) vectors, not by anything of order n^2 (one 5000^2 float64 matrix is 200 MB).
+    assert peaks[5000] - peaks[1500] < 24 * 2**20
 
 
 def test_default_blocks_follow_the_workers_memory_limit(tmp_path):

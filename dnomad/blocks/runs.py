@@ -166,5 +166,5 @@ def write_result(store, arrays, summary, history, seconds):
             run_store.write_vector(store, f"result/{path}", value)
         run_store.write_table(store, "result/history", history)
         run_store.write_json(store, "result", dict(
-            summary, fit_seconds=seconds,
+            summary, fit_seconds=seconds, arrays=sorted(arrays),
             finished=datetime.datetime.now(datetime.timezone.utc).isoformat()))

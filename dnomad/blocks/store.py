@@ -57,6 +57,7 @@ def check_store(url, run_id, *, overwrite=False, resume=False):
     attrs = dict(g.attrs)
     existing = attrs.get(RUN_MARKER)
     if existing is not None and not overwrite:
+        checked_record(url, f"the run record {RUN_MARKER!r}", existing, RUN_RECORD_FIELDS)
         if existing.get("run_id") != run_id or not resume:
             raise StoreError(f"store {shown!r} already holds a dnomad run ({existing.get('method')}, "
                              f"started {existing.get('started')}); pass overwrite=True "
@@ -195,10 +196,91 @@ def drop_json(url, key):
 
 
 def read_json(url, key, default=None):
+    """The record ``key`` of the store's attributes (``default`` where the store or the
+    record is absent); StoreError where the store's metadata cannot be read."""
     try:
         return dict(_group(url, mode="r").attrs).get(key, default)
     except FileNotFoundError:
         return default
+    except Exception as exc:  # noqa: BLE001 - a truncated zarr.json, a group that is an array: unreadable
+        raise damaged(url, "its metadata (zarr.json)", f"cannot be read ({type(exc).__name__}: "
+                      f"{redact(str(exc), str(url))})") from None
+
+
+# ---- the store's integrity: one reader per record, each checked before anything runs
+def damaged(url, part, what):
+    """The StoreError of a damaged part of a run store, saying what to do."""
+    return StoreError(f"store {redact(str(url))!r} is damaged: {part} {what}; restore the store from a copy, or "
+                      f"start the run again with overwrite=True (--overwrite)")
+
+
+def _is_count(v):
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_names(v):
+    return isinstance(v, list) and all(isinstance(x, str) and x for x in v)
+
+
+# (field, test, what it must be) of each record dnomad writes
+RUN_RECORD_FIELDS = (("method", lambda v: isinstance(v, str) and bool(v), "a method's name"),
+                     ("run_id", lambda v: isinstance(v, str) and bool(v), "a string"),
+                     ("estimator_params", lambda v: isinstance(v, dict), "a table of parameters"),
+                     ("input", lambda v: isinstance(v, dict) and isinstance(v.get("kind"), str),
+                      "a table with the input's kind"))
+CHECKPOINT_FIELDS = (("slot", lambda v: v in ("a", "b"), "'a' or 'b'"),
+                     ("iteration", _is_count, "an integer >= 0"))
+RESULT_FIELDS = (("finished", lambda v: isinstance(v, str), "a time"),)
+
+
+def checked_record(url, part, record, fields):
+    """``record`` if it is a table with every field of ``fields`` as it must be, else
+    the StoreError naming the part and the field."""
+    if not isinstance(record, dict):
+        raise damaged(url, part, f"is {type(record).__name__} {_short(record)}, not a record")
+    for name, test, wanted in fields:
+        if name not in record:
+            raise damaged(url, part, f"lacks its field {name!r}")
+        if not test(record[name]):
+            raise damaged(url, part, f"has {name} = {_short(record[name])}, not {wanted}")
+    return record
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def read_run_record(url):
+    """The run record (RUN_MARKER) checked, or None where the store holds no run."""
+    record = read_json(url, RUN_MARKER)
+    return None if record is None else checked_record(url, f"the run record {RUN_MARKER!r}", record,
+                                                      RUN_RECORD_FIELDS)
+
+
+def read_result(url):
+    """The result record checked, with every array it lists present and its history
+    table readable; None where the run has no result."""
+    record = read_json(url, "result")
+    if record is None:
+        return None
+    checked_record(url, "the result record", record, RESULT_FIELDS)
+    arrays = record.get("arrays", [])
+    if not _is_names(arrays):
+        raise damaged(url, "the result record", f"has arrays = {_short(arrays)}, not a list of names")
+    for name in arrays:
+        if not has_array(url, f"result/{name}"):
+            raise damaged(url, f"the result's array result/{name}", "is missing")
+    checked_table(url, "result/history")
+    return record
+
+
+def checked_table(url, path):
+    """The table at ``path`` (:func:`read_table`), or the StoreError naming it."""
+    try:
+        return read_table(url, path)
+    except Exception as exc:  # noqa: BLE001 - a deleted column, a truncated array
+        raise damaged(url, f"the table {path}", f"cannot be read ({type(exc).__name__}: {exc})") from None
 
 
 def write_vector(url, path, v, chunks=None):
@@ -302,12 +384,21 @@ class Checkpoints:
         self.key = key
 
     def latest(self):
-        """The last complete checkpoint's record with its ``prefix`` and ``history``, or None."""
+        """The last complete checkpoint's record with its ``prefix`` and ``history``, or None;
+        a StoreError where the record, an array it lists or its history is damaged."""
         record = read_json(self.url, self.key)
         if record is None:
             return None
+        part = f"the checkpoint record {self.key!r}"
+        checked_record(self.url, part, record, CHECKPOINT_FIELDS)
         prefix = f"checkpoint/{record['slot']}"
-        return dict(record, prefix=prefix, history=read_table(self.url, f"{prefix}/history") or [])
+        arrays = record.get("arrays", [])
+        if not _is_names(arrays):
+            raise damaged(self.url, part, f"has arrays = {_short(arrays)}, not a list of names")
+        for name in arrays:
+            if not has_array(self.url, f"{prefix}/{name}"):
+                raise damaged(self.url, f"the checkpoint's array {prefix}/{name}", "is missing")
+        return dict(record, prefix=prefix, history=checked_table(self.url, f"{prefix}/history") or [])
 
     @contextlib.contextmanager
     def write(self, record, history):
@@ -367,8 +458,7 @@ class Checkpoints:
 def has_array(url, path):
     try:
         g = _group(url, mode="r")
-        g[path]
-        return True
+        return hasattr(g[path], "shape")
     except (KeyError, FileNotFoundError):
         return False
 
