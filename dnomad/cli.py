@@ -656,28 +656,26 @@ def cmd_info(args):
     return failed
 
 
-def _positive_int(text):
-    """argparse's type for counts: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {value}")
-    return value
+def _int_at_least(minimum, wanted):
+    """An argparse type: an integer >= ``minimum`` (``wanted`` says so in the error)."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {wanted}; got {value}")
+        return value
+    return parse
+
+
+_positive_int = _int_at_least(1, "an integer >= 1")          # counts
+_row_count = _int_at_least(0, "a number of rows >= 0 or all")
 
 
 def _history_rows(text):
     """``--history``: "all" or a number of rows >= 0."""
-    if text == "all":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of rows >= 0 or all; got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a number of rows >= 0 or all; got {value}")
-    return value
+    return text if text == "all" else _row_count(text)
 
 
 def _parsed_seconds(text):

@@ -202,9 +202,13 @@ def read_json(url, key, default=None):
         return dict(_group(url, mode="r").attrs).get(key, default)
     except FileNotFoundError:
         return default
-    except Exception as exc:  # noqa: BLE001 - a truncated zarr.json, a group that is an array: unreadable
+    except (ValueError, TypeError, KeyError) as exc:       # a truncated or rewritten zarr.json
         raise damaged(url, "its metadata (zarr.json)", f"cannot be read ({type(exc).__name__}: "
                       f"{redact(str(exc), str(url))})") from None
+    except Exception as exc:  # noqa: BLE001 - credentials, network, a bad URL: not damage, but unreadable
+        # "from None": the chained backend error may quote the credentials.
+        raise StoreError(f"store {redact(str(url))!r} cannot be read ({type(exc).__name__}: "
+                         f"{redact(str(exc), str(url))})") from None
 
 
 # ---- the store's integrity: one reader per record, each checked before anything runs
