@@ -39,6 +39,17 @@ def run_record(store):
     return meta
 
 
+def load_finished(store):
+    """The estimator of the finished run in ``store`` with its stored result (nothing is
+    computed, written or locked), or None where the run has not finished; StoreError
+    where the record or the result is damaged, as a resume would find it."""
+    meta = run_record(store)
+    if meta is None:
+        return None
+    est = _estimator_of_record(store, meta, {})
+    return est if est._load_finished() else None
+
+
 def _estimator_of_record(store, meta, overrides):
     """The estimator the run record ``meta`` describes, with ``overrides``: a StoreError
     where the record names a method or parameters dnomad does not have, or values its
@@ -50,8 +61,12 @@ def _estimator_of_record(store, meta, overrides):
     recorded = dict(meta["estimator_params"])
     unknown = sorted(set(recorded) - set(cls().get_params()))
     if unknown:
+        from . import __version__
+
+        written = meta.get("versions", {}).get("dnomad") if isinstance(meta.get("versions"), dict) else None
         raise run_store.damaged(store, part, f"gives {cls.__name__} parameters it does not have: "
-                                f"{', '.join(unknown)}")
+                                f"{', '.join(unknown)} (written by dnomad {written or 'of an unknown version'}, "
+                                f"read by {__version__})")
 
     def build(params):
         params = dict(params, store=store, overwrite=False)

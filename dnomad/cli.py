@@ -389,8 +389,8 @@ def _fit_settings(args):
                 "dtype"):
         flag = getattr(args, key)
         out[key] = flag if flag is not None and flag is not False else cfg.get(key, defaults.get(key))
-        if (flag is not None and flag is not False) or key in cfg:
-            given.add(key)
+        if (flag is not None and flag is not False) or cfg.get(key, defaults.get(key)) != defaults.get(key):
+            given.add(key)                  # a config key that restates the default changes nothing
     out["params"] = dict(cfg.get("params", {}))
     if args.params:
         try:
@@ -511,8 +511,10 @@ def cmd_resume(args):
 
     if _run_marker(args.store) is None:       # before any cluster is reached
         raise StoreError(f"store {redact(args.store)!r} holds no dnomad run to resume")
+    from dnomad.api import load_finished
+
     cfg = load_config(args.config) if args.config else {}
-    done = run_store.read_result(args.store)
+    done = run_store.read_result(args.store) if load_finished(args.store) is not None else None
     if done is not None:                     # a finished run stays as it is
         stop = ", ".join(f"{k} {done[k]}" for k in ("stop_reason", "n_iter", "n_epochs") if k in done)
         print(f"the run in {redact(args.store)} finished on {done.get('finished')} ({stop}): nothing to "
@@ -574,6 +576,10 @@ def run_info(store):
         else:
             ck = run_store.Checkpoints(store, f"{meta['method']}_checkpoint").latest()
         res = run_store.read_result(store)
+        if res is not None:
+            from dnomad.api import load_finished
+
+            load_finished(store)             # the result as a resume reads it: damage is named
         history = run_store.read_table(store, "result/history") if res else None
         if history is None:
             history = ck["history"] if ck else []
@@ -634,15 +640,18 @@ def cmd_info(args):
     print(f"store       {info['store']}")
     print(f"run         {run['method']} (run id {run['run_id']}), started {run.get('started')} on "
           f"{run.get('host')}")
-    print(f"status      {info['status']}" + (f", {res['finished']} after {res.get('fit_seconds', 0):.1f} s"
-                                           if res else ""))
+    seconds = res.get("fit_seconds") if res else None
+    print(f"status      {info['status']}" + (f", {res['finished']}" + (f" after {seconds:.1f} s" if isinstance(
+        seconds, (int, float)) else "") if res else ""))
     print(f"input       {json.dumps(run['input'])}")
     print(f"params      {' '.join(f'{k}={v}' for k, v in params.items())}")
     versions = run.get("versions") if isinstance(run.get("versions"), dict) else {}
     print(f"versions    {' '.join(f'{k} {v}' for k, v in versions.items())}")
     for i, layer in enumerate(info["layers"]):
-        print(f"layer {i}     K={layer['sdp_k']} {layer['n_iter']} iterations ({layer['stop_reason']}), "
-              f"objective {layer['objective']:.6g}")
+        layer = layer if isinstance(layer, dict) else {}
+        objective = layer.get("objective")
+        print(f"layer {i}     K={layer.get('sdp_k')} {layer.get('n_iter')} iterations ({layer.get('stop_reason')}), "
+              f"objective {f'{objective:.6g}' if isinstance(objective, float) else objective}")
     if ck is not None:
         where = f" of layer {ck['layer']}" if info["layers"] or ck.get("layer") else ""
         print(f"checkpoint  iteration {ck['iteration']}{where} in {ck['prefix']}")

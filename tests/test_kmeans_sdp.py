@@ -159,6 +159,8 @@ class _Stop(Exception):
     ("riemannian-kmeans", dict(mu=[0.1, 0.02], checkpoint_every=3, min_eigenvalue="final")),
     # Stages shorter than checkpoint_every: only their starts are saved.
     ("riemannian-kmeans", dict(mu=[0.1, 0.02], checkpoint_every=1000)),
+    # On a principal sketch (2 of the 3 features): the sketch is rebuilt on resume.
+    ("riemannian-kmeans", dict(mu=[0.1, 0.02], checkpoint_every=3, n_components=2)),
     ("nlr", dict(checkpoint_every=40, record_every=10, max_iter=400)),
 ])
 @pytest.mark.parametrize("as_path", [False, True])
@@ -203,6 +205,9 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_the_uninterrupted_result(me
     assert resumed.stop_reason_ == whole.stop_reason_ and resumed.n_iter_ == whole.n_iter_
     again = dnomad.resume(store) if as_path else type(whole)(**kw, store=store).fit(X_in, resume=True)
     assert again.fit_seconds_ == resumed.fit_seconds_                 # read back, not run again
+    if method == "riemannian-kmeans":
+        assert again.n_components_ == whole.n_components_ == kw.get("n_components", 3)
+        assert again.explained_variance_ratio_ == pytest.approx(whole.explained_variance_ratio_, rel=1e-12)
     np.testing.assert_array_equal(again.labels_, whole.labels_)
     # Read back whole: what a fit sets, a finished run's store gives back.
     if method == "riemannian-kmeans":

@@ -585,7 +585,7 @@ def test_bad_n_components_is_refused_by_name(value, match):
     import dnomad
 
     X = np.random.default_rng(0).standard_normal((30, 6))
-    with pytest.raises((InputValueError, ValueError, TypeError), match=match):
+    with pytest.raises(InputValueError, match=match):
         dnomad.RiemannianKMeans(2, n_components=value).fit(X)
 
 

@@ -99,9 +99,13 @@ def _attrs_of(store, path):
     return dict(zarr.open_group(str(store), path=path, mode="r").attrs)
 
 
-def _truncate_root_metadata(store):
-    meta = store / "zarr.json"
+def _truncate_metadata(folder):
+    meta = folder / "zarr.json"
     meta.write_text(meta.read_text()[: len(meta.read_text()) // 2])
+
+
+def _truncate_root_metadata(store):
+    _truncate_metadata(store)
 
 
 def _bad_param(method):
@@ -134,7 +138,11 @@ def result_cases(method):
              ("result-arrays-not-names", _edit_record("result", _with(arrays="labels")), "has arrays = 'labels'"),
              ("result-array-deleted", lambda s: shutil.rmtree(s / "result" / _attrs(s)["result"]["arrays"][0]),
               "the result's array result/"),
-             ("result-history-column-deleted", _history_column("result"), "the table result/history")]
+             ("result-history-column-deleted", _history_column("result"), "the table result/history"),
+             ("result-array-metadata-truncated", lambda s: _truncate_metadata(
+                 s / "result" / _attrs(s)["result"]["arrays"][0]), "the array result/")]
+    if method == "nomad":
+        cases.append(("result-no-layers", _edit_record("result", _without("layers")), "lacks what NOMAD wrote"))
     return [("result", "finished") + case for case in cases]
 
 

@@ -327,7 +327,8 @@ def _chunk_task(state, index, kernel, rows, mean, args, dtype=np.float64, keep=F
     chunk = {k: v for k, v in state.items() if k not in ("_X", "_Xc")}
     kept = state.get("_Xc", {}).get(np.dtype(dtype).str)
     if isinstance(rows, _StateRows):
-        chunk["X"] = state[rows.name]
+        chunk["X"] = np.asarray(state[rows.name], dtype=dtype).view()
+        chunk["X"].flags.writeable = False          # read by every later pass: a kernel must not write it
     elif rows is not False and kept is not None:
         chunk["X"] = kept
     elif rows is not False:

@@ -53,7 +53,7 @@ RESULT_ARRAYS = {"labels": "labels_", "embedding": "embedding_", "Y": "Y_", "W":
 RESULT_SUMMARY = ("n_iter", "stop_reason", "objective", "gap", "passes", "penalty", "tau", "error",
                   "n_epochs", "cost", "mu", "grad_norm", "min_eigenvalue", "infeasibility",
                   "relaxation_objective", "reoptimized_objectives", "costs", "curvature_steps", "dual_steps",
-                  "beta", "grad_tol", "n_neighbors", "scale_factor")
+                  "beta", "grad_tol", "n_neighbors", "scale_factor", "n_components", "explained_variance_ratio")
 
 
 def run_identity(method, params, source, dtype, block_size, **extra):

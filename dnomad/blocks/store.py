@@ -202,11 +202,15 @@ def read_json(url, key, default=None):
         return dict(_group(url, mode="r").attrs).get(key, default)
     except FileNotFoundError:
         return default
-    except (ValueError, TypeError, KeyError) as exc:       # a truncated or rewritten zarr.json
-        raise damaged(url, "its metadata (zarr.json)", f"cannot be read ({type(exc).__name__}: "
-                      f"{redact(str(exc), str(url))})") from None
-    except Exception as exc:  # noqa: BLE001 - credentials, network, a bad URL: not damage, but unreadable
-        # "from None": the chained backend error may quote the credentials.
+    except Exception as exc:  # noqa: BLE001 - sorted below
+        if type(exc).__name__ == "ContainsArrayError":
+            return default                                 # an array (the user's input), not a run store
+        if isinstance(exc, (json.JSONDecodeError, TypeError, KeyError)) or \
+                type(exc).__module__.startswith("zarr"):           # a truncated or rewritten zarr.json
+            raise damaged(url, "its metadata (zarr.json)", f"cannot be read ({type(exc).__name__}: "
+                          f"{redact(str(exc), str(url))})") from None
+        # credentials, network, a bad URL: not damage, but unreadable; "from None": the
+        # chained backend error may quote the credentials.
         raise StoreError(f"store {redact(str(url))!r} cannot be read ({type(exc).__name__}: "
                          f"{redact(str(exc), str(url))})") from None
 
@@ -460,11 +464,15 @@ class Checkpoints:
 
 
 def has_array(url, path):
+    """Whether the store holds an array at ``path``; one whose metadata cannot be read is
+    damage (StoreError), not absence."""
     try:
         g = _group(url, mode="r")
         return hasattr(g[path], "shape")
     except (KeyError, FileNotFoundError):
         return False
+    except (ValueError, TypeError) as exc:
+        raise damaged(url, f"the array {path}", f"cannot be read ({type(exc).__name__}: {exc})") from None
 
 
 def _jsonable(o):

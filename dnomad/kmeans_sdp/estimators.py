@@ -122,8 +122,9 @@ class RiemannianKMeans(_RowChunkEstimator):
         O(n r^2 d^2) and solves a system with d (r - 1) unknowns, so X with hundreds of
         features (images, text) is out of reach without it.  "auto": min(d,
         5 n_clusters), which keeps the k-means cost of every partition (and of every
-        point of the SDP) within a factor 1.2 (Cohen et al., STOC 2015); None: all of X's
-        features, the paper's problem.  ``cost_`` is then the projected problem's.
+        point of the SDP) within a factor 1.2 up to an additive constant, the variance the
+        projection leaves out (Cohen et al., STOC 2015); None: all of X's features, the
+        paper's problem.  ``cost_`` is then the projected problem's.
     mu : "auto", float or decreasing sequence of floats, default "auto"
         The barrier weight: App. F's heuristic (the barrier at 20 times the data term at
         the interior point), a value, or continuation stages (each warm-started).
@@ -187,7 +188,7 @@ class RiemannianKMeans(_RowChunkEstimator):
     explained_variance_ratio_ : float
         The fraction of X's variance those components keep (1.0 without a projection).
     V_, Q_, mu_, cost_, grad_norm_, min_eigenvalue_, stop_reason_, n_iter_, history_,
-    costs_ (every start's final cost), curvature_steps_, passes_ (over X), fit_seconds_,
+    costs_ (every start's final cost), curvature_steps_, passes_ (over X or its projection), fit_seconds_,
     restarts_ (restarts from the last checkpoint after a lost worker)
 
     References

@@ -361,10 +361,15 @@ class NOMAD(_Clustering, _Estimator):
         if not super()._load_finished(max_iter):
             return False
         done = finished_layers(self.store)
-        summary = run_store.read_json(self.store, "result")
-        self.layers_ = _layer_records(self.store, done) + [
-            {"sdp_k": summary["layers"][-1], "n_iter": summary["n_iter"], "stop_reason": summary["stop_reason"],
-             "objective": summary["objective"], "seconds": summary.get("fit_seconds"), "Q": self.Q_}]
+        summary = run_store.read_result(self.store)
+        try:
+            last = {"sdp_k": summary["layers"][-1], "n_iter": summary["n_iter"],
+                    "stop_reason": summary["stop_reason"], "objective": summary["objective"]}
+            self.layers_ = _layer_records(self.store, done) + [
+                dict(last, seconds=summary.get("fit_seconds"), Q=self.Q_)]
+        except (KeyError, TypeError, IndexError) as exc:
+            raise run_store.damaged(self.store, "the result record or a layer's record",
+                                    f"lacks what NOMAD wrote there ({type(exc).__name__}: {exc})") from None
         self.label_method_used_ = summary.get("label_method_used")
         return True
 
