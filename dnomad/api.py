@@ -43,7 +43,7 @@ def load_finished(store):
     """The estimator of the finished run in ``store`` with its stored result (nothing is
     computed, written or locked), or None where the run has not finished; StoreError
     where the record or the result is damaged, as a resume would find it."""
-    meta = run_record(store)
+    meta = run_store.read_run_record(store)
     if meta is None:
         return None
     est = _estimator_of_record(store, meta, {})

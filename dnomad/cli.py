@@ -514,7 +514,8 @@ def cmd_resume(args):
     from dnomad.api import load_finished
 
     cfg = load_config(args.config) if args.config else {}
-    done = run_store.read_result(args.store) if load_finished(args.store) is not None else None
+    # a finished run's result is read (and checked) as a resume reads it
+    done = run_store.read_json(args.store, "result") if load_finished(args.store) is not None else None
     if done is not None:                     # a finished run stays as it is
         stop = ", ".join(f"{k} {done[k]}" for k in ("stop_reason", "n_iter", "n_epochs") if k in done)
         print(f"the run in {redact(args.store)} finished on {done.get('finished')} ({stop}): nothing to "
@@ -579,9 +580,8 @@ def run_info(store):
         if res is not None:
             from dnomad.api import load_finished
 
-            load_finished(store)             # the result as a resume reads it: damage is named
-        history = run_store.read_table(store, "result/history") if res else None
-        if history is None:
+            history = load_finished(store).history_      # read as a resume reads it: damage is named
+        else:
             history = ck["history"] if ck else []
         status = "finished" if res else ("interrupted or running" if ck else "started")
     except StoreError as exc:

@@ -87,8 +87,13 @@ def _check_plot_arguments(result, path):
         if not isinstance(result, _Estimator):
             raise InputTypeError(f"plot: result must be a fitted dnomad estimator or the path or URL of a run store; "
                                  f"got {type(result).__name__}")
-        if not any(k.endswith("_") and not k.startswith("_") for k in vars(result)):
-            raise InputValueError(f"plot: this {type(result).__name__} is not fitted yet; call fit(X) first")
+        from sklearn.exceptions import NotFittedError
+        from sklearn.utils.validation import check_is_fitted
+
+        try:
+            check_is_fitted(result)
+        except NotFittedError:
+            raise InputValueError(f"plot: this {type(result).__name__} is not fitted yet; call fit(X) first") from None
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise InputTypeError(f"plot: path must be a file name (str or os.PathLike) or None; got "
                              f"{type(path).__name__}{' (the data goes in X=...)' if hasattr(path, 'shape') else ''}")

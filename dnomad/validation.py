@@ -182,9 +182,10 @@ def _unwrapped(X, owner, name):
         mask = np.ma.getmaskarray(X)
         if mask.any():
             where = np.argwhere(mask)[0]
-            raise InputValueError(f"{owner}: {name} is a masked array with {int(mask.sum())} masked {'entry' if mask.sum() == 1 else 'entries'} (first "
-                                  f"at {tuple(int(i) for i in where)}); dnomad does not impute them: fill them "
-                                  f"({name}.filled(value)) or drop their rows")
+            count = int(mask.sum())
+            raise InputValueError(f"{owner}: {name} is a masked array with {count} masked "
+                                  f"{'entry' if count == 1 else 'entries'} (first at {tuple(int(i) for i in where)}); "
+                                  f"dnomad does not impute them: fill them ({name}.filled(value)) or drop their rows")
         return np.ma.getdata(X)
     if isinstance(getattr(X, "_meta", None), np.ma.MaskedArray) and hasattr(X, "dask"):
         raise InputValueError(f"{owner}: {name} is a dask array of masked arrays; dnomad does not impute masked "

@@ -203,7 +203,9 @@ def read_json(url, key, default=None):
     except FileNotFoundError:
         return default
     except Exception as exc:  # noqa: BLE001 - sorted below
-        if type(exc).__name__ == "ContainsArrayError":
+        from zarr.errors import ContainsArrayError
+
+        if isinstance(exc, ContainsArrayError):
             return default                                 # an array (the user's input), not a run store
         if isinstance(exc, (json.JSONDecodeError, TypeError, KeyError)) or \
                 type(exc).__module__.startswith("zarr"):           # a truncated or rewritten zarr.json
@@ -273,14 +275,19 @@ def read_result(url):
     if record is None:
         return None
     checked_record(url, "the result record", record, RESULT_FIELDS)
-    arrays = record.get("arrays", [])
-    if not _is_names(arrays):
-        raise damaged(url, "the result record", f"has arrays = {_short(arrays)}, not a list of names")
-    for name in arrays:
-        if not has_array(url, f"result/{name}"):
-            raise damaged(url, f"the result's array result/{name}", "is missing")
+    _check_listed_arrays(url, "the result record", record, "result", "the result's")
     checked_table(url, "result/history")
     return record
+
+
+def _check_listed_arrays(url, part, record, prefix, whose):
+    """Every array a record lists (its ``arrays``, names under ``prefix``) is there."""
+    arrays = record.get("arrays", [])
+    if not _is_names(arrays):
+        raise damaged(url, part, f"has arrays = {_short(arrays)}, not a list of names")
+    for name in arrays:
+        if not has_array(url, f"{prefix}/{name}"):
+            raise damaged(url, f"{whose} array {prefix}/{name}", "is missing")
 
 
 def checked_table(url, path):
@@ -400,12 +407,7 @@ class Checkpoints:
         part = f"the checkpoint record {self.key!r}"
         checked_record(self.url, part, record, CHECKPOINT_FIELDS)
         prefix = f"checkpoint/{record['slot']}"
-        arrays = record.get("arrays", [])
-        if not _is_names(arrays):
-            raise damaged(self.url, part, f"has arrays = {_short(arrays)}, not a list of names")
-        for name in arrays:
-            if not has_array(self.url, f"{prefix}/{name}"):
-                raise damaged(self.url, f"the checkpoint's array {prefix}/{name}", "is missing")
+        _check_listed_arrays(self.url, part, record, prefix, "the checkpoint's")
         return dict(record, prefix=prefix, history=checked_table(self.url, f"{prefix}/history") or [])
 
     @contextlib.contextmanager

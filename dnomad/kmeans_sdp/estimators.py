@@ -26,18 +26,7 @@ class _RowChunkEstimator(_Clustering, _Estimator):
     _checkpoints = True
 
     def _check_sizes(self, n, d):
-        """n_clusters and rank against the number of samples (and the method's own sizes
-        against X's, :meth:`_check_features`), before any pass."""
-        r = self._rank(n)
-        if self.n_clusters >= n if self._strict else self.n_clusters > n:
-            limit = "below" if self._strict else "at most"
-            raise InputValueError(f"n_clusters must be {limit} the number of samples ({n}); got {self.n_clusters}")
-        if r > n:
-            raise InputValueError(f"rank must be at most the number of samples ({n}); got {self.rank}")
-        self._check_features(d)
-
-    def _check_features(self, d):
-        pass
+        """The parameters against X's n and d, before any pass."""
 
     def _row_chunks(self, X, client):
         return blocks.RowChunks(X, chunk_rows=self.chunk_rows, client=client)
@@ -198,12 +187,13 @@ class RiemannianKMeans(_RowChunkEstimator):
     """
 
     _method = "riemannian-kmeans"
-    _strict = True          # U > 0 needs r = rank > n_clusters columns, so n_clusters < n
 
-    def _rank(self, n):
-        return self.n_clusters + 1 if self.rank is None else self.rank
-
-    def _check_features(self, d):
+    def _check_sizes(self, n, d):
+        # U > 0 needs r = rank > n_clusters columns (Lemma 3), and r <= n
+        if self.n_clusters >= n:
+            raise InputValueError(f"n_clusters must be below the number of samples ({n}); got {self.n_clusters}")
+        if self.rank is not None and self.rank > n:
+            raise InputValueError(f"rank must be at most the number of samples ({n}); got {self.rank}")
         rk.sketch_size(self.n_components, d, self.n_clusters)
 
     _parameter_constraints = {
@@ -341,10 +331,9 @@ class NLR(_RowChunkEstimator):
     """
 
     _method = "nlr"
-    _strict = False
 
-    def _rank(self, n):
-        return nlr_solver.default_rank(n, self.n_clusters) if self.rank is None else self.rank
+    def _check_sizes(self, n, d):
+        nlr_solver.checked_rank(n, self.n_clusters, self.rank)
 
     _parameter_constraints = {
         "n_clusters": [Interval(numbers.Integral, 2, None)], "rank": _OPTIONAL_POSITIVE_INT,

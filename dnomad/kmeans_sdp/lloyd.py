@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputValueError
-from ..rounding import kmeans_rows
+from ..rounding import group_sums, kmeans_rows
 
 # Rows the seeding clusters in this process (k-means++ and Lloyd's iterations on them,
 # the best of kmeans_rows' seedings): all of X below it, a uniform sample above.
@@ -77,9 +77,7 @@ def _lloyd_kernel(chunk, centres):
     changed = int(np.sum(labels != chunk["kmeans_labels"][:, 0]))
     chunk["kmeans_labels"] = labels[:, None]
     K = len(centres)
-    onehot = np.zeros((len(X), K))
-    onehot[np.arange(len(X)), labels] = 1.0
-    return onehot.T @ X, onehot.sum(axis=0), changed
+    return group_sums(labels, X, K), np.bincount(labels, minlength=K).astype(np.float64), changed
 
 
 def split_groups(data, labels, groups, *, x_state=None):

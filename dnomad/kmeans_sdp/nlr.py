@@ -82,7 +82,7 @@ def nlr(data, K, *, rank=None, beta="scale", step=None, tol=1e-6, dual_tol=1e-3,
     had not stopped.
     """
     n = data.n
-    r = _checked_rank(n, K, rank)
+    r = checked_rank(n, K, rank)
     _check_numbers(beta, step, tol, dual_tol)
     top = float(np.linalg.eigvalsh(data.gram)[-1])
     beta = BETA_SCALE * top / n if isinstance(beta, str) else float(beta)
@@ -124,7 +124,7 @@ def default_rank(n, K):
     return min(2 * K, n)
 
 
-def _checked_rank(n, K, rank):
+def checked_rank(n, K, rank):
     """r, U's columns (:func:`default_rank` for None), once K, the rank and n are checked
     against each other."""
     if not (isinstance(K, (int, np.integer)) and not isinstance(K, bool) and K >= 2):
@@ -221,7 +221,7 @@ def nlr_kmeans(data, K, *, init="kmeans", n_init=1, random_state=None, state=Non
     if init not in INITS:
         raise InputValueError(f"init must be one of {INITS}; got {init!r}")
     rank = nlr_kw.pop("rank", None)
-    r = _checked_rank(data.n, K, rank)
+    r = checked_rank(data.n, K, rank)
     defaults = inspect.signature(nlr).parameters               # checked before the k-means passes
     _check_numbers(**{name: nlr_kw.get(name, defaults[name].default) for name in ("beta", "step", "tol", "dual_tol")})
     rng = np.random.default_rng(random_state)
