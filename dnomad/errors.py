@@ -19,6 +19,10 @@ class InputTypeError(DnomadError, TypeError):
     """An argument has a type that is not supported."""
 
 
+class InputChangedError(InputValueError):
+    """The input of a run being resumed is not the one the run began with."""
+
+
 class InvalidParameterError(InputValueError, InputTypeError):
     """A parameter satisfies none of its constraints (a wrong type or a value out of
     range: both a ValueError and a TypeError, as scikit-learn's)."""

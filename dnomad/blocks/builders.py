@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from ..errors import InputTypeError, InputValueError
-from . import cluster, kernels
+from . import cluster, digest, kernels
 from .device import cupy, resolve_device
 from .engine import BlockGroup
 from .layout import BlockLayout
@@ -308,13 +308,15 @@ def from_array(A, *, name="D", check=True, **group_kw):
     return BlockMatrix(group, name)
 
 
-def from_zarr(url, path=None, *, name="D", **group_kw):
+def from_zarr(url, path=None, *, name="D", on_digest=None, **group_kw):
     """A BlockMatrix over an n x n Zarr array.
 
     With the "zarr" backend and matching square chunks, blocks are read in place
     (nothing is copied); otherwise they are loaded into the chosen backend's memory.
     Checks the shape, and symmetry of the diagonal blocks plus a few off-diagonal pairs
-    (a full check would read the whole matrix once more).
+    (a full check would read the whole matrix once more).  ``on_digest`` is called with
+    the digest of the chunks read (:mod:`dnomad.blocks.digest`) once the first pass over
+    the array (the load, or the first pass that reads it in place) has read them.
     """
     import zarr
 
@@ -349,12 +351,15 @@ def from_zarr(url, path=None, *, name="D", **group_kw):
     apath = path or ""
     if group.backend == "zarr" and arr.chunks == (layout.block_size, layout.block_size) \
             and arr.dtype == group.dtype:
-        group.attach_zarr(name, url, apath)
+        group.attach_zarr(name, url, apath, on_digest=on_digest)
     else:
         from .engine import _load_blocks
 
-        src = {name: (str(url), apath, "src")}
+        generation = digest.new_generation() if on_digest else "src"
+        src = {name: (str(url), apath, generation)}
         group.build([name], _load_blocks, lambda k: (src, layout, arr.dtype))
+        if on_digest is not None:
+            on_digest(digest.collect(generation, group.client))
         if arr.dtype != group.dtype:
             group.map_blocks(_cast_task, lambda k: (name, group.dtype), reads=[name], writes=[name],
                              name="cast")

@@ -16,6 +16,7 @@ import uuid
 import numpy as np
 
 from ..errors import InputTypeError, InputValueError
+from . import digest
 from .engine import _open_zarr_array
 
 # Columns per chunk of the residual and row passes: about 32 MB of float64 per chunk.
@@ -295,7 +296,7 @@ def _check_row_sums(sums):
                               f"be scaled to sum 1: drop them")
 
 
-def feature_columns(X, *, store=None, path="input/Xt", chunk=None, memory_fraction=0.25):
+def feature_columns(X, *, store=None, path="input/Xt", chunk=None, memory_fraction=0.25, on_digest=None):
     """X (f x n, nonnegative) validated, rows scaled to sum 1, held by columns.
 
     X may be a NumPy array, a scipy.sparse matrix (kept sparse), a dask array, a Zarr
@@ -303,8 +304,19 @@ def feature_columns(X, *, store=None, path="input/Xt", chunk=None, memory_fracti
     memory is brought into this process; a larger one is copied into ``store`` as X^T in
     chunks of ``chunk`` columns (default: about 64 MB each) in one pass that also checks
     it and takes its row sums.  Bad input (negative, NaN/Inf, all-zero rows, not 2-D)
-    raises before any epoch runs.
+    raises before any epoch runs.  ``on_digest``: for X in Zarr, called with the digest
+    of the chunks that pass read (:mod:`dnomad.blocks.digest`).
     """
+    location = digest.zarr_location(X) if on_digest is not None else None
+    if location is None:
+        return _feature_columns(X, store, path, chunk, memory_fraction)
+    generation = digest.new_generation()
+    columns = _feature_columns(digest.open_array(*location, generation), store, path, chunk, memory_fraction)
+    on_digest(digest.collect(generation))
+    return columns
+
+
+def _feature_columns(X, store, path, chunk, memory_fraction):
     import scipy.sparse as sp
 
     if isinstance(X, str) or hasattr(X, "__fspath__"):

@@ -39,6 +39,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import InputValueError, NotPicklableError, StoreError, WorkerLostError
+from . import digest
 from .cluster import log_pass, workers_info, workers_to_hold_blocks
 from .device import is_device_array, resolve_device, to_device, to_host
 from .layout import BlockLayout
@@ -99,7 +100,10 @@ def _zarr():
 
 @lru_cache(maxsize=256)
 def _open_zarr_array(url: str, path: str, generation: str):
-    """Cached handle to an existing array (``generation`` changes when it is re-created)."""
+    """Cached handle to an existing array (``generation`` changes when it is re-created;
+    under a digesting one, its chunk reads are digested: :mod:`dnomad.blocks.digest`)."""
+    if digest.is_digesting(generation):
+        return digest.open_array(url, path, generation)
     zarr = _zarr()
     kw = {"path": path} if path else {}
     try:
@@ -316,6 +320,7 @@ class BlockGroup:
         self._shard_futures = []
         self._locs = {}             # zarr: name -> (url, path, generation token)
         self._spare = {}            # zarr: name -> the second array of a matrix (see _zarr_pass)
+        self._digest_due = {}       # zarr: name -> what to call with its digest after its first pass
         self._pool = None
         self._lock = threading.Lock()
         self._token = uuid.uuid4().hex[:8]
@@ -340,11 +345,15 @@ class BlockGroup:
         create_zarr_array(self.store, path, self.n, self.layout.block_size, self.dtype)
         self._locs[name] = (self.store, path, uuid.uuid4().hex)
 
-    def attach_zarr(self, name, url, path):
-        """Use an existing Zarr array (read in place, e.g. a user's Gram) as matrix ``name``."""
+    def attach_zarr(self, name, url, path, on_digest=None):
+        """Use an existing Zarr array (read in place, e.g. a user's Gram) as matrix ``name``.
+        ``on_digest``: called with the digest of the chunks the first pass that reads it
+        read (:func:`dnomad.blocks.digest.collect`), before that pass returns."""
         if self.backend != "zarr":
             raise InputValueError("attach_zarr is for the zarr backend; use load() to read into memory")
-        self._locs[name] = (str(url), path, uuid.uuid4().hex)
+        self._locs[name] = (str(url), path, digest.new_generation() if on_digest else uuid.uuid4().hex)
+        if on_digest is not None:
+            self._digest_due[name] = on_digest
         if name not in self.names:
             self.names.append(name)
 
@@ -501,6 +510,10 @@ class BlockGroup:
                                   name=name)
         for m in swap:
             self._spare[m], self._locs[m] = self._locs[m], dst[m]
+        for m in [m for m in reads if m in self._digest_due]:
+            url, path, generation = self._locs[m]
+            self._locs[m] = (url, path, uuid.uuid4().hex)      # later passes read without digesting
+            self._digest_due.pop(m)(digest.collect(generation, self.client))
         return results
 
     def _spare_zarr(self, name):
@@ -580,7 +593,7 @@ class BlockGroup:
     # Members that belong to this process's run (threads, a lock, the task counter, the
     # cluster's client and actors): left out of a pickle and made afresh on loading.
     _RUNTIME_MEMBERS = ("_pool", "_lock", "_counter", "_token", "client", "_owner", "_shards",
-                        "_shard_futures")
+                        "_shard_futures", "_digest_due")
 
     def __getstate__(self):
         """What a pickle keeps: the layout, dtype, names, pass log, and the blocks (local
@@ -613,6 +626,7 @@ class BlockGroup:
         self._lock = threading.Lock()
         self._token = uuid.uuid4().hex[:8]
         self._counter = itertools.count()
+        self._digest_due = {}
         if self.device == "cuda":
             self._bundles = {key: {name: to_device(block, "cuda") for name, block in bundle.items()}
                              for key, bundle in self._bundles.items()}

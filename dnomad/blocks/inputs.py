@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import InputTypeError, InputValueError
 from ..validation import check_data
-from . import builders, kernels
+from . import builders, kernels, runs
 from . import store as run_store
 from .builders import as_data_matrix, from_array, from_zarr, gram, new_group, prepare_gram_data
 from .device import resolve_device
@@ -114,14 +114,22 @@ class InputSource:
             return hashlib.sha1(np.ascontiguousarray(self.array)).hexdigest()[:16]
         return json.dumps(self.describe(), sort_keys=True)
 
-    def build(self, *, backend, client, store, dtype, block_size, device=None):
-        """The block group holding D (or ready to form it from data panels)."""
+    def content_check(self, store):
+        """What the first pass over a Zarr input calls with its chunks' digest: recorded
+        in the run's ``store`` or checked against it (:func:`runs.content_check`); None
+        for an input in memory (its bytes are part of the run's identity)."""
+        return runs.content_check(store, self.url or self.url_data or self.zarr_data,
+                                  "X (precomputed)" if self.url else "X")
+
+    def build(self, *, backend, client, store, dtype, block_size, device=None, on_digest=None):
+        """The block group holding D (or ready to form it from data panels); ``on_digest``
+        as :func:`from_zarr`'s, for a Zarr input."""
         kw = dict(block_size=block_size, dtype=dtype, backend=backend,
                   client=client if backend != "local" else None, store=store, device=device)
         if self.matrix is not None:
             return self.matrix.group, None
         if self.url is not None:
-            return from_zarr(self.url, **kw).group, None
+            return from_zarr(self.url, on_digest=on_digest, **kw).group, None
         if self.array is not None:
             return from_array(self.array, check=False, **kw).group, None
         F = self.features

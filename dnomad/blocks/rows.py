@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..errors import InputValueError
+from . import digest
 from .cluster import log_pass, workers_info, workers_to_hold_blocks
 from .engine import _n_threads, _open_zarr_array, _Shard, close_actors, wait_for_actors
 
@@ -69,13 +70,18 @@ class RowChunks:
         bytes in float64, n d 4 more where passes also ask for float32).  Rows read
         from Zarr are never kept: they stream.
 
+    on_digest : callable, optional
+        For X in Zarr: called with the digest of the chunks the construction pass read
+        (:mod:`dnomad.blocks.digest`), before any other pass.
+
     Construction makes one pass over X: it checks that X is finite and computes
     ``mean`` and ``gram`` = F^T F for the centred F (d x d).  Attributes ``passes``
     (passes over X so far, construction included), ``rows_read`` and ``seconds`` count
     the work; ``state_passes`` and ``state_seconds`` the passes over the state alone.
     """
 
-    def __init__(self, X, *, chunk_rows=None, client=None, workers=None, center=True, keep_centred=True):
+    def __init__(self, X, *, chunk_rows=None, client=None, workers=None, center=True, keep_centred=True,
+                 on_digest=None):
         self.source = None
         if isinstance(X, str) or hasattr(X, "__fspath__"):
             self.source = (str(X), "")
@@ -112,9 +118,13 @@ class RowChunks:
         self._chunks = {}               # local: index -> state dict
         self._shards, self._owner, self._shard_futures = {}, {}, []
         self.mean = np.zeros(self.d)
+        self._generation = digest.new_generation() if on_digest and self.source else "input"
         if self.backend == "distributed":
             self._start_shards()
         stats = self.map(_column_stats)
+        if digest.is_digesting(self._generation):
+            generation, self._generation = self._generation, "input"
+            on_digest(digest.collect(generation, client))
         total = sum(s[0] for s in stats)
         xtx = sum(s[1] for s in stats)
         if not all(s[2] for s in stats):
@@ -168,7 +178,7 @@ class RowChunks:
         or where to read them (Zarr)."""
         r0, r1 = self.spans[i]
         if self.source is not None:
-            return (self.source[0], self.source[1], r0, r1)
+            return (self.source[0], self.source[1], self._generation, r0, r1)
         return self._X[r0:r1] if self.backend == "local" else None     # workers hold theirs
 
     def gather(self):
@@ -335,8 +345,8 @@ def _chunk_task(state, index, kernel, rows, mean, args, dtype=np.float64, keep=F
         if rows is None:
             rows = state["_X"]
         elif isinstance(rows, tuple):
-            url, path, r0, r1 = rows
-            rows = _open_zarr_array(url, path, "input")[r0:r1]
+            url, path, generation, r0, r1 = rows
+            rows = _open_zarr_array(url, path, generation)[r0:r1]
         rows = np.asarray(rows)
         if rows.dtype == dtype:         # nothing to lose: centred in their own precision
             chunk["X"] = rows - mean.astype(dtype)

@@ -11,7 +11,8 @@ from dataclasses import asdict
 
 import numpy as np
 
-from ..errors import WorkerLostError
+from ..errors import InputChangedError, WorkerLostError
+from . import digest
 from . import store as run_store
 
 
@@ -156,6 +157,34 @@ def write_run_marker(store, method, run_id, est, source):
         "host": platform.node()})
     if source.data is not None:
         run_store.write_vector(store, "input/X", source.data)
+
+
+def content_check(store, X, name="X"):
+    """What to call with the digest of the chunks of X (a Zarr input: its path or URL, or
+    the array) as a session's first pass read them (:mod:`dnomad.blocks.digest`): the
+    first session records it in ``store``; a resumed one is refused where a chunk read
+    then and now differs.  None without a store or for X not in Zarr (nothing is then
+    digested: an input in memory is identified by its bytes)."""
+    location = digest.zarr_location(X) if X is not None else None
+    if store is None or location is None:
+        return None
+    url = location[0]
+
+    def check(seen):
+        recorded = run_store.read_input_digest(store)
+        if recorded is None:
+            run_store.write_input_digest(store, {"input": name, "url": str(url), "chunks": seen})
+            return
+        changed, comparable = digest.compare(recorded["chunks"], seen)
+        if not changed and (comparable or not seen or not recorded["chunks"]):
+            return
+        where = f"{name} at {run_store.redact(str(url))!r}"
+        what = (f"{len(changed)} of the chunks the run read differ (first: {changed[0]})" if changed else
+                "none of the chunks read now was read when the run began (was it rewritten with other chunks?)")
+        raise InputChangedError(f"{where} is not the input the run in {run_store.redact(str(store))!r} began with: "
+                                f"{what}; resuming would mix two inputs. Restore {name} as it was, or start "
+                                f"again with overwrite=True (--overwrite)")
+    return check
 
 
 def write_result(store, arrays, summary, history, seconds):

@@ -290,6 +290,39 @@ def _check_listed_arrays(url, part, record, prefix, whose):
             raise damaged(url, f"{whose} array {prefix}/{name}", "is missing")
 
 
+# The chunks of a Zarr input that the run's first pass read, by content (see
+# dnomad.blocks.digest): a subgroup of its own, so that checkpoints do not rewrite it.
+INPUT_DIGEST = "input_digest"
+
+
+def _is_chunk_digest(v):
+    return v is None or (isinstance(v, list) and len(v) == 2 and all(_is_count(x) for x in v))
+
+
+def read_input_digest(url):
+    """The input digest recorded in the store ({"input", "url", "chunks"}), checked; None
+    where none was recorded."""
+    import zarr
+
+    try:
+        record = dict(zarr.open_group(store=str(url), path=INPUT_DIGEST, mode="r").attrs)
+    except FileNotFoundError:                       # zarr's GroupNotFoundError is one
+        return None
+    except Exception as exc:  # noqa: BLE001 - unreadable metadata
+        raise damaged(url, f"the input's digest {INPUT_DIGEST!r}", f"cannot be read ({type(exc).__name__})") from None
+    chunks = record.get("chunks")
+    if not isinstance(chunks, dict) or not all(_is_chunk_digest(v) for v in chunks.values()):
+        raise damaged(url, f"the input's digest {INPUT_DIGEST!r}",
+                      f"has chunks = {_short(chunks)}, not a map of chunk -> [crc32c, bytes]")
+    return record
+
+
+def write_input_digest(url, record):
+    import zarr
+
+    zarr.open_group(store=str(url), path=INPUT_DIGEST, mode="w").attrs.put(_redacted(record))
+
+
 def checked_table(url, path):
     """The table at ``path`` (:func:`read_table`), or the StoreError naming it."""
     try:

@@ -170,7 +170,7 @@ class Hottopixx(_Estimator):
         state = checkpoints.load() if resume else None
         callback = self._report_progress("HOTTOPIXX", show=("trace", "error"), iteration_key="epoch",
                                          max_iter=params.n_epochs, passes=None)
-        data = blocks.feature_columns(X, store=self.store)
+        data = blocks.feature_columns(X, store=self.store, on_digest=runs.content_check(self.store, X))
         client = get_client() if data.kind == "zarr" else None
         res = hott_solver.hottopixx(data, params, random_state=self.random_state, callback=callback,
                                     client=client, state=state,

@@ -29,7 +29,8 @@ class _RowChunkEstimator(_Clustering, _Estimator):
         """The parameters against X's n and d, before any pass."""
 
     def _row_chunks(self, X, client):
-        return blocks.RowChunks(X, chunk_rows=self.chunk_rows, client=client)
+        return blocks.RowChunks(X, chunk_rows=self.chunk_rows, client=client,
+                                on_digest=runs.content_check(self.store, X))
 
     def _client_context(self, X):
         n = getattr(X, "shape", (0,))[0] if not isinstance(X, str) else None

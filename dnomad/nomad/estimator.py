@@ -452,7 +452,7 @@ class NOMAD(_Clustering, _Estimator):
                     group = blocks.from_zarr(store, f"layers/{done - 1}/Q", **kw).group
                     data = None
                 else:
-                    group, data = source.build(**kw)
+                    group, data = source.build(**kw, on_digest=source.content_check(store))
                 try:
                     for layer in range(done, last + 1):
                         checkpoints = None if store is None else run_store.Checkpoints(
@@ -607,13 +607,14 @@ class NOMAD(_Clustering, _Estimator):
         if source.is_data:
             X = source.zarr_data if source.zarr_data is not None else source.data
             chunks = blocks.RowChunks(X, client=client if backend == "distributed" else None,
-                                      center=self.center)
+                                      center=self.center, on_digest=source.content_check(self.store))
             return chunks, chunks
         if source.matrix is not None:
             D = source.matrix
         else:
             group, _ = source.build(backend=backend, client=client if backend != "local" else None,
-                                    store=self.store, dtype=dtype, block_size=self.block_size)
+                                    store=self.store, dtype=dtype, block_size=self.block_size,
+                                    on_digest=source.content_check(self.store))
             D = blocks.BlockMatrix(group, "D")
         fro = D.summary()["fro"]
         if fro == 0:

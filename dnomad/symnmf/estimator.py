@@ -249,7 +249,7 @@ class SymNMF(_Clustering, _Estimator):
             elif source.matrix is not None:
                 P = source.matrix
             else:
-                group, _ = source.build(**kw)
+                group, _ = source.build(**kw, on_digest=source.content_check(self.store))
                 P = blocks.BlockMatrix(group, "D")
             try:
                 summ = P.summary()
