@@ -112,18 +112,20 @@ class _Estimator(BaseEstimator):
         if self.store is None:
             return None
         run_id = runs.matrix_run_identity(method, id_params, X)
-        self._claim_store(run_id, resume)
+        self._claim_store(run_id, resume, runs.run_record(method, self, runs.matrix_input_record(X)))
         if resume and self._load_finished(max_iter):
             return None
         if not resume:
             runs.write_matrix_marker(self, method, run_id, X)
         return run_store.Checkpoints(self.store, f"{method}_checkpoint")
 
-    def _claim_store(self, run_id, resume=False):
+    def _claim_store(self, run_id, resume=False, record=None):
         """Claim ``store`` for this run (lock, then the run-identity check: see
-        :func:`dnomad.blocks.store.claim`); :func:`_gated` releases it."""
+        :func:`dnomad.blocks.store.claim`; ``record``, this run's record, names what
+        differs from the stored run's where a resume's identity does not match);
+        :func:`_gated` releases it."""
         self._store_claim = run_store.claim(self.store, run_id, overwrite=self.overwrite and not resume,
-                                            resume=resume)
+                                            resume=resume, record=record)
 
     def _load_finished(self, max_iter=None):
         """If ``store`` holds this run's result, set the learned attributes from it

@@ -108,11 +108,15 @@ class InputSource:
         return {"kind": "data", "shape": list(self.data.shape), "stored_as": "input/X"}
 
     def fingerprint(self):
-        if self.data is not None:
-            return hashlib.sha1(np.ascontiguousarray(self.data)).hexdigest()[:16]
-        if self.array is not None:
-            return hashlib.sha1(np.ascontiguousarray(self.array)).hexdigest()[:16]
-        return json.dumps(self.describe(), sort_keys=True)
+        """The input's part of the run's identity: the bytes of an input in memory (hashed
+        once), else its description (a Zarr input's content is checked as it is read:
+        :func:`runs.content_check`)."""
+        if self.data is None and self.array is None:
+            return json.dumps(self.describe(), sort_keys=True)
+        if getattr(self, "_content_hash", None) is None:
+            held = self.data if self.data is not None else self.array
+            self._content_hash = hashlib.sha1(np.ascontiguousarray(held)).hexdigest()[:16]
+        return self._content_hash
 
     def content_check(self, store):
         """What the first pass over a Zarr input calls with its chunks' digest: recorded

@@ -120,20 +120,33 @@ def _content_token(X):
     return getattr(X, "name", None)             # a dask array's token; a Zarr input: its URL
 
 
+def run_record(method, est, input_record, run_id=None):
+    """What a later ``dnomad.resume(store)`` needs (method, parameters, the input) and
+    what names a change of identity on resume (the input's content token)."""
+    params = jsonable_params(est.get_params())
+    if isinstance(params.get("init"), (list, np.ndarray)):
+        params["init"] = None          # a resumed run starts from its checkpoint, not from init
+    return {"method": method, "run_id": run_id,
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "estimator_params": params, "input": input_record, "versions": versions(), "host": platform.node()}
+
+
+def matrix_input_record(X):
+    """The run record's input for X as given (:func:`describe_matrix` and its content token)."""
+    content = _content_token(X)
+    return describe_matrix(X) if content is None else dict(describe_matrix(X), content=content)
+
+
 def write_matrix_marker(est, method, run_id, X):
     """The run marker of a run on X as given (see :func:`matrix_run_identity`)."""
-    run_store.write_json(est.store, run_store.RUN_MARKER, {
-        "method": method, "run_id": run_id,
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "estimator_params": jsonable_params(est.get_params()),
-        "input": describe_matrix(X), "versions": versions(), "host": platform.node()})
+    run_store.write_json(est.store, run_store.RUN_MARKER, run_record(method, est, matrix_input_record(X), run_id))
 
 
 def start_run_without_checkpoints(est, method, id_params, X):
     """Claim ``est.store`` for a run that keeps no checkpoints: its id (from ``id_params``
     and the input) checked against the store's, then the run marker."""
     run_id = matrix_run_identity(method, id_params, X)
-    est._claim_store(run_id)
+    est._claim_store(run_id, record=run_record(method, est, matrix_input_record(X)))
     write_matrix_marker(est, method, run_id, X)
 
 
@@ -145,16 +158,18 @@ def describe_matrix(X):
     return {"kind": type(X).__name__, "shape": list(getattr(X, "shape", ()))}
 
 
+def source_input_record(source):
+    """The run record's input for an :class:`InputSource` (its description and, for an
+    input in memory, its content's fingerprint)."""
+    record = source.describe()
+    if source.data is not None or source.array is not None:
+        record = dict(record, content=source.fingerprint())
+    return record
+
+
 def write_run_marker(store, method, run_id, est, source):
-    """What a later ``dnomad.resume(store)`` needs: method, parameters, the input."""
-    params = jsonable_params(est.get_params())
-    if isinstance(params.get("init"), (list, np.ndarray)):
-        params["init"] = None          # a resumed run starts from its checkpoint, not from init
-    run_store.write_json(store, run_store.RUN_MARKER, {
-        "method": method, "run_id": run_id,
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "estimator_params": params, "input": source.describe(), "versions": versions(),
-        "host": platform.node()})
+    """The run record of a run on ``source`` (:func:`run_record`), and its data X."""
+    run_store.write_json(store, run_store.RUN_MARKER, run_record(method, est, source_input_record(source), run_id))
     if source.data is not None:
         run_store.write_vector(store, "input/X", source.data)
 

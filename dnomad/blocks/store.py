@@ -36,11 +36,12 @@ def _group(url, mode="a"):
     return zarr.open_group(store=str(url), mode=mode)
 
 
-def check_store(url, run_id, *, overwrite=False, resume=False):
+def check_store(url, run_id, *, overwrite=False, resume=False, record=None):
     """Make sure ``url`` can hold this run: writable, and empty or holding the same run.
 
     ``run_id`` identifies the run (method and parameters); a store holding another
-    run is refused unless ``overwrite``.
+    run is refused unless ``overwrite``, a resume saying what differs from ``record``
+    (this run's record, where given).
     """
     url = str(url)
     shown = redact(url)
@@ -58,7 +59,12 @@ def check_store(url, run_id, *, overwrite=False, resume=False):
     existing = attrs.get(RUN_MARKER)
     if existing is not None and not overwrite:
         checked_record(url, f"the run record {RUN_MARKER!r}", existing, RUN_RECORD_FIELDS)
-        if existing.get("run_id") != run_id or not resume:
+        if resume and existing.get("run_id") != run_id:
+            raise StoreError(f"store {shown!r} holds a different run ({existing.get('method')}, started "
+                             f"{existing.get('started')}): {identity_change(existing, record)}; resume it with "
+                             f"the parameters and input it was started with (`dnomad resume {shown}` reads them "
+                             f"from the store), or pass overwrite=True (--overwrite) to replace it")
+        if not resume:
             raise StoreError(f"store {shown!r} already holds a dnomad run ({existing.get('method')}, "
                              f"started {existing.get('started')}); pass overwrite=True "
                              f"(--overwrite) to replace it, or resume it with `dnomad resume {shown}`")
@@ -68,6 +74,32 @@ def check_store(url, run_id, *, overwrite=False, resume=False):
     if overwrite and (existing is not None or len(list(g.keys())) > 0):
         g = _group(url, mode="w")
     return g
+
+
+# Settings that do not define a run (where it is written, how it reports).
+_NOT_IDENTITY = ("store", "overwrite", "callback", "verbose")
+
+
+def identity_change(stored, record):
+    """What differs between the stored run's record and this run's ``record``: the
+    method, parameters (old -> new), the input's kind, shape, location or content."""
+    if record is None:
+        return "its method, parameters or input differ"
+    record = json.loads(json.dumps(record, default=_jsonable))        # as it would be stored
+    if stored.get("method") != record.get("method"):
+        return f"it is a {stored.get('method')} run, not {record.get('method')}"
+    old, new = stored.get("estimator_params") or {}, record.get("estimator_params") or {}
+    changes = [f"{k} {_short(old.get(k))} -> {_short(new.get(k))}" for k in sorted(set(old) | set(new))
+               if k not in _NOT_IDENTITY and old.get(k) != new.get(k)]
+    was, now = stored.get("input") or {}, record.get("input") or {}
+    for field, what in (("kind", "kind"), ("url", "location"), ("shape", "shape"), ("n", "size")):
+        if was.get(field) != now.get(field) and field in was and field in now:
+            changes.append(f"X's {what} {_short(was[field])} -> {_short(now[field])}")
+    if not changes and "content" in was and was.get("content") != now.get("content"):
+        changes.append("X's content (the same shape, other values)")
+    if not changes:
+        return "its identity differs in what the run record does not show (a setting of another dnomad version?)"
+    return "changed: " + ", ".join(changes[:5]) + (f" and {len(changes) - 5} more" if len(changes) > 5 else "")
 
 
 def _check_local_store_path(url):
@@ -629,7 +661,7 @@ def _local_path(url):
     return None if "://" in os.fspath(url) else os.path.abspath(os.fspath(url))
 
 
-def claim(url, run_id, *, overwrite=False, resume=False):
+def claim(url, run_id, *, overwrite=False, resume=False, record=None):
     """Claim ``url`` for a run: check that it can be written (parent directory, write
     access), take its :class:`StoreLock`, then :func:`check_store` under the lock.  Returns
     ``(lock, created)``, ``created`` true when the store did not exist before (so that a
@@ -640,7 +672,7 @@ def claim(url, run_id, *, overwrite=False, resume=False):
     created = path is not None and not os.path.exists(path)
     lock = StoreLock(url).acquire()
     try:
-        check_store(url, run_id, overwrite=overwrite, resume=resume)
+        check_store(url, run_id, overwrite=overwrite, resume=resume, record=record)
     except BaseException:
         lock.release()
         raise

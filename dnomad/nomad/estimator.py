@@ -337,7 +337,7 @@ class NOMAD(_Clustering, _Estimator):
             # The labels are part of the result a finished store hands back.
             extra["labels"] = [int(self.n_clusters), self.label_method, float(self.component_threshold)]
             run_id = runs.run_identity("nomad", params_list[0], source, dtype, self.block_size, **extra)
-            self._claim_store(run_id, resume)
+            self._claim_store(run_id, resume, runs.run_record("nomad", self, runs.source_input_record(source)))
             if resume and self._load_finished(params_list[-1].max_iter):
                 return self
             if not resume:

@@ -217,7 +217,7 @@ class SymNMF(_Clustering, _Estimator):
             run_id = runs.run_identity("symnmf", params, source, dtype, self.block_size, solver=self.solver,
                              affinity=self.affinity, bandwidth=self.bandwidth,
                              n_neighbors=self.n_neighbors if local_scaling else None)
-            self._claim_store(run_id, resume)
+            self._claim_store(run_id, resume, runs.run_record("symnmf", self, runs.source_input_record(source)))
             if resume and self._load_finished(params.max_iter):
                 return self
             if not resume:
