@@ -577,6 +577,8 @@ def run_info(store):
         else:
             ck = run_store.Checkpoints(store, f"{meta['method']}_checkpoint").latest()
         res = run_store.read_result(store)
+        if res is None:
+            run_store.read_input_digest(store)            # what a resume checks its Zarr input against
         if res is not None:
             from dnomad.api import load_finished
 
@@ -657,7 +659,7 @@ def cmd_info(args):
         print(f"checkpoint  iteration {ck['iteration']}{where} in {ck['prefix']}")
     if res:
         print("result      " + " ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
-                                      for k, v in res.items() if k not in ("finished", "passes", "arrays")))
+                                      for k, v in res.items() if k not in ("finished", "passes", "arrays", "shapes")))
     shown = history if args.history == "all" else history[len(history) - min(args.history, len(history)):]
     print(f"history     {len(history)} rows" + (f", the last {len(shown)}:" if shown else ""))
     if shown:

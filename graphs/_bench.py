@@ -33,6 +33,40 @@ def pass_rate(group, run, repeat):
     return seconds, (tot["bytes_read"] + tot["bytes_written"]) / repeat / seconds
 
 
+def chunk_files(store):
+    for root, _, files in os.walk(store):
+        for name in files:
+            if not name.startswith((".", "zarr.json")):
+                yield os.path.join(root, name)
+
+
+def evict(store):
+    """Drop the store's files from the page cache (they are clean: written and synced)."""
+    for path in chunk_files(store):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def cold_read_bandwidth(store):
+    """Bytes per second reading every chunk file once, after evicting them."""
+    os.sync()
+    evict(store)
+    buf = bytearray(256 << 20)
+    total = 0
+    t = time.perf_counter()
+    for path in chunk_files(store):
+        with open(path, "rb", buffering=0) as f:
+            while True:
+                got = f.readinto(buf)
+                if not got:
+                    break
+                total += got
+    return total / (time.perf_counter() - t), total
+
+
 def write_result(here, name, result, plot):
     """Save ``result`` as ``name``.json beside the script and draw ``name``.png from it."""
     import json

@@ -99,6 +99,17 @@ def _attrs_of(store, path):
     return dict(zarr.open_group(str(store), path=path, mode="r").attrs)
 
 
+def _shorten(store, prefix, name):
+    """The array ``prefix/name`` rewritten one row short (its dtype kept)."""
+    path = f"{prefix}/{name}"
+    A = run_store.read_vector(str(store), path)
+    run_store.write_vector(str(store), path, A[:-1] if A.ndim else np.atleast_1d(A))
+
+
+def _set_digest_chunks(store, value):
+    zarr.open_group(str(store), path=run_store.INPUT_DIGEST, mode="a").attrs["chunks"] = value
+
+
 def _truncate_metadata(folder):
     meta = folder / "zarr.json"
     meta.write_text(meta.read_text()[: len(meta.read_text()) // 2])
@@ -140,7 +151,10 @@ def result_cases(method):
               "the result's array result/"),
              ("result-history-column-deleted", _history_column("result"), "the table result/history"),
              ("result-array-metadata-truncated", lambda s: _truncate_metadata(
-                 s / "result" / _attrs(s)["result"]["arrays"][0]), "the array result/")]
+                 s / "result" / _attrs(s)["result"]["arrays"][0]), "the array result/"),
+             ("result-array-wrong-shape", lambda s: _shorten(s, "result", _attrs(s)["result"]["arrays"][0]),
+              "not the ("),
+             ("result-shapes-not-a-map", _edit_record("result", _with(shapes=[3])), "has shapes = [3]")]
     if method == "nomad":
         cases.append(("result-no-layers", _edit_record("result", _without("layers")), "lacks what NOMAD wrote"))
     return [("result", "finished") + case for case in cases]
@@ -159,7 +173,13 @@ def checkpoint_cases(method):
              ("checkpoint-array-deleted", lambda s: shutil.rmtree(s / _slot(s, method) / _first_array(s, method)),
               "the checkpoint's array checkpoint/"),
              ("checkpoint-history-column-deleted", lambda s: _history_column(_slot(s, method))(s),
-              "the table checkpoint/")]
+              "the table checkpoint/"),
+             ("checkpoint-array-wrong-shape", lambda s: _shorten(s, _slot(s, method), _first_array(s, method)),
+              "not the (")]
+    if method in ("riemannian-kmeans", "nlr", "hottopixx"):
+        # the methods that read a Zarr X where it is (the others copy it into the store):
+        # the digest of its chunks that a resume checks the input against
+        cases.append(("input-digest-not-a-map", lambda s: _set_digest_chunks(s, "crc"), "the input's digest"))
     return [("checkpoint", "interrupted") + case for case in cases]
 
 
@@ -201,7 +221,8 @@ def test_the_table_covers_every_record_and_array_of_every_method():
     names = {c.id.split("-", 1)[1] for c in cases()}
     assert len(cases()) >= 100
     assert {"no-method", "no-run_id", "no-estimator_params", "no-input", "result-array-deleted",
-            "checkpoint-array-deleted", "checkpoint-negative-iteration", "zarr-json-truncated"} <= names
+            "checkpoint-array-deleted", "checkpoint-negative-iteration", "zarr-json-truncated",
+            "result-array-wrong-shape", "checkpoint-array-wrong-shape", "input-digest-not-a-map"} <= names
 
 
 def test_an_undamaged_store_stays_healthy_and_resumes(stores, tmp_path, capsys):

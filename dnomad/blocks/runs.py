@@ -194,7 +194,8 @@ def content_check(store, X, name="X"):
         if not changed and (comparable or not seen or not recorded["chunks"]):
             return
         where = f"{name} at {run_store.redact(str(url))!r}"
-        what = (f"{len(changed)} of the chunks the run read differ (first: {changed[0]})" if changed else
+        what = (f"{len(changed)} of the chunks the run read {'differs' if len(changed) == 1 else 'differ'} "
+                f"(first: {changed[0]})" if changed else
                 "none of the chunks read now was read when the run began (was it rewritten with other chunks?)")
         raise InputChangedError(f"{where} is not the input the run in {run_store.redact(str(store))!r} began with: "
                                 f"{what}; resuming would mix two inputs. Restore {name} as it was, or start "
@@ -211,4 +212,5 @@ def write_result(store, arrays, summary, history, seconds):
         run_store.write_table(store, "result/history", history)
         run_store.write_json(store, "result", dict(
             summary, fit_seconds=seconds, arrays=sorted(arrays),
+            shapes={path: list(np.shape(value)) for path, value in arrays.items()},
             finished=datetime.datetime.now(datetime.timezone.utc).isoformat()))

@@ -313,13 +313,23 @@ def read_result(url):
 
 
 def _check_listed_arrays(url, part, record, prefix, whose):
-    """Every array a record lists (its ``arrays``, names under ``prefix``) is there."""
+    """Every array a record lists (its ``arrays``, names under ``prefix``) is there, in the
+    shape the record wrote down (its ``shapes``; records written before dnomad kept them
+    have none)."""
     arrays = record.get("arrays", [])
     if not _is_names(arrays):
         raise damaged(url, part, f"has arrays = {_short(arrays)}, not a list of names")
+    shapes = record.get("shapes", {})
+    if not (isinstance(shapes, dict) and all(isinstance(v, list) and all(_is_count(x) for x in v)
+                                             for v in shapes.values())):
+        raise damaged(url, part, f"has shapes = {_short(shapes)}, not a map of array -> shape")
     for name in arrays:
-        if not has_array(url, f"{prefix}/{name}"):
+        shape = array_shape(url, f"{prefix}/{name}")
+        if shape is None:
             raise damaged(url, f"{whose} array {prefix}/{name}", "is missing")
+        if name in shapes and shape != shapes[name]:
+            raise damaged(url, f"{whose} array {prefix}/{name}", f"has shape {tuple(shape)}, not the "
+                          f"{tuple(shapes[name])} written there")
 
 
 # The chunks of a Zarr input that the run's first pass read, by content (see
@@ -503,6 +513,7 @@ class Checkpoints:
         arrays = {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
         record = {k: v for k, v in state.items() if k != "history" and k not in arrays}
         record["arrays"] = sorted(arrays)
+        record["shapes"] = {name: list(value.shape) for name, value in arrays.items()}
         record.setdefault("iteration", len(state["history"]))
         with self.write(record, state["history"]) as prefix:
             for name, value in arrays.items():
@@ -518,6 +529,7 @@ class Checkpoints:
             return None
         prefix = ck.pop("prefix")
         ck.pop("slot", None)
+        ck.pop("shapes", None)
         state = dict(ck)
         if "arrays" not in state:
             raise InputValueError(f"the checkpoint {self.key!r} in {redact(self.url)!r} is in an older "
@@ -530,16 +542,21 @@ class Checkpoints:
         return state
 
 
-def has_array(url, path):
-    """Whether the store holds an array at ``path``; one whose metadata cannot be read is
-    damage (StoreError), not absence."""
+def array_shape(url, path):
+    """The shape of the array at ``path`` (a list), None where there is none; one whose
+    metadata cannot be read is damage (StoreError), not absence."""
     try:
-        g = _group(url, mode="r")
-        return hasattr(g[path], "shape")
+        node = _group(url, mode="r")[path]
     except (KeyError, FileNotFoundError):
-        return False
+        return None
     except (ValueError, TypeError) as exc:
         raise damaged(url, f"the array {path}", f"cannot be read ({type(exc).__name__}: {exc})") from None
+    return list(node.shape) if hasattr(node, "shape") else None
+
+
+def has_array(url, path):
+    """Whether the store holds an array at ``path`` (see :func:`array_shape`)."""
+    return array_shape(url, path) is not None
 
 
 def _jsonable(o):
