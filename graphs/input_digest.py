@@ -142,6 +142,7 @@ def plot(result, path):
     for i, r in enumerate(rows):
         ax.annotate(f"{100 * r['overhead']:+.1f}%\ncrc {100 * r['crc_share']:.1f}%", (i + 0.2, r["digest_s"]),
                     ha="center", va="bottom", fontsize=7)
+    ax.set_ylim(0, 1.2 * max(max(r["plain_s"], r["digest_s"]) for r in rows))
     ax.set_xticks(x, labels, fontsize=8)
     ax.set_ylabel("seconds (median)")
     ax.legend(fontsize=8)

@@ -208,3 +208,27 @@ def test_a_resume_that_is_not_the_run_says_what_changed(cls, params, tmp_path):
     assert "changed: X's content (the same shape, other values)" in _refusal(make, X + 0.5)
     assert "changed: X's shape [120, 2] -> [100, 2]" in _refusal(make, X[:100])
     assert "holds a different run" in _refusal(make, X[:100]) and "dnomad resume" in _refusal(make, X[:100])
+
+
+@pytest.mark.parametrize("cls, params, kind, chunks", [
+    (dnomad.RiemannianKMeans, dict(n_clusters=3, max_iter=8), "data", (40, 2)),
+    (dnomad.NLR, dict(n_clusters=3, record_every=1, max_iter=20), "data", (40, 2)),
+    (dnomad.Hottopixx, dict(rank=3, n_epochs=8), "columns", (10, 40))])
+def test_a_dask_array_over_a_rewritten_zarr_input_is_refused(cls, params, kind, chunks, tmp_path):
+    """dask's token of ``da.from_zarr(path)`` stays the same when the array behind it is
+    rewritten: the methods that take a dask X as it is digest its chunks as computed."""
+    import dask.array
+
+    A = _inputs()[kind]
+    src, store = tmp_path / "X.zarr", str(tmp_path / "run.zarr")
+    _write(src, A, chunks)
+    _fit_interrupted(lambda **kw: cls(**params, random_state=0, **kw), dask.array.from_zarr(str(src)), store)
+    _write(src, _changed(A), chunks)
+    lazy = dask.array.from_zarr(str(src))
+    with pytest.raises(InputChangedError, match=f"X \\(the dask array {lazy.name}\\) is not the input"):
+        cls(**params, random_state=0, store=store, checkpoint_every=2).fit(lazy, resume=True)
+    _write(src, A, chunks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
+        cls(**params, random_state=0, store=store, checkpoint_every=2).fit(dask.array.from_zarr(str(src)),
+                                                                         resume=True)

@@ -308,15 +308,34 @@ def feature_columns(X, *, store=None, path="input/Xt", chunk=None, memory_fracti
     of the chunks that pass read (:mod:`dnomad.blocks.digest`).
     """
     location = digest.zarr_location(X) if on_digest is not None else None
-    if location is None:
-        return _feature_columns(X, store, path, chunk, memory_fraction)
-    generation = digest.new_generation()
-    columns = _feature_columns(digest.open_array(*location, generation), store, path, chunk, memory_fraction)
-    on_digest(digest.collect(generation))
+    if location is not None:
+        generation = digest.new_generation()
+        columns = _feature_columns(digest.open_array(*location, generation), store, path, chunk, memory_fraction)
+        on_digest(digest.collect(generation))
+        return columns
+    seen = {} if on_digest is not None and hasattr(X, "dask") else None
+    columns = _feature_columns(X, store, path, chunk, memory_fraction, seen)
+    if seen is not None:
+        on_digest(seen)               # a dask X: the crc32c of its column blocks as computed
     return columns
 
 
-def _feature_columns(X, store, path, chunk, memory_fraction):
+def _column_chunk(chunk, f, n):
+    """Columns per chunk of X staged in Zarr (default: about 64 MB each)."""
+    return int(chunk) if chunk else max(1, min(n, (64 << 20) // (8 * f)))
+
+
+def _note_columns(seen, block, c0, chunk):
+    """The crc32c of a dask X's columns from c0 as computed, in the staging's column chunks
+    (so that a resume compares the same parts whether X is staged or held in memory)."""
+    if seen is None:
+        return
+    for start in range(0, block.shape[1], chunk):
+        part = np.ascontiguousarray(block[:, start:start + chunk])
+        seen[f"columns {c0 + start}:{c0 + start + part.shape[1]}"] = [digest.crc32c(part), part.nbytes]
+
+
+def _feature_columns(X, store, path, chunk, memory_fraction, seen=None):
     import scipy.sparse as sp
 
     if isinstance(X, str) or hasattr(X, "__fspath__"):
@@ -345,8 +364,9 @@ def _feature_columns(X, store, path, chunk, memory_fraction):
             if store is None:
                 raise InputValueError(f"X ({shape[0]} x {shape[1]}, {nbytes / 2**30:.1f} GiB as float64) "
                                       f"does not fit in memory: give store= to stage its columns in Zarr")
-            return _stage_in_zarr(X, store, path, chunk)
+            return _stage_in_zarr(X, store, path, chunk, seen)
         X = X.compute() if hasattr(X, "dask") else X[...]
+        _note_columns(seen, np.asarray(X), 0, _column_chunk(chunk, *shape))
     try:
         A = np.asarray(X, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -361,13 +381,13 @@ def _feature_columns(X, store, path, chunk, memory_fraction):
     return FeatureColumns(Xt, sums, np.count_nonzero(A, axis=1).astype(np.float64), "dense")
 
 
-def _stage_in_zarr(X, store, path, chunk):
+def _stage_in_zarr(X, store, path, chunk, seen=None):
     """Copy X (f x n, dask or Zarr) into ``store`` as X^T chunked by columns, one column
     chunk at a time, checking values and taking row sums and nonzeros on the way."""
     import zarr
 
     f, n = X.shape
-    chunk = int(chunk) if chunk else max(1, min(n, (64 << 20) // (8 * f)))
+    chunk = _column_chunk(chunk, f, n)
     arr = zarr.create_array(store=str(store), name=path, shape=(n, f), dtype=np.float64,
                             chunks=(chunk, f), compressors=None, overwrite=True)
     sums = np.zeros(f)
@@ -375,7 +395,9 @@ def _stage_in_zarr(X, store, path, chunk):
     for c0 in range(0, n, chunk):
         c1 = min(c0 + chunk, n)
         block = X[:, c0:c1]
-        block = np.asarray(block.compute() if hasattr(block, "dask") else block, dtype=np.float64)
+        block = block.compute() if hasattr(block, "dask") else block
+        _note_columns(seen, np.asarray(block), c0, chunk)
+        block = np.asarray(block, dtype=np.float64)
         _check_block(block, f"in columns {c0}:{c1}")
         sums += block.sum(axis=1)
         nnz += np.count_nonzero(block, axis=1)

@@ -72,7 +72,8 @@ class RowChunks:
 
     on_digest : callable, optional
         For X in Zarr: called with the digest of the chunks the construction pass read
-        (:mod:`dnomad.blocks.digest`), before any other pass.
+        (:mod:`dnomad.blocks.digest`), before any other pass; for a dask X, with the
+        crc32c of each chunk's rows once computed.
 
     Construction makes one pass over X: it checks that X is finite and computes
     ``mean`` and ``gram`` = F^T F for the centred F (d x d).  Attributes ``passes``
@@ -92,6 +93,7 @@ class RowChunks:
                 raise InputValueError("a Zarr array for X must live in a local directory store; "
                                       "pass its path or URL instead")
         else:
+            computed = hasattr(X, "dask")           # a dask array: its content is known once computed
             X = np.asarray(X)
         if getattr(X, "ndim", None) != 2:
             raise InputValueError(f"X must be a 2-D array (n_samples, n_features); got shape "
@@ -118,6 +120,8 @@ class RowChunks:
         self._chunks = {}               # local: index -> state dict
         self._shards, self._owner, self._shard_futures = {}, {}, []
         self.mean = np.zeros(self.d)
+        if on_digest is not None and self.source is None and computed:
+            on_digest({f"rows {r0}:{r1}": [digest.crc32c(X[r0:r1]), X[r0:r1].nbytes] for r0, r1 in self.spans})
         self._generation = digest.new_generation() if on_digest and self.source else "input"
         if self.backend == "distributed":
             self._start_shards()

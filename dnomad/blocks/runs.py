@@ -176,14 +176,16 @@ def write_run_marker(store, method, run_id, est, source):
 
 def content_check(store, X, name="X"):
     """What to call with the digest of the chunks of X (a Zarr input: its path or URL, or
-    the array) as a session's first pass read them (:mod:`dnomad.blocks.digest`): the
-    first session records it in ``store``; a resumed one is refused where a chunk read
-    then and now differs.  None without a store or for X not in Zarr (nothing is then
-    digested: an input in memory is identified by its bytes)."""
+    the array; a dask array, whose token does not change with the data behind it) as a
+    session's first pass read them (:mod:`dnomad.blocks.digest`): the first session
+    records it in ``store``; a resumed one is refused where a chunk read then and now
+    differs.  None without a store or for X in memory (nothing is then digested: an
+    input in memory is identified by its bytes)."""
     location = digest.zarr_location(X) if X is not None else None
-    if store is None or location is None:
+    if store is None or (location is None and not hasattr(X, "dask")):
         return None
-    url = location[0]
+    where = f"{name} at {run_store.redact(location[0])!r}" if location else f"{name} (the dask array {X.name})"
+    url = location[0] if location else X.name
 
     def check(seen):
         recorded = run_store.read_input_digest(store)
@@ -193,7 +195,6 @@ def content_check(store, X, name="X"):
         changed, comparable = digest.compare(recorded["chunks"], seen)
         if not changed and (comparable or not seen or not recorded["chunks"]):
             return
-        where = f"{name} at {run_store.redact(str(url))!r}"
         what = (f"{len(changed)} of the chunks the run read {'differs' if len(changed) == 1 else 'differ'} "
                 f"(first: {changed[0]})" if changed else
                 "none of the chunks read now was read when the run began (was it rewritten with other chunks?)")
