@@ -64,7 +64,7 @@ def _write(path, A, chunks):
 
 def _changed(A):
     B = A.copy()
-    B[1, 1] *= 1.5                    # one entry of one chunk (its mirror too: a Gram stays symmetric)
+    B[-1, -1] *= 1.5                  # one entry of the last chunk (on a Gram's diagonal: it stays symmetric)
     return B
 
 
@@ -123,8 +123,44 @@ def test_rows_read_on_workers_are_digested_there(cluster_client, tmp_path):
                      str(src), store)
     assert sorted(run_store.read_input_digest(store)["chunks"]) == ["c/0/0", "c/1/0", "c/2/0"]
     _write(src, _changed(A), (40, 2))
-    with pytest.raises(InputChangedError, match="c/0/0"):
+    with pytest.raises(InputChangedError, match="c/2/0"):
         dnomad.resume(store)
+
+
+def test_a_sharded_input_is_digested_by_whole_shards_however_it_is_read(tmp_path):
+    """Which parts of a shard a pass reads depends on its blocks; the digest does not."""
+    A = _inputs()["data"]
+    src = str(tmp_path / "X.zarr")
+    zarr.create_array(store=src, data=A, chunks=(20, 2), shards=(60, 2))
+    digests = []
+    for read in (lambda arr: arr[...], lambda arr: [arr[r0:r0 + 20] for r0 in range(0, N, 20)],
+                 lambda arr: arr[50:70]):
+        generation = digest.new_generation()
+        read(digest.open_array(src, "", generation))
+        digests.append(digest.collect(generation))
+    assert sorted(digests[0]) == ["c/0/0", "c/1/0"] and digests[0] == digests[1]
+    assert digests[2] == digests[0]                    # both shards, read in part, digested whole
+    store = str(tmp_path / "run.zarr")
+    _fit_interrupted(lambda **kw: dnomad.RiemannianKMeans(3, chunk_rows=20, max_iter=8, random_state=0, **kw),
+                     src, store)
+    zarr.create_array(store=src, data=_changed(A), chunks=(20, 2), shards=(60, 2), overwrite=True)
+    with pytest.raises(InputChangedError, match="c/1/0"):
+        dnomad.resume(store)
+
+
+def test_the_same_input_read_by_another_backend_resumes(tmp_path):
+    """A Gram read in place (the zarr backend) by the first session and loaded into memory
+    by the resumed one: the same chunks, the same digest."""
+    G = _inputs()["gram"]
+    src, store = tmp_path / "X.zarr", str(tmp_path / "run.zarr")
+    _write(src, G, (40, 40))
+    params = dict(n_clusters=3, sdp_k=3, precomputed=True, block_size=40, max_iter=8, random_state=0)
+    _fit_interrupted(lambda **kw: dnomad.NOMAD(**params, backend="zarr", **kw), str(src), store)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
+        resumed = dnomad.resume(store, backend="local")
+        reference = dnomad.NOMAD(**params, backend="local").fit(str(src))
+    np.testing.assert_array_equal(resumed.labels_, reference.labels_)
 
 
 def test_a_chunk_written_where_there_was_none_is_a_change(tmp_path):
@@ -206,6 +242,9 @@ def test_a_resume_that_is_not_the_run_says_what_changed(cls, params, tmp_path):
         assert "changed: n_clusters 3 -> 4" in _refusal(make, X, n_clusters=4, **(
             {"sdp_k": 4} if cls is dnomad.NOMAD else {}))
     assert "changed: X's content (the same shape, other values)" in _refusal(make, X + 0.5)
+    # settings that no run's identity holds are not offered as the change
+    message = _refusal(make, X + 0.5, backend="local", checkpoint_every=3)
+    assert "changed: X's content" in message and "backend" not in message and "checkpoint_every" not in message
     assert "changed: X's shape [120, 2] -> [100, 2]" in _refusal(make, X[:100])
     assert "holds a different run" in _refusal(make, X[:100]) and "dnomad resume" in _refusal(make, X[:100])
 

@@ -357,7 +357,11 @@ def from_zarr(url, path=None, *, name="D", on_digest=None, **group_kw):
 
         generation = digest.new_generation() if on_digest else "src"
         src = {name: (str(url), apath, generation)}
-        group.build([name], _load_blocks, lambda k: (src, layout, arr.dtype))
+        try:
+            group.build([name], _load_blocks, lambda k: (src, layout, arr.dtype))
+        except BaseException:
+            digest.discard(generation, group.client)
+            raise
         if on_digest is not None:
             on_digest(digest.collect(generation, group.client))
         if arr.dtype != group.dtype:

@@ -310,7 +310,12 @@ def feature_columns(X, *, store=None, path="input/Xt", chunk=None, memory_fracti
     location = digest.zarr_location(X) if on_digest is not None else None
     if location is not None:
         generation = digest.new_generation()
-        columns = _feature_columns(digest.open_array(*location, generation), store, path, chunk, memory_fraction)
+        try:
+            columns = _feature_columns(digest.open_array(*location, generation), store, path, chunk,
+                                       memory_fraction)
+        except BaseException:
+            digest.discard(generation)
+            raise
         on_digest(digest.collect(generation))
         return columns
     seen = {} if on_digest is not None and hasattr(X, "dask") else None

@@ -5,7 +5,9 @@ them, so that a resumed run can tell that the array behind a path was rewritten.
 The first pass opens the input under a *digesting* generation (:func:`new_generation`):
 its reads go through :class:`_DigestStore`, which notes each chunk's checksum in the
 process that read it; :func:`collect` gathers the notes from this process and from a
-cluster's workers.  A chunk that is absent (the array's fill value) is noted as such."""
+cluster's workers.  A chunk that is absent (the array's fill value) is noted as such.  A
+shard read in parts (a sharded array) is read once more whole when the notes are
+collected: which parts a pass reads depends on its blocks, the whole shard does not."""
 from __future__ import annotations
 
 import threading
@@ -15,6 +17,7 @@ import numpy as np
 
 _PREFIX = "digest:"
 _SEEN = {}                      # generation -> {chunk: [crc32c, bytes] or None}
+_PARTIAL = {}                   # generation -> {chunk read in byte ranges: its store}
 _LOCK = threading.Lock()
 _METADATA = ("zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata")
 
@@ -35,13 +38,26 @@ def crc32c(data):
     return int(google_crc32c.value(np.ascontiguousarray(data).reshape(-1).view(np.uint8)))
 
 
-def _note(generation, key, byte_range, buffer):
+def _note(generation, store, key, byte_range, buffer):
     if key.rsplit("/", 1)[-1] in _METADATA:
         return
-    part = key if byte_range is None else f"{key}[{byte_range}]"
+    if byte_range is not None:
+        # A part of a shard (its index, an inner chunk): which parts a pass reads depends
+        # on its blocks, so the shard is digested whole when the notes are collected.
+        with _LOCK:
+            _PARTIAL.setdefault(generation, {})[key] = store
+        return
     seen = None if buffer is None else [crc32c(buffer.as_numpy_array()), len(buffer)]
     with _LOCK:
-        _SEEN.setdefault(generation, {})[part] = seen
+        _SEEN.setdefault(generation, {})[key] = seen
+
+
+def _whole(store, key):
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    buffer = sync(store.get(key, default_buffer_prototype()))
+    return None if buffer is None else [crc32c(buffer.as_numpy_array()), len(buffer)]
 
 
 def _digest_store_class():
@@ -59,14 +75,14 @@ def _digest_store_class():
 
         async def get(self, key, prototype, byte_range=None):
             buffer = await self._store.get(key, prototype, byte_range)
-            _note(self.generation, key, byte_range, buffer)
+            _note(self.generation, self._store, key, byte_range, buffer)
             return buffer
 
         async def get_partial_values(self, prototype, key_ranges):
             key_ranges = list(key_ranges)
             buffers = await self._store.get_partial_values(prototype, key_ranges)
             for (key, byte_range), buffer in zip(key_ranges, buffers):
-                _note(self.generation, key, byte_range, buffer)
+                _note(self.generation, self._store, key, byte_range, buffer)
             return buffers
 
     return _DigestStore
@@ -92,20 +108,39 @@ def open_array(url, path, generation):
     return zarr.open_array(store=_DIGEST_STORE(inner, generation), mode="r", **kw)
 
 
-def pop(generation):
-    """The chunks noted under ``generation`` in this process (and forget them)."""
+def pop(generation, complete=True):
+    """The chunks noted under ``generation`` in this process (and forget them); shards
+    read in parts are read whole here (``complete``; else only forgotten)."""
     with _LOCK:
-        return _SEEN.pop(generation, {})
+        seen = _SEEN.pop(generation, {})
+        partial = _PARTIAL.pop(generation, {})
+    if complete:
+        for key, store in partial.items():
+            if key not in seen:
+                seen[key] = _whole(store, key)
+    return seen
 
 
 def collect(generation, client=None):
     """Every chunk noted under ``generation``: in this process and, with ``client``, in
-    each of its workers."""
+    each of its workers (a worker that cannot answer, e.g. one lost since the pass,
+    gives none: its chunks are then not part of the digest)."""
     seen = pop(generation)
     if client is not None:
-        for part in client.run(pop, generation).values():
-            seen.update(part)
+        for part in client.run(pop, generation, on_error="return").values():
+            if isinstance(part, dict):
+                seen.update(part)
     return seen
+
+
+def discard(generation, client=None):
+    """Forget the notes of a pass that did not finish (here and on the workers)."""
+    pop(generation, complete=False)
+    if client is not None:
+        try:
+            client.run(pop, generation, False, on_error="return")
+        except Exception:  # noqa: BLE001 - a closed client: its workers' notes went with them
+            pass
 
 
 def compare(recorded, seen):

@@ -580,7 +580,11 @@ class BlockGroup:
         self.build(list(names), _load_blocks, args)
 
     def close(self):
-        """Release the blocks (worker memory, thread pool)."""
+        """Release the blocks (worker memory, thread pool) and the notes of a digest whose
+        pass never finished."""
+        for name in list(self._digest_due):
+            self._digest_due.pop(name)
+            digest.discard(self._locs[name][2], self.client)
         if self.backend == "distributed" and self._shards:
             close_actors(self.client, self._shards, self._shard_futures, "blocks of this run")
             self._shards, self._shard_futures, self._owner = {}, [], {}

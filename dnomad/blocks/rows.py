@@ -84,6 +84,7 @@ class RowChunks:
     def __init__(self, X, *, chunk_rows=None, client=None, workers=None, center=True, keep_centred=True,
                  on_digest=None):
         self.source = None
+        computed = False
         if isinstance(X, str) or hasattr(X, "__fspath__"):
             self.source = (str(X), "")
             X = _open_zarr_array(str(X), "", "input")
@@ -120,19 +121,25 @@ class RowChunks:
         self._chunks = {}               # local: index -> state dict
         self._shards, self._owner, self._shard_futures = {}, {}, []
         self.mean = np.zeros(self.d)
-        if on_digest is not None and self.source is None and computed:
-            on_digest({f"rows {r0}:{r1}": [digest.crc32c(X[r0:r1]), X[r0:r1].nbytes] for r0, r1 in self.spans})
-        self._generation = digest.new_generation() if on_digest and self.source else "input"
-        if self.backend == "distributed":
-            self._start_shards()
-        stats = self.map(_column_stats)
-        if digest.is_digesting(self._generation):
-            generation, self._generation = self._generation, "input"
+        generation = self._generation = digest.new_generation() if on_digest and self.source else "input"
+        try:
+            if self.backend == "distributed":
+                self._start_shards()
+            stats = self.map(_column_stats)
+        except BaseException:
+            digest.discard(generation, client)
+            raise
+        finally:
+            self._generation = "input"          # later passes read X without digesting
+        if not all(s[2] for s in stats):
+            digest.discard(generation, client)
+            raise InputValueError("X contains NaN or Inf")
+        if digest.is_digesting(generation):
             on_digest(digest.collect(generation, client))
+        elif on_digest is not None and computed:
+            on_digest({f"rows {r0}:{r1}": [digest.crc32c(X[r0:r1]), X[r0:r1].nbytes] for r0, r1 in self.spans})
         total = sum(s[0] for s in stats)
         xtx = sum(s[1] for s in stats)
-        if not all(s[2] for s in stats):
-            raise InputValueError("X contains NaN or Inf")
         self.mean = total / self.n if center else np.zeros(self.d)
         self.gram = xtx - self.n * np.outer(self.mean, self.mean)
         self._keep = bool(keep_centred) and self.source is None

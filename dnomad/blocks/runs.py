@@ -94,14 +94,15 @@ def versions():
             "python": platform.python_version()}
 
 
-def matrix_run_identity(method, id_params, X):
+def matrix_run_identity(method, id_params, X, content=None):
     """The identity of a run on input X given as it is (an array, sparse or dense, in
     memory, dask, or Zarr): its method, its parameters and X's content (a hash of an
     array in memory, a dask array's token, a Zarr input's URL)."""
     # Hashed as the run marker stores it (NumPy scalars as numbers), so that a resume,
     # which rebuilds the estimator from the marker, finds the same identity.
     payload = json.dumps(json.loads(json.dumps({"method": method, "params": jsonable_params(id_params),
-                                                "input": describe_matrix(X), "content": _content_token(X)},
+                                                "input": describe_matrix(X),
+                                                "content": content or _content_token(X)},
                                                default=run_store._jsonable)), sort_keys=True)
     return hashlib.sha1(payload.encode()).hexdigest()[:16]
 
@@ -137,17 +138,25 @@ def matrix_input_record(X):
     return describe_matrix(X) if content is None else dict(describe_matrix(X), content=content)
 
 
-def write_matrix_marker(est, method, run_id, X):
-    """The run marker of a run on X as given (see :func:`matrix_run_identity`)."""
-    run_store.write_json(est.store, run_store.RUN_MARKER, run_record(method, est, matrix_input_record(X), run_id))
+def write_matrix_marker(est, method, run_id, input_record):
+    """The run marker of a run on X as given (``input_record``: :func:`matrix_input_record`)."""
+    run_store.write_json(est.store, run_store.RUN_MARKER, run_record(method, est, input_record, run_id))
+
+
+def start_matrix_run(est, method, id_params, X, resume=False):
+    """Claim ``est.store`` for a run on X as given: its identity (X's content hashed once)
+    checked against the store's run; returns (run_id, the run record's input)."""
+    input_record = matrix_input_record(X)
+    run_id = matrix_run_identity(method, id_params, X, content=input_record.get("content"))
+    est._claim_store(run_id, resume, run_record(method, est, input_record))
+    return run_id, input_record
 
 
 def start_run_without_checkpoints(est, method, id_params, X):
     """Claim ``est.store`` for a run that keeps no checkpoints: its id (from ``id_params``
     and the input) checked against the store's, then the run marker."""
-    run_id = matrix_run_identity(method, id_params, X)
-    est._claim_store(run_id, record=run_record(method, est, matrix_input_record(X)))
-    write_matrix_marker(est, method, run_id, X)
+    run_id, input_record = start_matrix_run(est, method, id_params, X)
+    write_matrix_marker(est, method, run_id, input_record)
 
 
 def describe_matrix(X):

@@ -76,8 +76,8 @@ def check_store(url, run_id, *, overwrite=False, resume=False, record=None):
     return g
 
 
-# Settings that do not define a run (where it is written, how it reports).
-_NOT_IDENTITY = ("store", "overwrite", "callback", "verbose")
+# Settings that define no run of any method (where it is written and runs, how it reports).
+_NOT_IDENTITY = ("store", "overwrite", "callback", "verbose", "backend", "checkpoint_every")
 
 
 def identity_change(stored, record):
@@ -88,15 +88,15 @@ def identity_change(stored, record):
     record = json.loads(json.dumps(record, default=_jsonable))        # as it would be stored
     if stored.get("method") != record.get("method"):
         return f"it is a {stored.get('method')} run, not {record.get('method')}"
-    old, new = stored.get("estimator_params") or {}, record.get("estimator_params") or {}
-    changes = [f"{k} {_short(old.get(k))} -> {_short(new.get(k))}" for k in sorted(set(old) | set(new))
-               if k not in _NOT_IDENTITY and old.get(k) != new.get(k)]
     was, now = stored.get("input") or {}, record.get("input") or {}
-    for field, what in (("kind", "kind"), ("url", "location"), ("shape", "shape"), ("n", "size")):
-        if was.get(field) != now.get(field) and field in was and field in now:
-            changes.append(f"X's {what} {_short(was[field])} -> {_short(now[field])}")
+    changes = [f"X's {what} {_short(was[field])} -> {_short(now[field])}"
+               for field, what in (("kind", "kind"), ("url", "location"), ("shape", "shape"), ("n", "size"))
+               if field in was and field in now and was[field] != now[field]]
     if not changes and "content" in was and was.get("content") != now.get("content"):
         changes.append("X's content (the same shape, other values)")
+    old, new = stored.get("estimator_params") or {}, record.get("estimator_params") or {}
+    changes += [f"{k} {_short(old.get(k))} -> {_short(new.get(k))}" for k in sorted(set(old) | set(new))
+                if k not in _NOT_IDENTITY and old.get(k) != new.get(k)]
     if not changes:
         return "its identity differs in what the run record does not show (a setting of another dnomad version?)"
     return "changed: " + ", ".join(changes[:5]) + (f" and {len(changes) - 5} more" if len(changes) > 5 else "")
