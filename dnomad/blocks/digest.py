@@ -152,8 +152,7 @@ def compare(recorded, seen):
 
 def zarr_location(X):
     """(url, path) of a Zarr input given as its path or URL, or as an array in a local
-    directory store; None for anything else (what is read in memory is identified by its
-    bytes, a dask array by its token)."""
+    directory store; None for anything else."""
     import os
 
     if isinstance(X, (str, os.PathLike)):

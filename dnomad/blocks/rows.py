@@ -127,12 +127,14 @@ class RowChunks:
                 self._start_shards()
             stats = self.map(_column_stats)
         except BaseException:
-            digest.discard(generation, client)
+            if digest.is_digesting(generation):
+                digest.discard(generation, client)
             raise
         finally:
             self._generation = "input"          # later passes read X without digesting
         if not all(s[2] for s in stats):
-            digest.discard(generation, client)
+            if digest.is_digesting(generation):
+                digest.discard(generation, client)
             raise InputValueError("X contains NaN or Inf")
         if digest.is_digesting(generation):
             on_digest(digest.collect(generation, client))
