@@ -111,11 +111,11 @@ class _Estimator(BaseEstimator):
             raise InputValueError("resume=True needs the run's store")
         if self.store is None:
             return None
-        run_id, input_record = runs.start_matrix_run(self, method, id_params, X, resume)
+        record = runs.start_matrix_run(self, method, id_params, X, resume)
         if resume and self._load_finished(max_iter):
             return None
         if not resume:
-            runs.write_matrix_marker(self, method, run_id, input_record)
+            runs.write_run_record(self.store, record)
         return run_store.Checkpoints(self.store, f"{method}_checkpoint")
 
     def _claim_store(self, run_id, resume=False, record=None):

@@ -577,13 +577,12 @@ def run_info(store):
         else:
             ck = run_store.Checkpoints(store, f"{meta['method']}_checkpoint").latest()
         res = run_store.read_result(store)
-        if res is None:
-            run_store.read_input_digest(store)            # what a resume checks its Zarr input against
         if res is not None:
             from dnomad.api import load_finished
 
             history = load_finished(store).history_      # read as a resume reads it: damage is named
         else:
+            run_store.read_input_digest(store)            # what a resume checks its Zarr input against
             history = ck["history"] if ck else []
         status = "finished" if res else ("interrupted or running" if ck else "started")
     except StoreError as exc:

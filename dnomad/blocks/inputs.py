@@ -113,10 +113,12 @@ class InputSource:
         :func:`runs.content_check`)."""
         if self.data is None and self.array is None:
             return json.dumps(self.describe(), sort_keys=True)
-        if getattr(self, "_content_hash", None) is None:
-            held = self.data if self.data is not None else self.array
-            self._content_hash = hashlib.sha1(np.ascontiguousarray(held)).hexdigest()[:16]
         return self._content_hash
+
+    @functools.cached_property
+    def _content_hash(self):
+        held = self.data if self.data is not None else self.array
+        return hashlib.sha1(np.ascontiguousarray(held)).hexdigest()[:16]
 
     def content_check(self, store):
         """What the first pass over a Zarr input calls with its chunks' digest: recorded

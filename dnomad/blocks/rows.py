@@ -89,8 +89,8 @@ class RowChunks:
             self.source = (str(X), "")
             X = _open_zarr_array(str(X), "", "input")
         elif type(X).__module__.startswith("zarr"):
-            self.source = (str(X.store.root) if hasattr(X.store, "root") else None, X.path)
-            if self.source[0] is None:
+            self.source = digest.zarr_location(X)
+            if self.source is None:
                 raise InputValueError("a Zarr array for X must live in a local directory store; "
                                       "pass its path or URL instead")
         else:

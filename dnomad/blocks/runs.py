@@ -138,25 +138,20 @@ def matrix_input_record(X):
     return describe_matrix(X) if content is None else dict(describe_matrix(X), content=content)
 
 
-def write_matrix_marker(est, method, run_id, input_record):
-    """The run marker of a run on X as given (``input_record``: :func:`matrix_input_record`)."""
-    run_store.write_json(est.store, run_store.RUN_MARKER, run_record(method, est, input_record, run_id))
-
-
 def start_matrix_run(est, method, id_params, X, resume=False):
     """Claim ``est.store`` for a run on X as given: its identity (X's content hashed once)
-    checked against the store's run; returns (run_id, the run record's input)."""
+    checked against the store's run; returns its run record (:func:`write_run_record`)."""
     input_record = matrix_input_record(X)
     run_id = matrix_run_identity(method, id_params, X, content=input_record.get("content"))
-    est._claim_store(run_id, resume, run_record(method, est, input_record))
-    return run_id, input_record
+    record = run_record(method, est, input_record, run_id)
+    est._claim_store(run_id, resume, record)
+    return record
 
 
 def start_run_without_checkpoints(est, method, id_params, X):
     """Claim ``est.store`` for a run that keeps no checkpoints: its id (from ``id_params``
     and the input) checked against the store's, then the run marker."""
-    run_id, input_record = start_matrix_run(est, method, id_params, X)
-    write_matrix_marker(est, method, run_id, input_record)
+    write_run_record(est.store, start_matrix_run(est, method, id_params, X))
 
 
 def describe_matrix(X):
@@ -176,10 +171,10 @@ def source_input_record(source):
     return record
 
 
-def write_run_marker(store, method, run_id, est, source):
-    """The run record of a run on ``source`` (:func:`run_record`), and its data X."""
-    run_store.write_json(store, run_store.RUN_MARKER, run_record(method, est, source_input_record(source), run_id))
-    if source.data is not None:
+def write_run_record(store, record, source=None):
+    """The run record (:func:`run_record`), and the data X of a ``source`` held in memory."""
+    run_store.write_json(store, run_store.RUN_MARKER, record)
+    if source is not None and source.data is not None:
         run_store.write_vector(store, "input/X", source.data)
 
 

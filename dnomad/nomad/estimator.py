@@ -337,11 +337,12 @@ class NOMAD(_Clustering, _Estimator):
             # The labels are part of the result a finished store hands back.
             extra["labels"] = [int(self.n_clusters), self.label_method, float(self.component_threshold)]
             run_id = runs.run_identity("nomad", params_list[0], source, dtype, self.block_size, **extra)
-            self._claim_store(run_id, resume, runs.run_record("nomad", self, runs.source_input_record(source)))
+            record = runs.run_record("nomad", self, runs.source_input_record(source), run_id)
+            self._claim_store(run_id, resume, record)
             if resume and self._load_finished(params_list[-1].max_iter):
                 return self
             if not resume:
-                runs.write_run_marker(self.store, "nomad", run_id, self, source)
+                runs.write_run_record(self.store, record, source)
 
         self.layers_ = []
         last = params_list[-1]

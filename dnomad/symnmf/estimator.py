@@ -217,11 +217,12 @@ class SymNMF(_Clustering, _Estimator):
             run_id = runs.run_identity("symnmf", params, source, dtype, self.block_size, solver=self.solver,
                              affinity=self.affinity, bandwidth=self.bandwidth,
                              n_neighbors=self.n_neighbors if local_scaling else None)
-            self._claim_store(run_id, resume, runs.run_record("symnmf", self, runs.source_input_record(source)))
+            record = runs.run_record("symnmf", self, runs.source_input_record(source), run_id)
+            self._claim_store(run_id, resume, record)
             if resume and self._load_finished(params.max_iter):
                 return self
             if not resume:
-                runs.write_run_marker(self.store, "symnmf", run_id, self, source)
+                runs.write_run_record(self.store, record, source)
             save = run_store.Checkpoints(self.store, SYMNMF_CHECKPOINT_KEY).save
 
         self.n_neighbors_ = self.scale_factor_ = None
