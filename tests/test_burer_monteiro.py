@@ -641,3 +641,43 @@ def test_runs_by_float32_increments_end_where_float64_runs_end():
     Q, Q64 = (runs[m].Y @ runs[m].Y.T for m in (True, False))
     np.testing.assert_allclose(Q, Q64, rtol=0, atol=1e-3 * Q64.max())
     assert runs[True].history[-1]["objective"] == pytest.approx(runs[False].history[-1]["objective"], rel=1e-6)
+
+
+class _Killed(Exception):
+    pass
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")     # 6 outer steps
+@pytest.mark.parametrize("where", ["here", "workers"])
+def test_checkpoints_write_y_from_the_chunks_and_resume_to_the_same_run(where, cluster_client, tmp_path):
+    """Burer-Monteiro's checkpoints hand Y and mu to the store as held rows: the chunks
+    write them and nothing is gathered into this process (a run killed in its third
+    outer step, after two checkpoints, gathered nothing), and the run resumed from its
+    last checkpoint ends where the uninterrupted run ends."""
+    from dnomad.blocks import RowChunks
+    from dnomad.blocks.store import Checkpoints, read_json
+
+    client = cluster_client if where == "workers" else None
+    X, _ = gaussian_blobs(150, n_centers=3, separation=8.0, random_state=1)
+    params = BurerMonteiroParams(n_clusters=3, rank=6, random_state=0, max_iter=6)
+    with RowChunks(X, chunk_rows=40) as chunks:
+        ref = burer_monteiro(chunks, params)
+    gathered = []
+    url = str(tmp_path / "bm.zarr")
+    ck = Checkpoints(url, "ck")
+
+    def kill_in_step_3(row):
+        if row["iteration"] == 3:
+            raise _Killed
+
+    with RowChunks(X, chunk_rows=40, client=client) as chunks:
+        get = chunks.get
+        chunks.get = lambda name: gathered.append(name) or get(name)
+        with pytest.raises(_Killed):
+            burer_monteiro(chunks, params, callback=kill_in_step_3, checkpoint=ck.save, checkpoint_every=1)
+    record = read_json(url, "ck")
+    assert gathered == [] and record["iteration"] == 2 and record["held"] == ["Y", "mu"]
+    with RowChunks(X, chunk_rows=40, client=client) as chunks:
+        resumed = burer_monteiro(chunks, params, state=ck.load())
+    assert [h["iteration"] for h in resumed.history] == [h["iteration"] for h in ref.history]
+    np.testing.assert_allclose(resumed.Y, ref.Y, rtol=0, atol=1e-12)

@@ -194,6 +194,50 @@ def test_states_a_kernel_drops_or_swaps_are_gone_from_the_chunks(cluster_client,
             np.testing.assert_array_equal(data.get("d"), V + 10)
 
 
+def test_a_checkpoint_of_held_rows_is_written_by_the_chunks_and_read_back_by_others(cluster_client, rng,
+                                                                                    tmp_path):
+    """A state held in row chunks (``held``) is a checkpoint's value that the chunks write
+    themselves, here or on workers; the record lists it as held, ``load`` gives it back
+    unread (StoredRows), and row chunks of another cut, here or on workers, read their own
+    rows of it to the bit; ``np.asarray`` reads it whole."""
+    from dnomad.blocks.store import Checkpoints, StoredRows, read_json
+
+    X = rng.standard_normal((130, 3))
+    Y, mu = rng.random((130, 4)), rng.standard_normal(130)
+    for i, (client, other) in enumerate(((None, cluster_client), (cluster_client, None))):
+        url = str(tmp_path / f"run{i}.zarr")
+        with blocks.RowChunks(X, chunk_rows=50, client=client) as data:
+            data.put("Y", Y)
+            data.put("mu", mu)
+            ck = Checkpoints(url, "ck")
+            ck.save({"Y": data.held("Y"), "mu": data.held("mu"), "small": np.arange(3), "lam": 0.5,
+                     "history": [{"a": 1}]})
+        record = read_json(url, "ck")
+        assert record["held"] == ["Y", "mu"] and record["arrays"] == ["Y", "mu", "small"]
+        assert record["shapes"] == {"Y": [130, 4], "mu": [130], "small": [3]}
+        state = ck.load()
+        assert isinstance(state["Y"], StoredRows) and state["Y"].shape == (130, 4)
+        assert isinstance(state["small"], np.ndarray) and state["lam"] == 0.5
+        with blocks.RowChunks(X, chunk_rows=33, client=other) as data:
+            data.put("Y", state["Y"])
+            data.put("mu", state["mu"])
+            np.testing.assert_array_equal(data.get("Y"), Y)
+            np.testing.assert_array_equal(data.get("mu"), mu)
+        np.testing.assert_array_equal(np.asarray(state["Y"]), Y)
+        space = blocks.RowState(130, chunk_rows=40)
+        space.put("Y", state["Y"])
+        np.testing.assert_array_equal(space.get("Y"), Y)
+
+
+def test_held_rows_of_the_wrong_length_are_refused(tmp_path, rng):
+    from dnomad.blocks.store import StoredRows, write_rows
+
+    write_rows(str(tmp_path / "s.zarr"), "Y", rng.random((20, 2)))
+    with blocks.RowChunks(rng.standard_normal((21, 2)), chunk_rows=8) as data:
+        with pytest.raises(InputValueError, match="must have 21 rows; got shape \\(20, 2\\)"):
+            data.put("Y", StoredRows(str(tmp_path / "s.zarr"), "Y", (20, 2)))
+
+
 def _project_to_state(chunk, W):
     chunk["Xw"] = chunk["X"] @ W
 

@@ -187,6 +187,8 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_the_uninterrupted_result(me
         dnomad.fit(X_in, method=method, store=store, callback=stop_late, **kw)
     ck = run_store.Checkpoints(store, f"{method}_checkpoint").latest()
     assert ck["init"] == 1
+    if method == "nlr":
+        assert ck["held"] == ["W", "y"]                 # written by the row chunks, not gathered
     ran = []
     if as_path:
         resumed = dnomad.resume(store, callback=lambda row: ran.append(row))

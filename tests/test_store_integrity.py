@@ -5,6 +5,7 @@ and ``dnomad resume`` raise a StoreError that names the part and what to do, and
 info`` says "damaged: ..." (or refuses a damaged run record) instead of reporting a healthy
 run.  Each case damages a copy of a real store of each method."""
 import json
+import re
 import shutil
 import warnings
 
@@ -238,3 +239,20 @@ def test_an_undamaged_store_stays_healthy_and_resumes(stores, tmp_path, capsys):
         arrays = _attrs(store)["result"]["arrays"]
         assert arrays and all(run_store.has_array(str(store), f"result/{a}") for a in arrays)
         json.dumps(arrays)
+
+
+@pytest.mark.parametrize("held,why", [(["Z"], "has held = ['Z']"), ("Y", "has held = 'Y'")])
+def test_a_checkpoint_whose_held_rows_are_not_its_arrays_is_damage(held, why, tmp_path):
+    """A checkpoint record's ``held`` (the arrays the row chunks wrote, given back unread)
+    must name arrays the record lists."""
+    from dnomad.blocks import RowState
+
+    url = str(tmp_path / "run.zarr")
+    space = RowState(10)
+    space.put("Y", np.ones((10, 2)))
+    ck = run_store.Checkpoints(url, "ck")
+    ck.save({"Y": space.held("Y"), "history": []})
+    assert run_store.read_json(url, "ck")["held"] == ["Y"]
+    _set_attr(tmp_path / "run.zarr", "ck", dict(run_store.read_json(url, "ck"), held=held))
+    with pytest.raises(StoreError, match=re.escape(f"the checkpoint record 'ck' {why}, not a list of the arrays")):
+        ck.load()

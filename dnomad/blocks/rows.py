@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import InputValueError
 from . import digest
+from . import store as run_store
 from .cluster import log_pass, workers_info, workers_to_hold_blocks
 from .engine import _n_threads, _open_zarr_array, _Shard, close_actors, wait_for_actors
 
@@ -162,18 +163,7 @@ class RowChunks:
             rows_of = (lambda i: _StateRows(x_state))
         else:
             rows_of = self._rows_of if read_x else (lambda i: False)
-        if self.backend == "local":
-            def run(i):
-                state = self._chunks.setdefault(i, {})
-                return _chunk_task(state, i, kernel, rows_of(i), self.mean, args, dtype, self._keep)
-
-            if self._pool is None and _n_threads() > 1 and len(self.spans) > 1:
-                self._pool = ThreadPoolExecutor(_n_threads(), thread_name_prefix="dnomad-rows")
-            indices = range(len(self.spans))
-            out = list(self._pool.map(run, indices) if self._pool is not None else map(run, indices))
-        else:
-            out = self._call_shards(lambda shard, keys: shard.run(
-                _chunk_task, keys, [(kernel, rows_of(i), self.mean, args, dtype, self._keep) for i in keys]))
+        out = self._run(kernel, args, rows_of, dtype)
         if read_x:
             self.passes += 1
             self.rows_read += self.n
@@ -185,6 +175,22 @@ class RowChunks:
             log_pass(self.client, getattr(kernel, "__name__", "rows").lstrip("_"), chunks=len(self.spans),
                      rows=self.n if read_x else 0, seconds=time.perf_counter() - t0)
         return out
+
+    def _run(self, kernel, args, rows_of, dtype=np.float64, with_span=False):
+        """The kernel on every chunk (see :meth:`map`), not counted as a pass; with
+        ``with_span`` called as ``kernel(chunk, (r0, r1), *args)``, the chunk's place in X."""
+        args_of = (lambda i: (self.spans[i],) + args) if with_span else (lambda i: args)
+        if self.backend == "local":
+            def run(i):
+                state = self._chunks.setdefault(i, {})
+                return _chunk_task(state, i, kernel, rows_of(i), self.mean, args_of(i), dtype, self._keep)
+
+            if self._pool is None and _n_threads() > 1 and len(self.spans) > 1:
+                self._pool = ThreadPoolExecutor(_n_threads(), thread_name_prefix="dnomad-rows")
+            indices = range(len(self.spans))
+            return list(self._pool.map(run, indices) if self._pool is not None else map(run, indices))
+        return self._call_shards(lambda shard, keys: shard.run(
+            _chunk_task, keys, [(kernel, rows_of(i), self.mean, args_of(i), dtype, self._keep) for i in keys]))
 
     def _rows_of(self, i):
         """What a task needs to get chunk i's rows of X: the rows themselves (in memory)
@@ -198,11 +204,16 @@ class RowChunks:
         """X (n x d, uncentred) in memory: one pass."""
         return np.concatenate(self.map(_chunk_rows), axis=0) + self.mean
 
-    def put(self, name, A):
-        """Store the rows of A (n x k) as state ``name``, chunk by chunk."""
-        A = np.asarray(A)
-        if A.shape[0] != self.n:
-            raise InputValueError(f"state {name!r} must have {self.n} rows; got shape {A.shape}")
+    def put(self, name, A, dtype=None):
+        """Store the rows of A (n x k; in ``dtype`` if given) as state ``name``, chunk by
+        chunk; A in a store (:class:`dnomad.blocks.store.StoredRows`) is read by each chunk
+        where it lives."""
+        if isinstance(A, run_store.StoredRows):
+            _check_rows(name, A.shape, self.n)
+            self._run(_read_stored_rows, (name, A, dtype), _no_rows, with_span=True)   # as a put: no pass
+            return
+        A = np.asarray(A, dtype=dtype)
+        _check_rows(name, A.shape, self.n)
         if self.backend == "local":
             for i, (r0, r1) in enumerate(self.spans):
                 self._chunks.setdefault(i, {})[name] = np.array(A[r0:r1])
@@ -220,6 +231,21 @@ class RowChunks:
                 for i, part in zip(keys, self._wait(lambda: [shard.get(i, name) for i in keys])):
                     parts[i] = part
         return np.concatenate(parts, axis=0)
+
+    def held(self, name):
+        """State ``name`` as a value that stays in the chunks: a checkpoint writes it from
+        where it is held (:meth:`save_state`), never through this process."""
+        return HeldRows(self, name)
+
+    def save_state(self, name, url, path):
+        """Write state ``name`` to a Zarr array at ``path`` in the store ``url``, each chunk
+        its own rows, where it lives (the array is chunked as the row chunks are: no two
+        tasks write one Zarr chunk).  Returns its shape."""
+        tail, dtype = _one_layout(name, self._run(_state_layout, (name,), _no_rows))     # as a get: no pass
+        shape = (self.n,) + tail
+        run_store.create_rows_array(url, path, shape, dtype, self.chunk_rows)
+        self._run(_write_state_rows, (name, str(url), path), _no_rows, with_span=True)
+        return shape
 
     def drop(self, name):
         """Forget state ``name`` (no pass over X)."""
@@ -292,7 +318,8 @@ class RowState:
     """Per-row state of n rows with no X beside it, in this process: the row space of a
     solver whose products with D come from elsewhere (a block matrix, a low-rank
     factor).  The state interface of :class:`RowChunks` (``map`` with
-    ``read_x=False``, ``put``, ``get``, ``drop``, ``close``), on one chunk by default."""
+    ``read_x=False``, ``put``, ``get``, ``held``, ``save_state``, ``drop``, ``close``),
+    on one chunk by default."""
 
     backend = "local"
 
@@ -315,15 +342,22 @@ class RowState:
         self.seconds += time.perf_counter() - t0
         return out
 
-    def put(self, name, A):
-        A = np.asarray(A)
-        if A.shape[0] != self.n:
-            raise InputValueError(f"state {name!r} must have {self.n} rows; got shape {A.shape}")
+    def put(self, name, A, dtype=None):
+        A = np.asarray(A, dtype=dtype)
+        _check_rows(name, A.shape, self.n)
         for chunk, (r0, r1) in zip(self._chunks, self.spans):
             chunk[name] = np.array(A[r0:r1])
 
     def get(self, name):
         return np.concatenate([chunk[name] for chunk in self._chunks], axis=0)
+
+    def held(self, name):
+        return HeldRows(self, name)
+
+    def save_state(self, name, url, path):
+        A = self.get(name)
+        run_store.write_rows(url, path, A)
+        return A.shape
 
     def drop(self, name):
         for chunk in self._chunks:
@@ -339,8 +373,50 @@ class RowState:
         self.close()
 
 
+class HeldRows:
+    """State ``name`` of row chunks (a :class:`RowChunks` or :class:`RowState`) as a
+    checkpoint's value: :meth:`dnomad.blocks.store.Checkpoints.save` has the chunks write
+    it (``save_to``), so a solver's n x r iterate is never gathered into this process to
+    be saved; :meth:`~dnomad.blocks.store.Checkpoints.load` gives it back as
+    :class:`~dnomad.blocks.store.StoredRows`, which ``put`` reads where the chunks live."""
+
+    def __init__(self, space, name):
+        self.space, self.name = space, name
+
+    def save_to(self, url, path):
+        return self.space.save_state(self.name, url, path)
+
+
+def _no_rows(i):
+    return False                # a task over the state alone: X is not read
+
+
+def _check_rows(name, shape, n):
+    if len(shape) == 0 or shape[0] != n:
+        raise InputValueError(f"state {name!r} must have {n} rows; got shape {tuple(shape)}")
+
+
+def _one_layout(name, layouts):
+    """The (trailing shape, dtype) every chunk's state ``name`` has."""
+    if any(layout != layouts[0] for layout in layouts):
+        raise InputValueError(f"state {name!r} differs in shape or dtype between chunks: {sorted(set(layouts))}")
+    return layouts[0]
+
+
 # ------------------------------------------------------------ task functions
 # Module-level so that workers import them.
+def _state_layout(chunk, name):
+    return tuple(chunk[name].shape[1:]), chunk[name].dtype.str
+
+
+def _write_state_rows(chunk, span, name, url, path):
+    run_store.write_row_span(url, path, span[0], chunk[name])
+
+
+def _read_stored_rows(chunk, span, name, stored, dtype):
+    chunk[name] = np.asarray(stored.rows(*span), dtype=dtype)
+
+
 def _chunk_task(state, index, kernel, rows, mean, args, dtype=np.float64, keep=False):
     """Run ``kernel`` on one chunk: its rows of X (given; read from Zarr when ``rows``
     says where they are; the state's own copy when None; none when False), centred and

@@ -400,6 +400,53 @@ def read_vector(url, path):
     return np.asarray(zarr.open_array(store=str(url), path=path, mode="r")[...])
 
 
+def create_rows_array(url, path, shape, dtype, chunk_rows):
+    """An empty tall array at ``path`` chunked ``chunk_rows`` rows (as the row chunks that
+    write it are, so that no two of them write one Zarr chunk)."""
+    import zarr
+
+    zarr.create_array(store=str(url), name=path, shape=tuple(shape), dtype=dtype,
+                      chunks=(max(min(int(chunk_rows), int(shape[0])), 1),) + tuple(shape[1:]), overwrite=True,
+                      compressors=None, fill_value=0)
+
+
+def write_row_span(url, path, r0, rows):
+    """Rows ``r0:r0 + len(rows)`` of an array made by :func:`create_rows_array`."""
+    import zarr
+
+    zarr.open_array(store=str(url), path=path, mode="r+")[r0:r0 + len(rows)] = rows
+
+
+def read_row_span(url, path, r0, r1):
+    import zarr
+
+    return np.asarray(zarr.open_array(store=str(url), path=path, mode="r")[r0:r1])
+
+
+class StoredRows:
+    """A tall array in a store, not read: what :meth:`Checkpoints.load` gives back for a
+    state that row chunks wrote themselves.  Put into row chunks
+    (:meth:`dnomad.blocks.RowChunks.put`), each chunk reads its own rows where it lives;
+    ``np.asarray`` reads them all into this process."""
+
+    def __init__(self, url, path, shape):
+        self.url, self.path, self.shape = str(url), path, tuple(int(v) for v in shape)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def rows(self, r0, r1):
+        return read_row_span(self.url, self.path, r0, r1)
+
+    def __array__(self, dtype=None, copy=None):
+        A = read_vector(self.url, self.path)
+        return A if dtype is None else A.astype(dtype, copy=False)
+
+    def __repr__(self):
+        return f"StoredRows({redact(self.url)!r}, {self.path!r}, shape={self.shape})"
+
+
 def write_table(url, path, rows):
     """A list of dicts (a history) as a columnar table: one 1-D array per column under
     ``path``, int64 where every value is an integer, else float64 (a missing value is
@@ -483,6 +530,9 @@ class Checkpoints:
         checked_record(self.url, part, record, CHECKPOINT_FIELDS)
         prefix = f"checkpoint/{record['slot']}"
         _check_listed_arrays(self.url, part, record, prefix, "the checkpoint's")
+        held = record.get("held", [])
+        if not (_is_names(held) and set(held) <= set(record.get("arrays", []))):
+            raise damaged(self.url, part, f"has held = {_short(held)}, not a list of the arrays it lists")
         return dict(record, prefix=prefix, history=checked_table(self.url, f"{prefix}/history") or [])
 
     @contextlib.contextmanager
@@ -505,19 +555,29 @@ class Checkpoints:
     # ``state=`` (a state it handed to ``checkpoint`` earlier, or None) and
     # ``checkpoint=`` (a callable it calls with its state every ``checkpoint_every``
     # iterations and at its last).  A state is a dict: "history" (a list of rows),
-    # NumPy arrays, "blocks" (names of n x n matrices in the solver's BlockGroup, which
-    # stay there), and JSON-able scalars.  These two methods are its one store format.
+    # NumPy arrays, held rows (n x k states of row chunks, which write themselves:
+    # ``RowChunks.held``), "blocks" (names of n x n matrices in the solver's BlockGroup,
+    # which stay there), and JSON-able scalars.  These two methods are its one store format.
     def save(self, state, *, group=None):
         """Write ``state``: its arrays under the slot (row-chunked), its ``blocks`` from
-        ``group``, its history as a table, the scalars as the record (written last)."""
+        ``group``, its history as a table, the scalars as the record (written last).  A
+        value with a ``save_to(url, path)`` method (a state held in row chunks,
+        :meth:`dnomad.blocks.RowChunks.held`) writes itself, from where it is held: the
+        record lists it under ``held`` too, and :meth:`load` gives it back unread, as
+        :class:`StoredRows`."""
         arrays = {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
-        record = {k: v for k, v in state.items() if k != "history" and k not in arrays}
-        record["arrays"] = sorted(arrays)
+        held = {k: v for k, v in state.items() if hasattr(v, "save_to")}
+        record = {k: v for k, v in state.items() if k != "history" and k not in arrays and k not in held}
+        record["arrays"] = sorted([*arrays, *held])
+        if held:
+            record["held"] = sorted(held)
         record["shapes"] = {name: list(value.shape) for name, value in arrays.items()}
         record.setdefault("iteration", len(state["history"]))
         with self.write(record, state["history"]) as prefix:
             for name, value in arrays.items():
                 write_rows(self.url, f"{prefix}/{name}", value)
+            for name, value in held.items():
+                record["shapes"][name] = list(value.save_to(self.url, f"{prefix}/{name}"))
             if state.get("blocks"):
                 group.save(list(state["blocks"]), self.url, prefix)
 
@@ -529,14 +589,17 @@ class Checkpoints:
             return None
         prefix = ck.pop("prefix")
         ck.pop("slot", None)
-        ck.pop("shapes", None)
+        shapes = ck.pop("shapes", {})
+        held = set(ck.pop("held", []))
         state = dict(ck)
         if "arrays" not in state:
             raise InputValueError(f"the checkpoint {self.key!r} in {redact(self.url)!r} is in an older "
                                   "format (its record lists no arrays) and cannot be resumed: fit again with "
                                   "overwrite=True")
         for name in state.pop("arrays"):
-            state[name] = read_vector(self.url, f"{prefix}/{name}")
+            path = f"{prefix}/{name}"
+            state[name] = (StoredRows(self.url, path, shapes.get(name) or array_shape(self.url, path))
+                           if name in held else read_vector(self.url, path))
         if state.get("blocks"):
             group.load(list(state["blocks"]), self.url, prefix)
         return state

@@ -141,8 +141,9 @@ def checked_rank(n, K, rank):
 
 def _resumed(data, state):
     """The loop's variables from a checkpoint: W and y back into the row chunks."""
-    data.put("W", np.asarray(state["W"], dtype=np.float64))
-    data.put("y", np.asarray(state["y"], dtype=np.float64).reshape(-1, 1))
+    data.put("W", state["W"], dtype=np.float64)
+    y = state["y"]                      # n x 1 as the chunks wrote it (a vector before)
+    data.put("y", y if np.ndim(y) == 2 else np.reshape(y, (-1, 1)), dtype=np.float64)
     sums = {key: state[f"sum_{key}"] for key in _SUM_KEYS}
     # Counters continue the saved run's: putting W and y back is not one of its passes.
     return dict(sums=sums, scale=float(state["scale"]), history=[dict(row) for row in state["history"]],
@@ -185,7 +186,7 @@ def _nlr_loop(data, K, r, beta, step, tol, dual_tol, max_iter, record_every, cal
             break
         dual_next = change < dual_tol
         if checkpoint is not None and it % checkpoint_every == 0 and it < max_iter:
-            checkpoint({"W": data.get("W"), "y": data.get("y")[:, 0], "scale": scale,
+            checkpoint({"W": data.held("W"), "y": data.held("y"), "scale": scale,
                         "history": [dict(row) for row in history],
                         "dual_steps": dual_steps, "dual_next": dual_next, "iteration": it,
                         "passes": data.passes - passes0, "seconds": time.perf_counter() - t0,

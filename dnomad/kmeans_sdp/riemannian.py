@@ -312,13 +312,17 @@ class KMeansProblem:
         """An :class:`Iterate` for (V, Q) given as arrays: V is put into the row chunks."""
         V, Q = point
         name = self._new_name()
-        self.data.put(name, np.asarray(V, dtype=np.float64))
+        self.data.put(name, V, dtype=np.float64)
         return self._evaluate(name, np.asarray(Q, dtype=np.float64), self._map(
             _point_kernel, name, np.asarray(Q, dtype=np.float64), self.manifold.n, self.mu))
 
     def point(self, it):
         """(V, Q) of an iterate as arrays (V gathered from the row chunks)."""
         return self.data.get(it.name), it.Q
+
+    def held(self, it):
+        """An iterate's V where the row chunks hold it, for a checkpoint to write from there."""
+        return self.data.held(it.name)
 
     def u(self, it):
         """U = phi(V, Q) of an iterate (n x r, gathered)."""
@@ -1118,10 +1122,9 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
     first = len(history)
     for k in range(first, max_iter + 1):
         if checkpoint is not None and k > first and k % checkpoint_every == 0:
-            V, Q = problem.point(it)
-            checkpoint({"V": V, "Q": Q, "lam": lam, "cubic_L": cubic_L, "history": [dict(r) for r in history],
-                        "escapes": escapes,
-                        "inner": inner, "passes": problem.passes - passes0, "seconds": time.perf_counter() - t0})
+            checkpoint({"V": problem.held(it), "Q": it.Q, "lam": lam, "cubic_L": cubic_L,
+                        "history": [dict(r) for r in history], "escapes": escapes, "inner": inner,
+                        "passes": problem.passes - passes0, "seconds": time.perf_counter() - t0})
         sol = problem.solve(it, lam)
         row = {"iteration": k, "loss": it.cost, "grad_norm": sol.grad_norm, "lam": lam, "inner": inner,
                "seconds": time.perf_counter() - t0, "passes": problem.passes - passes0}

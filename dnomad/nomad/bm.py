@@ -667,31 +667,34 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
     start_method = "Y0" if Y0 is not None else params.start
     if state is not None:
         problem.matmats = int(state["matmats"])
-        Y0 = state["Y"]
-    elif Y0 is None and params.start == "random":
-        Y0 = np.random.default_rng(params.random_state).random((n, r)) * math.sqrt(K / (n * r))
-    if Y0 is None:
-        # Symmetric NMF in the row space; in float32 in data mode (the start needs no
-        # more, and X's products cost half): on all 70,000 MNIST digits at r = 128 this
-        # start was a third of the run in float64 with Y gathered into this process.
-        admm = _symnmf_admm(space, r, matmat=None if data_mode else D.matmat, gram_scale=problem.scale,
-                            dtype=np.float32 if data_mode else np.float64, random_state=params.random_state,
-                            max_iter=params.start_max_iter, tol=params.start_tol)
-        space.map(_start_y, read_x=False)
-        start = {"method": "symnmf", "iterations": admm.n_iter, "converged": admm.converged,
-                 "products": admm.products, "passes": admm.passes, "seconds": admm.seconds}
+        if tuple(np.shape(state["Y"])) != (n, r):
+            raise InputValueError(f"the saved Y has shape {tuple(np.shape(state['Y']))}, not ({n}, {r})")
+        space.put("Y", state["Y"])                  # read by the chunks, where they live
     else:
-        Y0 = np.clip(np.array(Y0, dtype=np.float64), 0.0, 1.0)
-        if Y0.shape != (n, r):
-            raise InputValueError(f"Y0 must have shape ({n}, {r}); got {Y0.shape}")
-        space.put("Y", Y0)
-        del Y0
+        if Y0 is None and params.start == "random":
+            Y0 = np.random.default_rng(params.random_state).random((n, r)) * math.sqrt(K / (n * r))
+        if Y0 is None:
+            # Symmetric NMF in the row space; in float32 in data mode (the start needs no
+            # more, and X's products cost half): on all 70,000 MNIST digits at r = 128 this
+            # start was a third of the run in float64 with Y gathered into this process.
+            admm = _symnmf_admm(space, r, matmat=None if data_mode else D.matmat, gram_scale=problem.scale,
+                                dtype=np.float32 if data_mode else np.float64, random_state=params.random_state,
+                                max_iter=params.start_max_iter, tol=params.start_tol)
+            space.map(_start_y, read_x=False)
+            start = {"method": "symnmf", "iterations": admm.n_iter, "converged": admm.converged,
+                     "products": admm.products, "passes": admm.passes, "seconds": admm.seconds}
+        else:
+            Y0 = np.clip(np.array(Y0, dtype=np.float64), 0.0, 1.0)
+            if Y0.shape != (n, r):
+                raise InputValueError(f"Y0 must have shape ({n}, {r}); got {Y0.shape}")
+            space.put("Y", Y0)
+            del Y0
     if state is None and params.balance:
         t_balance = time.perf_counter()
         sweeps, balanced = _balance_start(space)
         start = dict(start or {"method": start_method},
                      balance_sweeps=sweeps, balanced=balanced, balance_seconds=time.perf_counter() - t_balance)
-    space.put("mu", np.zeros(n) if state is None else np.array(state["mu"], dtype=np.float64))
+    space.put("mu", np.zeros(n) if state is None else state["mu"])
     problem.lam = 0.0 if state is None else float(state["lam"])
 
     history = [] if state is None else list(state["history"])
@@ -706,7 +709,8 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
 
     def save(final):
         if checkpoint is not None:
-            checkpoint({"Y": space.get("Y"), "mu": space.get("mu"), "lam": problem.lam,
+            # Y and mu are written by the chunks that hold them, not gathered here.
+            checkpoint({"Y": space.held("Y"), "mu": space.held("mu"), "lam": problem.lam,
                         "history": [dict(row) for row in history],
                         "matmats": problem.matmats, "stop_reason": stop_reason if final else None})
 
