@@ -262,6 +262,27 @@ def test_labels_take_the_components_where_there_are_n_clusters_of_them_else_spec
     assert used == "components" and labels.max() == 3
 
 
+def test_auto_labels_a_large_low_rank_q_by_spectral_clustering_alone(monkeypatch):
+    """Past AUTO_COMPONENTS_MAX_N rows "auto" does not scan a low-rank Q's pairs for its
+    components (O(n^2 r)): the spectral labels give the separated groups all the same; a
+    stored Q (cgm) and "components" asked for by name still take the components."""
+    from dnomad.blocks.operators import LowRankGram
+    from dnomad.nomad import estimator
+
+    sizes = (30, 50, 20, 40)
+    truth = np.repeat(np.arange(4), sizes)
+    Y = np.zeros((140, 4))
+    Y[np.arange(140), truth] = 1 / np.sqrt(np.array(sizes)[truth])
+    monkeypatch.setattr(estimator, "AUTO_COMPONENTS_MAX_N", 139)
+    scanned = []
+    monkeypatch.setattr(estimator, "component_labels", lambda Q, t: scanned.append(Q) or np.zeros(140, int))
+    labels, used = estimator.nomad_labels(LowRankGram(Y), 4, random_state=0)
+    assert used == "spectral" and not scanned and adjusted_rand_score(truth, labels) == 1.0
+    estimator.nomad_labels(LowRankGram(Y), 4, "components")
+    estimator.nomad_labels(blocks.from_array(Y @ Y.T), 4)
+    assert len(scanned) == 2
+
+
 def test_default_sdp_k_rule():
     from dnomad.nomad.estimator import default_sdp_k
 

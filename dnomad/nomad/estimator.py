@@ -183,7 +183,9 @@ class NOMAD(_Clustering, _Estimator):
         normalized spectral clustering of Q as an affinity
         (:func:`dnomad.rounding.spectral_labels`: Q's top n_clusters eigenvectors, by
         Lanczos over Q's blocks, or the thin SVD of Y for bm).  "auto": the
-        components where there are exactly n_clusters of them, else "spectral".
+        components where there are exactly n_clusters of them, else "spectral" (bm
+        above 100,000 points: "spectral", as finding the components of Y Y^T costs
+        O(n^2 r) time).
     component_threshold : float, default 0.5
         The fraction in (0, 1) above.  On the exact solution any value in (0, 1) gives
         the groups; conditional-gradient iterates stopped by the stopping rule keep
@@ -667,11 +669,21 @@ SDP_K_MIN = 24
 SDP_K_MIN_GROUP = 10
 
 
+# Above this n, "auto" labels a low-rank Q (bm) by spectral clustering alone: its components
+# would scan Q's n^2 / 2 pairs in tiles of Y Y^T in this process, O(n^2 r) (17 s at n = 50,000,
+# r = 32 on 2 cores; quadratic: 2 hours at 10^6), against the spectral labels' O(n r^2), which
+# are the components too where Q's groups are separated.
+AUTO_COMPONENTS_MAX_N = 100_000
+
+
 def nomad_labels(Q, n_clusters, label_method="auto", threshold=0.5, random_state=None):
     """Hard labels of a NOMAD solution Q and the rule that gave them (``label_method``
     of :class:`NOMAD`): the components of Q where there are ``n_clusters`` of them (or
-    where asked for), else ``n_clusters`` groups by spectral clustering of Q."""
-    if label_method != "spectral":
+    where asked for), else ``n_clusters`` groups by spectral clustering of Q; "auto"
+    does not look for the components of a low-rank Q of more than AUTO_COMPONENTS_MAX_N
+    rows."""
+    too_large = isinstance(Q, LowRankGram) and Q.shape[0] > AUTO_COMPONENTS_MAX_N
+    if label_method == "components" or (label_method == "auto" and not too_large):
         labels = component_labels(Q, threshold)
         if label_method == "components" or int(labels.max(initial=-1)) + 1 == n_clusters:
             return labels, "components"
