@@ -147,22 +147,37 @@ def code_commit():
         return None
 
 
-def run_in_fresh_process(target, args, timeout):
+def run_in_fresh_process(target, args, timeout, on_progress=None):
     """``target(*args, queue)`` in a spawned process, killed past ``timeout`` seconds:
-    (status, what it put on the queue or None, wall seconds).  status is "ok", "did not
-    finish in <timeout> s" or "failed (exit <code>)"."""
+    (status, what it put on the queue last or None, wall seconds).  status is "ok", "did
+    not finish in <timeout> s" or "failed (exit <code>)".  What it puts as
+    ``{"progress": x}`` goes to ``on_progress(x)`` as it arrives (a run killed at the
+    timeout has reported how far it got)."""
     import multiprocessing as mp
+    import queue as queues
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     proc = ctx.Process(target=target, args=(*args, queue))
     start = time.perf_counter()
     proc.start()
-    proc.join(timeout)
+    result, finished = None, False
+    while not finished:
+        finished = not proc.is_alive() or time.perf_counter() - start > timeout
+        try:
+            while True:
+                item = queue.get(timeout=0.5)
+                if isinstance(item, dict) and "progress" in item and on_progress is not None:
+                    on_progress(item["progress"])
+                else:
+                    result = item
+        except queues.Empty:
+            pass
     if proc.is_alive():
         proc.kill()
         proc.join()
         return f"did not finish in {timeout:.0f} s", None, time.perf_counter() - start
-    if proc.exitcode != 0 or queue.empty():
+    proc.join()
+    if proc.exitcode != 0 or result is None:
         return f"failed (exit {proc.exitcode})", None, time.perf_counter() - start
-    return "ok", queue.get(), time.perf_counter() - start
+    return "ok", result, time.perf_counter() - start

@@ -6,9 +6,14 @@ Each row runs NOMAD (two rings, n rows, sdp_k 16, 3 outer steps) or SymNMF (six 
 nanny's terminate threshold, 95% of the limit, is the bound), and records the block
 side the engine chose, seconds, each worker's peak resident memory (ru_maxrss) and the
 client's rise over its start.  A row given ``block_size`` forces it (the 64 MiB target
-the engine used whatever the workers' limit).
+the engine used whatever the workers' limit).  The "nomad_bm" rows run
+``NOMAD(n_clusters=8, solver="bm")`` with every other parameter at its default on a noisy
+trefoil knot (``trefoil_knot(n, noise=0.05)``) read from a Zarr path in chunks of 62,500
+rows, until its stopping rule or ``--bm-timeout`` seconds (then recorded as not finished,
+with the outer steps it had made).
 
     python graphs/scale.py              # run every row, write scale.json and scale.png
+    python graphs/scale.py --only bm    # the rows whose name contains "bm" (merged into scale.json)
     python graphs/scale.py --plot-only  # redraw from scale.json
 """
 from __future__ import annotations
@@ -25,7 +30,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _bench import ResidentPeak, code_commit, replot, write_result  # noqa: E402
+from _bench import ResidentPeak, code_commit, merge_row, replot, run_in_fresh_process, write_result  # noqa: E402
 
 ROWS = (  # (name, method, n, worker memory limit in MiB, block_size or None for the default)
     ("NOMAD, defaults, 2 x 400 MiB", "nomad", 6000, 400, None),
@@ -34,7 +39,9 @@ ROWS = (  # (name, method, n, worker memory limit in MiB, block_size or None for
     ("NOMAD, 64 MiB target (3,000-blocks), 2 x 2 GiB", "nomad", 6000, 2048, 3000),
     ("SymNMF, defaults, 2 x 400 MiB", "symnmf", 8000, 400, None),
     ("SymNMF, 64 MiB target (4,000-blocks), 2 x 400 MiB", "symnmf", 8000, 400, 4000),
+    ("NOMAD bm, defaults, 10^6 trefoil rows from Zarr, 2 x 8 GiB", "nomad_bm", 1_000_000, 8192, None),
 )
+BM_CHUNK_ROWS = 62_500
 TERMINATE_FRACTION = 0.95
 
 
@@ -55,6 +62,69 @@ def _block_side(store, n):
     sides = {a.chunks[0] for _, a in zarr.open_group(store, mode="r").members(max_depth=None)
              if isinstance(a, zarr.Array) and a.shape == (n, n)}
     return int(sides.pop()) if len(sides) == 1 else None
+
+
+def run_bm_row(name, n, limit_mib, timeout):
+    """NOMAD bm with its defaults on n trefoil rows from a Zarr path, on a fresh 2-worker
+    LocalCluster in a child process, stopped at ``timeout`` seconds."""
+    outer = []
+    status, row, wall = run_in_fresh_process(_bm_child, (name, n, limit_mib), timeout, on_progress=outer.append)
+    if status == "ok":
+        return row
+    return {"name": name, "method": "nomad_bm", "n": n, "worker_limit_mib": limit_mib, "block_size_given": None,
+            "commit": code_commit(), "status": status, "seconds": wall, "n_iter": len(outer),
+            "evaluations": sum(r["evaluations"] for r in outer),
+            "row_sum_violation": outer[-1]["row_sum_violation"] if outer else None,
+            "worker_peaks_mib": [], "client_rise_mib": float("nan")}
+
+
+def _bm_child(name, n, limit_mib, queue):
+    import dask
+    import zarr
+    from distributed import Client, LocalCluster
+
+    import dnomad
+    from dnomad.blocks.engine import _worker_peak_rss
+    from dnomad.data import trefoil_knot
+
+    row = {"name": name, "method": "nomad_bm", "n": n, "worker_limit_mib": limit_mib, "block_size_given": None,
+           "commit": code_commit()}
+    cfg = {"distributed.worker.memory.pause": False, "distributed.worker.memory.spill": False,
+           "distributed.worker.memory.target": False}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "X.zarr")
+        X = trefoil_knot(n, noise=0.05)[0]
+        zarr.create_array(store=path, shape=X.shape, dtype=X.dtype, chunks=(BM_CHUNK_ROWS, X.shape[1]))[...] = X
+        del X
+        with dask.config.set(cfg), LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                                memory_limit=limit_mib * 2**20, dashboard_address=None) as cluster, \
+                Client(cluster) as client, ResidentPeak() as client_peak:
+            t0 = time.perf_counter()
+
+            def callback(row):
+                print(f"  outer step {row['iteration']}: {row['evaluations']} evaluations, row-sum violation "
+                      f"{row['row_sum_violation']:.2e}, {time.perf_counter() - t0:.0f} s", flush=True)
+                queue.put({"progress": dict(row)})
+
+            est = dnomad.NOMAD(n_clusters=8, solver="bm", store=os.path.join(tmp, "run.zarr"), callback=callback)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
+                    est.fit(path)
+                start = est.layers_[0].get("start") or {}
+                row.update(status="ok", stop_reason=est.stop_reason_, n_iter=int(est.n_iter_),
+                           evaluations=int(sum(h["evaluations"] for h in est.history_)),
+                           row_sum_violation=est.history_[-1]["row_sum_violation"], sdp_k=int(est.sdp_k_),
+                           rank=int(est.Y_.shape[1]), start_seconds=start.get("seconds"),
+                           start_iterations=start.get("iterations"), label_method_used=est.label_method_used_,
+                           fit_seconds=est.fit_seconds_)
+            except Exception as exc:  # noqa: BLE001 - a killed run is a result of this benchmark
+                row.update(status=f"failed: {type(exc).__name__}: {exc}"[:300])
+            row["seconds"] = time.perf_counter() - t0
+            peaks = client.run(_worker_peak_rss)
+        row["worker_peaks_mib"] = sorted(v / 2**20 for v in peaks.values())
+        row["client_rise_mib"] = client_peak.peak_above_start / 2**20
+    queue.put(row)
 
 
 def run_row(name, method, n, limit_mib, block_size):
@@ -97,11 +167,20 @@ def _block(row):
 def table(result):
     lines = ["| run | n | worker limit | block | status | seconds | worker peaks (MiB) | of the 95% bound | client rise |",
              "|---|---|---|---|---|---|---|---|---|"]
+    bm = [r for r in result["rows"] if r["method"] == "nomad_bm"]
     for r in result["rows"]:
         peak = max(r["worker_peaks_mib"]) if r["worker_peaks_mib"] else float("nan")
         lines.append(f"| {r['name']} | {r['n']} | {r['worker_limit_mib']} MiB | {_block(r)} | "
                      f"{r['status']} | {r['seconds']:.1f} | {', '.join(f'{p:.0f}' for p in r['worker_peaks_mib'])} | "
                      f"{peak / (TERMINATE_FRACTION * r['worker_limit_mib']):.2f} | {r['client_rise_mib']:.0f} MiB |")
+    if bm:
+        lines += ["", "| NOMAD bm run | stop | outer steps | evaluations | row-sum violation | start (s) | labels |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in bm:
+            start = r.get("start_seconds")
+            lines.append(f"| {r['name']} | {r.get('stop_reason', r['status'])} | {r.get('n_iter', '-')} | "
+                         f"{r.get('evaluations', '-')} | {r.get('row_sum_violation') or float('nan'):.2g} | "
+                         f"{'-' if start is None else f'{start:.0f}'} | {r.get('label_method_used', '-')} |")
     return "\n".join(lines)
 
 
@@ -119,9 +198,10 @@ def plot(result, path):
     ax.scatter([TERMINATE_FRACTION * r["worker_limit_mib"] for r in rows], y, marker="|", s=400, color="black",
                label="95% of the limit (the nanny restarts the worker)")
     ax.set_yticks(y, [f"{r['name']}\nblock {_block(r)}, {r['status']}" for r in rows], fontsize=8)
+    ax.set_xscale("log")
     ax.set_xlabel("MiB")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
-    ax.set_title(f"graphs/scale.py: NOMAD (two rings, n = 6,000), SymNMF (blobs, n = 8,000)\n"
+    ax.set_title(f"graphs/scale.py: NOMAD (two rings, n = 6,000; bm: trefoil, n = 10^6), SymNMF (blobs, n = 8,000)\n"
                  f"backend 'zarr', 2 workers "
                  f"({result['environment']['machine']}, at {result['environment']['commit']})", fontsize=9)
     fig.tight_layout()
@@ -130,24 +210,36 @@ def plot(result, path):
 
 
 def main(argv=None):
+    import json
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--plot-only", action="store_true")
+    p.add_argument("--only", help="run only the rows whose name contains this text (merged into scale.json)")
+    p.add_argument("--bm-timeout", type=float, default=3600.0,
+                   help="seconds a nomad_bm row may take before it is recorded as not finished (default 3600)")
     args = p.parse_args(argv)
+    path = os.path.join(HERE, "scale.json")
     if args.plot_only:
         replot(HERE, "scale", plot)
-        import json
-        print(table(json.load(open(os.path.join(HERE, "scale.json")))))
+        print(table(json.load(open(path))))
         return
     import dask
     import distributed
 
     import dnomad
-    result = {"environment": {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
-                              "python": platform.python_version(), "dnomad": dnomad.__version__,
-                              "dask": dask.__version__, "distributed": distributed.__version__,
-                              "commit": code_commit()},
-              "command": "python graphs/scale.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "rows": [run_row(*row) for row in ROWS]}
+    environment = {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "python": platform.python_version(),
+                   "dnomad": dnomad.__version__, "dask": dask.__version__, "distributed": distributed.__version__,
+                   "commit": code_commit()}
+    command = "python graphs/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    merge = args.only is not None and os.path.exists(path)
+    result = json.load(open(path)) if merge else {"rows": []}
+    result.update(environment=environment, command=command)
+    for name, method, n, limit, block_size in ROWS:
+        if args.only is not None and args.only not in name:
+            continue
+        row = (run_bm_row(name, n, limit, args.bm_timeout) if method == "nomad_bm"
+               else run_row(name, method, n, limit, block_size))
+        merge_row(path, result, dict(row, command=command), key=lambda r: r["name"])
     print(table(result))
     write_result(HERE, "scale", result, plot)
 
