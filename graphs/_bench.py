@@ -149,7 +149,7 @@ def code_commit():
 
 def run_in_fresh_process(target, args, timeout, on_progress=None):
     """``target(*args, queue)`` in a spawned process, killed past ``timeout`` seconds:
-    (status, what it put on the queue last or None, wall seconds).  status is "ok", "did
+    (status, what it put on the queue at its end or None, wall seconds).  status is "ok", "did
     not finish in <timeout> s" or "failed (exit <code>)".  What it puts as
     ``{"progress": x}`` goes to ``on_progress(x)`` as it arrives (a run killed at the
     timeout has reported how far it got)."""
@@ -161,23 +161,31 @@ def run_in_fresh_process(target, args, timeout, on_progress=None):
     proc = ctx.Process(target=target, args=(*args, queue))
     start = time.perf_counter()
     proc.start()
-    result, finished = None, False
-    while not finished:
-        finished = not proc.is_alive() or time.perf_counter() - start > timeout
-        try:
-            while True:
-                item = queue.get(timeout=0.5)
-                if isinstance(item, dict) and "progress" in item and on_progress is not None:
-                    on_progress(item["progress"])
-                else:
-                    result = item
+    result, deadline = None, start + timeout
+    while True:
+        alive = proc.is_alive()
+        try:        # what came so far (read before the process ends: it waits for its queue to drain)
+            item = queue.get(timeout=max(0.0, min(0.5, deadline - time.perf_counter())) if alive else 0.1)
         except queues.Empty:
-            pass
+            if not alive or time.perf_counter() > deadline:
+                break
+            continue
+        if isinstance(item, dict) and "progress" in item:
+            if on_progress is not None:
+                on_progress(item["progress"])
+        else:
+            result = item           # the last message: the process ends now
+            break
+        if time.perf_counter() > deadline:
+            break
+    wall = time.perf_counter() - start
+    proc.join(60 if result is not None else 0)      # a process that sent its result is ending
     if proc.is_alive():
         proc.kill()
         proc.join()
-        return f"did not finish in {timeout:.0f} s", None, time.perf_counter() - start
-    proc.join()
+        if result is None:
+            return f"did not finish in {timeout:.0f} s", None, time.perf_counter() - start
+        return "ok", result, wall
     if proc.exitcode != 0 or result is None:
         return f"failed (exit {proc.exitcode})", None, time.perf_counter() - start
-    return "ok", result, time.perf_counter() - start
+    return "ok", result, wall

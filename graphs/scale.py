@@ -12,8 +12,8 @@ trefoil knot (``trefoil_knot(n, noise=0.05)``) read from a Zarr path in chunks o
 rows, until its stopping rule or ``--bm-timeout`` seconds (then recorded as not finished,
 with the outer steps it had made).
 
-    python graphs/scale.py              # run every row, write scale.json and scale.png
-    python graphs/scale.py --only bm    # the rows whose name contains "bm" (merged into scale.json)
+    python graphs/scale.py              # run every row (each replaces its row in scale.json), draw scale.png
+    python graphs/scale.py --only bm    # the rows whose name contains "bm"
     python graphs/scale.py --plot-only  # redraw from scale.json
 """
 from __future__ import annotations
@@ -64,18 +64,25 @@ def _block_side(store, n):
     return int(sides.pop()) if len(sides) == 1 else None
 
 
+def _bm_row_fields(name, n, limit_mib):
+    return {"name": name, "method": "nomad_bm", "n": n, "worker_limit_mib": limit_mib, "block_size_given": None,
+            "commit": code_commit()}
+
+
 def run_bm_row(name, n, limit_mib, timeout):
     """NOMAD bm with its defaults on n trefoil rows from a Zarr path, on a fresh 2-worker
-    LocalCluster in a child process, stopped at ``timeout`` seconds."""
+    LocalCluster in a child process, stopped at ``timeout`` seconds (wall, the data's
+    making and the cluster's start included); a row stopped so gives the outer steps it
+    made and their fit seconds."""
     outer = []
     status, row, wall = run_in_fresh_process(_bm_child, (name, n, limit_mib), timeout, on_progress=outer.append)
     if status == "ok":
         return row
-    return {"name": name, "method": "nomad_bm", "n": n, "worker_limit_mib": limit_mib, "block_size_given": None,
-            "commit": code_commit(), "status": status, "seconds": wall, "n_iter": len(outer),
-            "evaluations": sum(r["evaluations"] for r in outer),
-            "row_sum_violation": outer[-1]["row_sum_violation"] if outer else None,
-            "worker_peaks_mib": [], "client_rise_mib": float("nan")}
+    return dict(_bm_row_fields(name, n, limit_mib), status=status, wall=wall,
+                seconds=outer[-1]["fit_seconds"] if outer else None, n_iter=len(outer),
+                evaluations=sum(r["evaluations"] for r in outer),
+                row_sum_violation=outer[-1]["row_sum_violation"] if outer else None,
+                worker_peaks_mib=[], client_rise_mib=float("nan"))
 
 
 def _bm_child(name, n, limit_mib, queue):
@@ -87,8 +94,7 @@ def _bm_child(name, n, limit_mib, queue):
     from dnomad.blocks.engine import _worker_peak_rss
     from dnomad.data import trefoil_knot
 
-    row = {"name": name, "method": "nomad_bm", "n": n, "worker_limit_mib": limit_mib, "block_size_given": None,
-           "commit": code_commit()}
+    row = _bm_row_fields(name, n, limit_mib)
     cfg = {"distributed.worker.memory.pause": False, "distributed.worker.memory.spill": False,
            "distributed.worker.memory.target": False}
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,7 +110,7 @@ def _bm_child(name, n, limit_mib, queue):
             def callback(row):
                 print(f"  outer step {row['iteration']}: {row['evaluations']} evaluations, row-sum violation "
                       f"{row['row_sum_violation']:.2e}, {time.perf_counter() - t0:.0f} s", flush=True)
-                queue.put({"progress": dict(row)})
+                queue.put({"progress": dict(row, fit_seconds=time.perf_counter() - t0)})
 
             est = dnomad.NOMAD(n_clusters=8, solver="bm", store=os.path.join(tmp, "run.zarr"), callback=callback)
             try:
@@ -170,16 +176,17 @@ def table(result):
     bm = [r for r in result["rows"] if r["method"] == "nomad_bm"]
     for r in result["rows"]:
         peak = max(r["worker_peaks_mib"]) if r["worker_peaks_mib"] else float("nan")
+        seconds = "-" if r["seconds"] is None else f"{r['seconds']:.1f}"
         lines.append(f"| {r['name']} | {r['n']} | {r['worker_limit_mib']} MiB | {_block(r)} | "
-                     f"{r['status']} | {r['seconds']:.1f} | {', '.join(f'{p:.0f}' for p in r['worker_peaks_mib'])} | "
+                     f"{r['status']} | {seconds} | {', '.join(f'{p:.0f}' for p in r['worker_peaks_mib'])} | "
                      f"{peak / (TERMINATE_FRACTION * r['worker_limit_mib']):.2f} | {r['client_rise_mib']:.0f} MiB |")
     if bm:
         lines += ["", "| NOMAD bm run | stop | outer steps | evaluations | row-sum violation | start (s) | labels |",
                   "|---|---|---|---|---|---|---|"]
         for r in bm:
-            start = r.get("start_seconds")
+            start, violation = r.get("start_seconds"), r.get("row_sum_violation")
             lines.append(f"| {r['name']} | {r.get('stop_reason', r['status'])} | {r.get('n_iter', '-')} | "
-                         f"{r.get('evaluations', '-')} | {r.get('row_sum_violation') or float('nan'):.2g} | "
+                         f"{r.get('evaluations', '-')} | {'-' if violation is None else f'{violation:.2g}'} | "
                          f"{'-' if start is None else f'{start:.0f}'} | {r.get('label_method_used', '-')} |")
     return "\n".join(lines)
 
@@ -192,7 +199,7 @@ def plot(result, path):
     rows = result["rows"]
     fig, ax = plt.subplots(figsize=(8, 0.8 * len(rows) + 1.5))
     y = np.arange(len(rows))
-    peaks = [max(r["worker_peaks_mib"]) if r["worker_peaks_mib"] else 0 for r in rows]
+    peaks = [max(r["worker_peaks_mib"]) if r["worker_peaks_mib"] else 1 for r in rows]     # none: a killed row
     ax.barh(y, peaks, color=["tab:blue" if r["status"] == "ok" else "tab:red" for r in rows],
             label="largest worker peak")
     ax.scatter([TERMINATE_FRACTION * r["worker_limit_mib"] for r in rows], y, marker="|", s=400, color="black",
@@ -214,7 +221,7 @@ def main(argv=None):
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--plot-only", action="store_true")
-    p.add_argument("--only", help="run only the rows whose name contains this text (merged into scale.json)")
+    p.add_argument("--only", help="run only the rows whose name contains this text")
     p.add_argument("--bm-timeout", type=float, default=3600.0,
                    help="seconds a nomad_bm row may take before it is recorded as not finished (default 3600)")
     args = p.parse_args(argv)
@@ -231,8 +238,7 @@ def main(argv=None):
                    "dnomad": dnomad.__version__, "dask": dask.__version__, "distributed": distributed.__version__,
                    "commit": code_commit()}
     command = "python graphs/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    merge = args.only is not None and os.path.exists(path)
-    result = json.load(open(path)) if merge else {"rows": []}
+    result = json.load(open(path)) if os.path.exists(path) else {"rows": []}     # rows replaced by name
     result.update(environment=environment, command=command)
     for name, method, n, limit, block_size in ROWS:
         if args.only is not None and args.only not in name:

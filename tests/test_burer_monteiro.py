@@ -651,8 +651,8 @@ class _Killed(Exception):
 @pytest.mark.parametrize("where", ["here", "workers"])
 def test_checkpoints_write_y_from_the_chunks_and_resume_to_the_same_run(where, cluster_client, tmp_path):
     """Burer-Monteiro's checkpoints hand Y and mu to the store as held rows: the chunks
-    write them and nothing is gathered into this process (a run killed in its third
-    outer step, after two checkpoints, gathered nothing), and the run resumed from its
+    write them and nothing is gathered into this process (a run killed in its fourth
+    outer step, after three checkpoints, gathered nothing), and the run resumed from its
     last checkpoint ends where the uninterrupted run ends."""
     from dnomad.blocks import RowChunks
     from dnomad.blocks.store import Checkpoints, read_json
@@ -666,17 +666,17 @@ def test_checkpoints_write_y_from_the_chunks_and_resume_to_the_same_run(where, c
     url = str(tmp_path / "bm.zarr")
     ck = Checkpoints(url, "ck")
 
-    def kill_in_step_3(row):
-        if row["iteration"] == 3:
+    def kill_in_step_4(row):
+        if row["iteration"] == 4:
             raise _Killed
 
     with RowChunks(X, chunk_rows=40, client=client) as chunks:
         get = chunks.get
         chunks.get = lambda name: gathered.append(name) or get(name)
         with pytest.raises(_Killed):
-            burer_monteiro(chunks, params, callback=kill_in_step_3, checkpoint=ck.save, checkpoint_every=1)
-    record = read_json(url, "ck")
-    assert gathered == [] and record["iteration"] == 2 and record["held"] == ["Y", "mu"]
+            burer_monteiro(chunks, params, callback=kill_in_step_4, checkpoint=ck.save, checkpoint_every=1)
+    record = read_json(url, "ck")           # the third checkpoint, written over the first's slot
+    assert gathered == [] and record["iteration"] == 3 and record["held"] == ["Y", "mu"]
     with RowChunks(X, chunk_rows=40, client=client) as chunks:
         resumed = burer_monteiro(chunks, params, state=ck.load())
     assert [h["iteration"] for h in resumed.history] == [h["iteration"] for h in ref.history]

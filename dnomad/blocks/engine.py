@@ -43,6 +43,7 @@ from . import digest
 from .cluster import log_pass, workers_info, workers_to_hold_blocks
 from .device import is_device_array, resolve_device, to_device, to_host
 from .layout import BlockLayout
+from .store import absolute_url
 
 BACKENDS = ("local", "distributed", "zarr")
 
@@ -310,7 +311,7 @@ class BlockGroup:
         self.backend = backend
         self.client = client
         # A local path is kept absolute: the matrices stay reachable after a chdir.
-        self.store = _absolute_url(None if store is None else os.fspath(store))
+        self.store = absolute_url(None if store is None else os.fspath(store))
         self.prefix = prefix
         self.names: list[str] = []
         self.passes = PassLog()
@@ -616,9 +617,9 @@ class BlockGroup:
             state["_bundles"] = {key: {name: to_host(block) for name, block in bundle.items()}
                                  for key, bundle in self._bundles.items()}
         if self.backend == "zarr":
-            state["store"] = _absolute_url(self.store)
+            state["store"] = absolute_url(self.store)
             for member in ("_locs", "_spare"):
-                state[member] = {name: (_absolute_url(url), path, gen)
+                state[member] = {name: (absolute_url(url), path, gen)
                                  for name, (url, path, gen) in getattr(self, member).items()}
         return state
 
@@ -637,14 +638,6 @@ class BlockGroup:
         # New generation tokens: no handle cached before the pickle is taken for these arrays.
         self._locs = {name: (url, path, uuid.uuid4().hex) for name, (url, path, _) in self._locs.items()}
         self._spare = {name: (url, path, uuid.uuid4().hex) for name, (url, path, _) in self._spare.items()}
-
-
-def _absolute_url(url):
-    """A local store path made absolute (a pickle may be loaded from another directory);
-    an fsspec URL (``s3://...``, ``file://...``) as it is."""
-    if url is None or "://" in url:
-        return url
-    return os.path.abspath(url)
 
 
 def wait_for_actors(client, shards, make_calls, holding):

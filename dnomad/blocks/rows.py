@@ -18,6 +18,7 @@ worker that runs the chunk (out of core: a pass holds one chunk of X per thread)
 """
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -28,6 +29,8 @@ from . import digest
 from . import store as run_store
 from .cluster import log_pass, workers_info, workers_to_hold_blocks
 from .engine import _n_threads, _open_zarr_array, _Shard, close_actors, wait_for_actors
+
+logger = logging.getLogger(__name__)
 
 # Rows per chunk for X in memory; Zarr X uses its own chunking (or a multiple of it).
 DEFAULT_CHUNK_ROWS = 8192
@@ -241,10 +244,23 @@ class RowChunks:
         """Write state ``name`` to a Zarr array at ``path`` in the store ``url``, each chunk
         its own rows, where it lives (the array is chunked as the row chunks are: no two
         tasks write one Zarr chunk).  Returns its shape."""
+        url = run_store.absolute_url(str(url))
         tail, dtype = _one_layout(name, self._run(_state_layout, (name,), _no_rows))     # as a get: no pass
         shape = (self.n,) + tail
         run_store.create_rows_array(url, path, shape, dtype, self.chunk_rows)
-        self._run(_write_state_rows, (name, str(url), path), _no_rows, with_span=True)
+        try:
+            self._run(_write_state_rows, (name, url, path), _no_rows, with_span=True)
+            missing = len(self.spans) - run_store.stored_chunks(url, path)
+        except OSError as exc:
+            missing = f"{type(exc).__name__}: {exc}"
+        if missing:
+            # Workers that cannot reach the store (another machine's disk) fail, or write
+            # to a path of the same name that this process does not see: from here, then.
+            logger.warning("state %r: the row chunks could not write it to %s (%s); written from this "
+                           "process", name, run_store.redact(url),
+                           f"{missing} of {len(self.spans)} chunks not in the store" if isinstance(missing, int)
+                           else missing)
+            run_store.write_row_span(url, path, 0, self.get(name))
         return shape
 
     def drop(self, name):
@@ -378,13 +394,20 @@ class HeldRows:
     checkpoint's value: :meth:`dnomad.blocks.store.Checkpoints.save` has the chunks write
     it (``save_to``), so a solver's n x r iterate is never gathered into this process to
     be saved; :meth:`~dnomad.blocks.store.Checkpoints.load` gives it back as
-    :class:`~dnomad.blocks.store.StoredRows`, which ``put`` reads where the chunks live."""
+    :class:`~dnomad.blocks.store.StoredRows`, which ``put`` reads where the chunks live.
+    It refers to the chunks' state as it is, which the solver goes on changing: a
+    checkpoint callable that keeps a state writes it, or copies it (``np.asarray``
+    gathers the values now) before it returns."""
 
     def __init__(self, space, name):
         self.space, self.name = space, name
 
     def save_to(self, url, path):
         return self.space.save_state(self.name, url, path)
+
+    def __array__(self, dtype=None, copy=None):
+        A = self.space.get(self.name)
+        return A if dtype is None else A.astype(dtype, copy=False)
 
 
 def _no_rows(i):

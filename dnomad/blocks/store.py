@@ -411,16 +411,33 @@ def create_rows_array(url, path, shape, dtype, chunk_rows):
 
 
 def write_row_span(url, path, r0, rows):
-    """Rows ``r0:r0 + len(rows)`` of an array made by :func:`create_rows_array`."""
+    """Rows ``r0:r0 + len(rows)`` of an array made by :func:`create_rows_array`, every
+    chunk stored, zeros too (:func:`stored_chunks` counts them)."""
     import zarr
 
-    zarr.open_array(store=str(url), path=path, mode="r+")[r0:r0 + len(rows)] = rows
+    with zarr.config.set({"array.write_empty_chunks": True}):
+        zarr.open_array(store=str(url), path=path, mode="r+")[r0:r0 + len(rows)] = rows
+
+
+def stored_chunks(url, path):
+    """How many chunks of the array at ``path`` the store holds."""
+    import zarr
+
+    return int(zarr.open_array(store=str(url), path=path, mode="r").nchunks_initialized)
 
 
 def read_row_span(url, path, r0, r1):
     import zarr
 
     return np.asarray(zarr.open_array(store=str(url), path=path, mode="r")[r0:r1])
+
+
+def absolute_url(url):
+    """A local store path made absolute (what a worker or a pickle loaded in another
+    directory reads it by); an fsspec URL (``s3://...``, ``file://...``) as it is."""
+    if url is None or "://" in url:
+        return url
+    return os.path.abspath(url)
 
 
 class StoredRows:
@@ -430,7 +447,7 @@ class StoredRows:
     ``np.asarray`` reads them all into this process."""
 
     def __init__(self, url, path, shape):
-        self.url, self.path, self.shape = str(url), path, tuple(int(v) for v in shape)
+        self.url, self.path, self.shape = absolute_url(str(url)), path, tuple(int(v) for v in shape)
 
     @property
     def ndim(self):
@@ -552,12 +569,13 @@ class Checkpoints:
 
 
     # ---- the one checkpoint protocol: every iterative solver that checkpoints takes
-    # ``state=`` (a state it handed to ``checkpoint`` earlier, or None) and
+    # ``state=`` (a state it handed to ``checkpoint`` earlier, as saved, or None) and
     # ``checkpoint=`` (a callable it calls with its state every ``checkpoint_every``
     # iterations and at its last).  A state is a dict: "history" (a list of rows),
     # NumPy arrays, held rows (n x k states of row chunks, which write themselves:
-    # ``RowChunks.held``), "blocks" (names of n x n matrices in the solver's BlockGroup,
-    # which stay there), and JSON-able scalars.  These two methods are its one store format.
+    # ``RowChunks.held``; valid during the call only), "blocks" (names of n x n matrices in
+    # the solver's BlockGroup, which stay there), and JSON-able scalars.  These two methods
+    # are its one store format.
     def save(self, state, *, group=None):
         """Write ``state``: its arrays under the slot (row-chunked), its ``blocks`` from
         ``group``, its history as a table, the scalars as the record (written last).  A

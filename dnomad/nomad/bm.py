@@ -647,9 +647,10 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
 
     ``params`` are checked by ``params.validate`` on entry, except inside an estimator's
     fit (which checked them before reading any data).
-    ``state`` (a dict Y, mu, lam, history, matmats, as passed to ``checkpoint``)
-    resumes a run exactly where it was saved; ``checkpoint(state)`` is called every
-    ``checkpoint_every`` outer steps and at the end.  Returns a
+    ``state`` (a dict Y, mu, lam, history, matmats, as passed to ``checkpoint`` and
+    saved by :meth:`dnomad.blocks.store.Checkpoints.save`; Y and mu are held rows, which
+    ``np.asarray`` copies) resumes a run exactly where it was saved; ``checkpoint(state)``
+    is called every ``checkpoint_every`` outer steps and at the end.  Returns a
     :class:`dnomad.nomad.cgm.NomadResult` with Q = Y Y^T as a LowRankGram.
     """
     from ..blocks import RowChunks, RowState
@@ -669,7 +670,7 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
         problem.matmats = int(state["matmats"])
         if tuple(np.shape(state["Y"])) != (n, r):
             raise InputValueError(f"the saved Y has shape {tuple(np.shape(state['Y']))}, not ({n}, {r})")
-        space.put("Y", state["Y"])                  # read by the chunks, where they live
+        space.put("Y", state["Y"], dtype=np.float64)    # read by the chunks, where they live
     else:
         if Y0 is None and params.start == "random":
             Y0 = np.random.default_rng(params.random_state).random((n, r)) * math.sqrt(K / (n * r))
@@ -694,7 +695,7 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
         sweeps, balanced = _balance_start(space)
         start = dict(start or {"method": start_method},
                      balance_sweeps=sweeps, balanced=balanced, balance_seconds=time.perf_counter() - t_balance)
-    space.put("mu", np.zeros(n) if state is None else state["mu"])
+    space.put("mu", np.zeros(n) if state is None else state["mu"], dtype=np.float64)
     problem.lam = 0.0 if state is None else float(state["lam"])
 
     history = [] if state is None else list(state["history"])
