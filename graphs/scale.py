@@ -74,11 +74,11 @@ def run_bm_row(name, n, limit_mib, timeout):
     LocalCluster in a child process, stopped at ``timeout`` seconds (wall, the data's
     making and the cluster's start included); a row stopped so gives the outer steps it
     made and their fit seconds."""
-    outer = []
+    outer, fields = [], _bm_row_fields(name, n, limit_mib)          # the code the row measures
     status, row, wall = run_in_fresh_process(_bm_child, (name, n, limit_mib), timeout, on_progress=outer.append)
     if status == "ok":
         return row
-    return dict(_bm_row_fields(name, n, limit_mib), status=status, wall=wall,
+    return dict(fields, status=status, wall=wall,
                 seconds=outer[-1]["fit_seconds"] if outer else None, n_iter=len(outer),
                 evaluations=sum(r["evaluations"] for r in outer),
                 row_sum_violation=outer[-1]["row_sum_violation"] if outer else None,
