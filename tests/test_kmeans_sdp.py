@@ -305,3 +305,30 @@ def test_group_sums_and_kmeans_rows_against_a_loop_and_scikit_learn():
     lab = kmeans_rows(X, 5, random_state=0)
     inertia = sum(((X[lab == g] - X[lab == g].mean(axis=0)) ** 2).sum() for g in range(5))
     assert inertia <= KMeans(5, n_init=10, random_state=0).fit(X).inertia_ * (1 + 1e-9)
+
+
+@pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
+def test_an_nlr_checkpoint_of_plain_arrays_still_resumes_to_the_same_run(tmp_path):
+    """A checkpoint from before held rows (W and a 1-D y as arrays in the record, no
+    ``held``) resumes as one the row chunks wrote: both end at the uninterrupted U."""
+    X, _ = gmm_simplex(150, n_clusters=3, gamma=1.5, random_state=3)
+    with RowChunks(X, chunk_rows=40) as data:
+        whole = nlr(data, 3, random_state=0, max_iter=60)
+
+    def kill_at_25(row, current_u):
+        if row["iteration"] == 25:
+            raise _Stop
+
+    held = run_store.Checkpoints(str(tmp_path / "held.zarr"), "ck")
+    with RowChunks(X, chunk_rows=40) as data, pytest.raises(_Stop):
+        nlr(data, 3, random_state=0, max_iter=60, callback=kill_at_25, checkpoint=held.save, checkpoint_every=10)
+    state = held.load()
+    assert isinstance(state["W"], run_store.StoredRows) and state["iteration"] == 20
+    plain = run_store.Checkpoints(str(tmp_path / "plain.zarr"), "ck")
+    plain.save(dict(state, W=np.asarray(state["W"]), y=np.asarray(state["y"])[:, 0]))
+    assert "held" not in run_store.read_json(str(tmp_path / "plain.zarr"), "ck")
+    for ck in (held, plain):
+        with RowChunks(X, chunk_rows=40) as data:
+            resumed = nlr(data, 3, random_state=0, max_iter=60, state=ck.load())
+        np.testing.assert_allclose(resumed.U, whole.U, rtol=0, atol=1e-12)
+        assert resumed.n_iter == whole.n_iter
