@@ -43,6 +43,9 @@ ROWS = (  # (name, method, n, worker memory limit in MiB, block_size or None for
 )
 BM_CHUNK_ROWS = 62_500
 TERMINATE_FRACTION = 0.95
+# Workers that neither pause nor spill: the nanny's terminate threshold is the only bound.
+NO_PAUSE_OR_SPILL = {"distributed.worker.memory.pause": False, "distributed.worker.memory.spill": False,
+                     "distributed.worker.memory.target": False}
 
 
 def _estimator(method, store, block_size):
@@ -95,16 +98,14 @@ def _bm_child(name, n, limit_mib, queue):
     from dnomad.data import trefoil_knot
 
     row = _bm_row_fields(name, n, limit_mib)
-    cfg = {"distributed.worker.memory.pause": False, "distributed.worker.memory.spill": False,
-           "distributed.worker.memory.target": False}
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "X.zarr")
         X = trefoil_knot(n, noise=0.05)[0]
         zarr.create_array(store=path, shape=X.shape, dtype=X.dtype, chunks=(BM_CHUNK_ROWS, X.shape[1]))[...] = X
         del X
-        with dask.config.set(cfg), LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                                memory_limit=limit_mib * 2**20, dashboard_address=None) as cluster, \
-                Client(cluster) as client, ResidentPeak() as client_peak:
+        with dask.config.set(NO_PAUSE_OR_SPILL), LocalCluster(
+                n_workers=2, threads_per_worker=1, processes=True, memory_limit=limit_mib * 2**20,
+                dashboard_address=None) as cluster, Client(cluster) as client, ResidentPeak() as client_peak:
             t0 = time.perf_counter()
 
             def callback(row):
@@ -141,8 +142,7 @@ def run_row(name, method, n, limit_mib, block_size):
     from dnomad.blocks.engine import _worker_peak_rss
     from dnomad.data import gaussian_blobs, two_rings
 
-    cfg = {"distributed.worker.memory.pause": False, "distributed.worker.memory.spill": False,
-           "distributed.worker.memory.target": False, "distributed.scheduler.allowed-failures": 0}
+    cfg = dict(NO_PAUSE_OR_SPILL, **{"distributed.scheduler.allowed-failures": 0})
     row = {"name": name, "method": method, "n": n, "worker_limit_mib": limit_mib, "block_size_given": block_size,
            "commit": code_commit()}
     X = two_rings(n)[0] if method == "nomad" else gaussian_blobs(n, n_centers=6, n_features=5)[0]

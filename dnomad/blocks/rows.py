@@ -251,15 +251,14 @@ class RowChunks:
         try:
             self._run(_write_state_rows, (name, url, path), _no_rows, with_span=True)
             missing = len(self.spans) - run_store.stored_chunks(url, path)
+            why = f"{missing} of {len(self.spans)} chunks not in the store" if missing else None
         except OSError as exc:
-            missing = f"{type(exc).__name__}: {exc}"
-        if missing:
+            why = f"{type(exc).__name__}: {exc}"
+        if why is not None:
             # Workers that cannot reach the store (another machine's disk) fail, or write
             # to a path of the same name that this process does not see: from here, then.
             logger.warning("state %r: the row chunks could not write it to %s (%s); written from this "
-                           "process", name, run_store.redact(url),
-                           f"{missing} of {len(self.spans)} chunks not in the store" if isinstance(missing, int)
-                           else missing)
+                           "process", name, run_store.redact(url), why)
             run_store.write_row_span(url, path, 0, self.get(name))
         return shape
 
