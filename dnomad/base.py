@@ -143,9 +143,12 @@ class _Estimator(BaseEstimator):
             marker["estimator_params"][self._max_iter_param] = int(max_iter)
             run_store.write_json(self.store, run_store.RUN_MARKER, marker)
             return False
+        lazy = summary.get("lazy_arrays", [])
         for path, attr in runs.RESULT_ARRAYS.items():
             if run_store.has_array(self.store, f"result/{path}"):
-                setattr(self, attr, run_store.read_vector(self.store, f"result/{path}"))
+                # Arrays the workers wrote stay in the store: read when used.
+                read = run_store.lazy_rows if path in lazy else run_store.read_vector
+                setattr(self, attr, read(self.store, f"result/{path}"))
         if run_store.has_array(self.store, "result/Q"):
             self.Q_ = blocks.from_zarr(self.store, "result/Q", backend="zarr", store=self.store)
         elif run_store.has_array(self.store, "result/Y"):

@@ -1,6 +1,7 @@
 """Rounding: hard labels from a relaxed solution.  Lloyd's k-means on the rows of a thin
-matrix (an embedding, the factor U of Z = U U^T), the connected components of a NOMAD
-solution Q, and normalized spectral clustering of Q as an affinity."""
+matrix (an embedding, the factor U of Z = U U^T), in memory or over row chunks, the
+connected components of a NOMAD solution Q, and normalized spectral clustering of Q as an
+affinity, also of Q = Y Y^T with Y left in row chunks (with its embedding)."""
 from __future__ import annotations
 
 import numpy as np
@@ -102,6 +103,10 @@ def component_labels(Q, fraction=COMPONENT_FRACTION):
 MIN_DEGREE_FRACTION = 1e-6
 
 
+def _degree_floor(mean_degree):
+    return MIN_DEGREE_FRACTION * max(float(mean_degree), np.finfo(float).tiny)
+
+
 def spectral_labels(Q, n_clusters, random_state=None, *, tol=1e-8):
     """``n_clusters`` labels of a nonnegative affinity Q by normalized spectral clustering
     (Ng, Jordan & Weiss 2002): the top ``n_clusters`` eigenvectors of D^-1/2 Q D^-1/2
@@ -110,11 +115,12 @@ def spectral_labels(Q, n_clusters, random_state=None, *, tol=1e-8):
     Q is a :class:`dnomad.linalg.SymmetricOperator` (a BlockMatrix: one pass for the
     degrees and one per Lanczos product; nothing n x n beyond Q's blocks), a
     LowRankGram Q = Y Y^T (the exact thin SVD of D^-1/2 Y: two products with Y, O(n r^2)),
-    or a dense array.  For NOMAD's Q the degrees are 1 up to the row-sum constraint's
+    or a dense array (a LowRankGram through :func:`low_rank_spectral_labels`).  For NOMAD's Q the degrees are 1 up to the row-sum constraint's
     residual, so this is the spectral clustering of Q itself, and on Q's exact solution for
     separated groups (block diagonal) it returns the groups.  Unlike the components of Q,
     it returns exactly ``n_clusters`` groups whatever K was, and it splits manifolds that
-    touch at a few points, where a band of Q links them weakly.
+    touch at a few points, where a band of Q links them weakly.  Groups are numbered by
+    first appearance.
     """
     n = int(Q.shape[0])
     if not isinstance(n_clusters, (int, np.integer)) or not 2 <= n_clusters < n:
@@ -124,15 +130,178 @@ def spectral_labels(Q, n_clusters, random_state=None, *, tol=1e-8):
         matmat = dense.__matmul__
     else:
         matmat = Q.matmat
-    degrees = np.asarray(matmat(np.ones((n, 1))), dtype=np.float64).ravel()
-    floor = MIN_DEGREE_FRACTION * max(float(degrees.mean()), np.finfo(float).tiny)
-    scale = 1.0 / np.sqrt(np.maximum(degrees, floor))
+    if not isinstance(Q, LowRankGram):
+        degrees = np.asarray(matmat(np.ones((n, 1))), dtype=np.float64).ravel()
+        scale = 1.0 / np.sqrt(np.maximum(degrees, _degree_floor(degrees.mean())))
     if isinstance(Q, LowRankGram):
-        U, _, _ = np.linalg.svd(Q.Y * scale[:, None], full_matrices=False)
-        V = U[:, :n_clusters]
-    else:
-        _, V = top_eigenvectors(lambda W: scale[:, None] * np.asarray(matmat(scale[:, None] * W)), n,
-                                n_clusters, tol=tol)
+        from .blocks import RowState
+
+        with RowState(n) as space:
+            space.put("Y", Q.Y)
+            return low_rank_spectral_labels(space, "Y", n_clusters, random_state)
+    _, V = top_eigenvectors(lambda W: scale[:, None] * np.asarray(matmat(scale[:, None] * W)), n,
+                            n_clusters, tol=tol)
     norms = np.linalg.norm(V, axis=1, keepdims=True)
     V = V / np.where(norms > 0, norms, 1.0)
-    return kmeans_rows(V, n_clusters, random_state)
+    return numbered_by_appearance(kmeans_rows(V, n_clusters, random_state))
+
+
+def numbered_by_appearance(labels):
+    """``labels`` renamed 0, 1, ... in the order the groups first appear (so that the
+    same partition found by different k-means runs reads the same)."""
+    labels = np.asarray(labels)
+    _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[inverse.ravel()]
+
+
+# Rows the seeding clusters in this process (k-means++ and Lloyd's iterations on them,
+# the best of kmeans_rows' seedings): all of X below it, a uniform sample above.
+SEED_SAMPLE_ROWS = 20000
+LLOYD_MAX_ITER = 300
+
+
+def kmeans_partition(data, K, random_state=None, *, max_iter=LLOYD_MAX_ITER, x_state=None):
+    """Labels (n,) of the rows of ``data`` (a :class:`dnomad.blocks.RowChunks`) by
+    k-means: :func:`dnomad.rounding.kmeans_rows` on min(n, SEED_SAMPLE_ROWS) rows drawn
+    uniformly, then Lloyd's iterations over every row until no label changes (or
+    ``max_iter``).  Costs one pass to draw the sample and one per iteration (O(n d K)
+    each); the client holds the sample and K centres.  A centre left without rows keeps
+    its place.  ``x_state``: the rows are that state of the chunks (e.g. X's sketch)."""
+    rng = np.random.default_rng(random_state)
+    n = data.n
+    picked = np.zeros((n, 1), dtype=bool)
+    picked[rng.choice(n, min(n, SEED_SAMPLE_ROWS), replace=False)] = True
+    data.put("kmeans_pick", picked)
+    sample = np.concatenate(data.map(_picked_rows, x_state=x_state), axis=0)
+    data.drop("kmeans_pick")
+    seed = kmeans_rows(sample, K, rng)
+    centres = np.stack([sample[seed == k].mean(axis=0) if np.any(seed == k) else sample[rng.integers(len(sample))]
+                        for k in range(K)])
+    data.put("kmeans_labels", np.full((n, 1), -1, dtype=np.int64))
+    for _ in range(max_iter):
+        parts = data.map(_lloyd_kernel, centres, x_state=x_state)
+        sums = sum(p[0] for p in parts)
+        counts = sum(p[1] for p in parts)
+        changed = sum(p[2] for p in parts)
+        centres = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], centres)
+        if changed == 0:
+            break
+    labels = data.get("kmeans_labels")[:, 0]
+    data.drop("kmeans_labels")
+    return labels
+
+
+def _picked_rows(chunk):
+    return chunk["X"][chunk["kmeans_pick"][:, 0]]
+
+
+def _lloyd_kernel(chunk, centres):
+    """One Lloyd step on the chunk's rows: nearest centres (kept in the chunk), and the
+    per-centre sums and counts, and how many labels changed."""
+    X = chunk["X"]
+    d2 = -2.0 * (X @ centres.T) + np.einsum("ij,ij->i", centres, centres)[None]
+    labels = np.argmin(d2, axis=1)
+    changed = int(np.sum(labels != chunk["kmeans_labels"][:, 0]))
+    chunk["kmeans_labels"] = labels[:, None]
+    K = len(centres)
+    return group_sums(labels, X, K), np.bincount(labels, minlength=K).astype(np.float64), changed
+
+
+# Low-rank Q = Y Y^T with Y in the states of row chunks (on a cluster's workers or here):
+# everything from r x r sums over the chunks, so Y is never gathered.
+def factor_sums(space, name):
+    """Y^T 1 (r,) and Y^T Y (r x r) of state ``name`` of a row space: one pass."""
+    parts = space.map(_factor_sums, name, read_x=False)
+    return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
+
+def low_rank_spectral_labels(space, name, n_clusters, random_state=None, *, sums=None):
+    """:func:`spectral_labels` of Q = Y Y^T, Y the state ``name`` of a row space (a
+    :class:`dnomad.blocks.RowChunks` or RowState), with Y left where it is: the degrees
+    are Y (Y^T 1); Z = D^-1/2 Y has the r x r Gram Z^T Z = W S^2 W^T (a pass), so Q's
+    normalized top eigenvectors are Z W_k S_k^-1, formed row by row (a pass; a singular
+    value below round-off of the largest gives a zero column), scaled to unit rows and
+    clustered by :func:`kmeans_partition` on them.  ``sums``: :func:`factor_sums` of Y,
+    if already taken.  The client holds r x r and n_clusters x n_clusters numbers, and the
+    labels."""
+    n = space.n
+    if not isinstance(n_clusters, (int, np.integer)) or not 2 <= n_clusters < n:
+        raise InputValueError(f"n_clusters must be an integer in [2, {n}) (n = {n} points); got {n_clusters!r}")
+    c, _ = factor_sums(space, name) if sums is None else sums
+    floor = _degree_floor(float(c @ c) / n)            # the mean degree: 1^T Y Y^T 1 / n
+    w, W = np.linalg.eigh(sum(space.map(_scaled_gram, name, c, floor, read_x=False)))
+    w, W = np.clip(w[::-1][:n_clusters], 0.0, None), W[:, ::-1][:, :n_clusters]
+    s = np.sqrt(w)
+    kept = s > np.finfo(float).eps * max(float(s.max(initial=0.0)), np.finfo(float).tiny) * len(s)
+    directions = np.where(kept, W / np.where(kept, s, 1.0), 0.0)
+    out = f"_spectral_{name}"
+    space.map(_spectral_rows, name, c, floor, directions, out, read_x=False)
+    try:
+        return numbered_by_appearance(kmeans_partition(space, n_clusters, random_state, x_state=out))
+    finally:
+        space.drop(out)
+
+
+def low_rank_embedding(space, name, k, out, *, sums=None):
+    """The top ``k`` eigenpairs of Q = Y Y^T on the complement of 1, Y the state ``name``
+    of a row space, as :func:`dnomad.linalg.top_eigenvectors` with ``deflate=1`` gives
+    them, scaled: state ``out`` (n x k) is V diag(sqrt(w)), which is Y_c W for Y_c = Y -
+    1 (Y^T 1)^T / n (P Q P = Y_c Y_c^T) and Y_c^T Y_c = W diag(w) W^T, an r x r problem;
+    each column signed so that its entry of largest magnitude is positive.  Returns w
+    (descending; zero beyond Y's rank).  Two passes over Y (one with ``sums``, Y's
+    :func:`factor_sums`), a third to flip signs."""
+    n = space.n
+    c, G = factor_sums(space, name) if sums is None else sums
+    mean = c / n
+    w, W = np.linalg.eigh(G - n * np.outer(mean, mean))
+    w, W = np.clip(w[::-1][:k], 0.0, None), W[:, ::-1][:, :k]
+    if W.shape[1] < k:                   # k above Y's rank r: eigenvalues 0, columns 0
+        w = np.concatenate([w, np.zeros(k - len(w))])
+        W = np.hstack([W, np.zeros((W.shape[0], k - W.shape[1]))])
+    parts = space.map(_centred_product, name, mean, W, out, read_x=False)
+    magnitudes = np.stack([p[0] for p in parts])
+    values = np.stack([p[1] for p in parts])
+    signs = np.sign(values[np.argmax(magnitudes, axis=0), np.arange(k)])
+    signs[signs == 0] = 1.0
+    if np.any(signs < 0):
+        space.map(_scale_columns, out, signs, read_x=False)
+    return w
+
+
+def _factor_sums(chunk, name):
+    Y = chunk[name]
+    return Y.sum(axis=0), Y.T @ Y
+
+
+def _inverse_root_degrees(Y, c, floor):
+    return 1.0 / np.sqrt(np.maximum(Y @ c, floor))
+
+
+def _scaled_gram(chunk, name, c, floor):
+    Z = chunk[name] * _inverse_root_degrees(chunk[name], c, floor)[:, None]
+    return Z.T @ Z
+
+
+def _spectral_rows(chunk, name, c, floor, directions, out):
+    Y = chunk[name]
+    U = (Y * _inverse_root_degrees(Y, c, floor)[:, None]) @ directions
+    norms = np.linalg.norm(U, axis=1, keepdims=True)
+    chunk[out] = U / np.where(norms > 0, norms, 1.0)
+
+
+def _centred_product(chunk, name, mean, W, out):
+    """State ``out`` = (Y - mean) W; per column, the largest magnitude and the entry
+    that has it (for the sign rule)."""
+    E = (chunk[name] - mean) @ W
+    chunk[out] = E
+    if len(E) == 0:
+        return np.zeros(W.shape[1]), np.zeros(W.shape[1])
+    at = np.argmax(np.abs(E), axis=0)
+    picked = E[at, np.arange(E.shape[1])]
+    return np.abs(picked), picked
+
+
+def _scale_columns(chunk, name, factors):
+    chunk[name] = chunk[name] * factors

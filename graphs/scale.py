@@ -10,15 +10,19 @@ the engine used whatever the workers' limit).  The "nomad_bm" rows run
 ``NOMAD(n_clusters=8, solver="bm")`` with every other parameter at its default on a noisy
 trefoil knot (``trefoil_knot(n, noise=0.05)``) read from a Zarr path in chunks of 62,500
 rows, until its stopping rule or ``--bm-timeout`` seconds (then recorded as not finished,
-with the outer steps it had made).
+with the outer steps it had made).  The row capped at 2 outer steps measures the result
+(labels, embedding, Y written: its seconds from the last step) and the client's memory
+for it, beside the same row with a ``--baseline`` checkout's dnomad.
 
     python graphs/scale.py              # run every row (each replaces its row in scale.json), draw scale.png
     python graphs/scale.py --only bm    # the rows whose name contains "bm"
+    python graphs/scale.py --only "2 outer" --baseline /tmp/old   # beside the dnomad of another checkout
     python graphs/scale.py --plot-only  # redraw from scale.json
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import sys
@@ -32,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from _bench import ResidentPeak, code_commit, merge_row, replot, run_in_fresh_process, write_result  # noqa: E402
 
-ROWS = (  # (name, method, n, worker memory limit in MiB, block_size or None for the default)
+ROWS = (  # (name, method, n, worker memory limit in MiB, block_size (None: the default) or bm's max_iter)
     ("NOMAD, defaults, 2 x 400 MiB", "nomad", 6000, 400, None),
     ("NOMAD, defaults, 2 x 2 GiB", "nomad", 6000, 2048, None),
     ("NOMAD, 64 MiB target (3,000-blocks), 2 x 400 MiB", "nomad", 6000, 400, 3000),
@@ -40,6 +44,8 @@ ROWS = (  # (name, method, n, worker memory limit in MiB, block_size or None for
     ("SymNMF, defaults, 2 x 400 MiB", "symnmf", 8000, 400, None),
     ("SymNMF, 64 MiB target (4,000-blocks), 2 x 400 MiB", "symnmf", 8000, 400, 4000),
     ("NOMAD bm, defaults, 10^6 trefoil rows from Zarr, 2 x 8 GiB", "nomad_bm", 1_000_000, 8192, None),
+    ("NOMAD bm, 2 outer steps then the result, 10^6 trefoil rows from Zarr, 2 x 8 GiB", "nomad_bm", 1_000_000,
+     8192, 2),
 )
 BM_CHUNK_ROWS = 62_500
 TERMINATE_FRACTION = 0.95
@@ -67,18 +73,20 @@ def _block_side(store, n):
     return int(sides.pop()) if len(sides) == 1 else None
 
 
-def _bm_row_fields(name, n, limit_mib):
+def _bm_row_fields(name, n, limit_mib, max_iter):
     return {"name": name, "method": "nomad_bm", "n": n, "worker_limit_mib": limit_mib, "block_size_given": None,
-            "commit": code_commit()}
+            "max_iter": max_iter, "commit": code_commit()}
 
 
-def run_bm_row(name, n, limit_mib, timeout):
-    """NOMAD bm with its defaults on n trefoil rows from a Zarr path, on a fresh 2-worker
-    LocalCluster in a child process, stopped at ``timeout`` seconds (wall, the data's
-    making and the cluster's start included); a row stopped so gives the outer steps it
-    made and their fit seconds."""
-    outer, fields = [], _bm_row_fields(name, n, limit_mib)          # the code the row measures
-    status, row, wall = run_in_fresh_process(_bm_child, (name, n, limit_mib), timeout, on_progress=outer.append)
+def run_bm_row(name, n, limit_mib, max_iter, timeout):
+    """NOMAD bm with its defaults (``max_iter`` None) or at most ``max_iter`` outer steps
+    on n trefoil rows from a Zarr path, on a fresh 2-worker LocalCluster in a child
+    process, stopped at ``timeout`` seconds (wall, the data's making and the cluster's
+    start included); a row stopped so gives the outer steps it made and their fit
+    seconds."""
+    outer, fields = [], _bm_row_fields(name, n, limit_mib, max_iter)          # the code the row measures
+    status, row, wall = run_in_fresh_process(_bm_child, (name, n, limit_mib, max_iter), timeout,
+                                             on_progress=outer.append)
     if status == "ok":
         return row
     return dict(fields, status=status, wall=wall,
@@ -88,7 +96,7 @@ def run_bm_row(name, n, limit_mib, timeout):
                 worker_peaks_mib=[], client_rise_mib=float("nan"))
 
 
-def _bm_child(name, n, limit_mib, queue):
+def _bm_child(name, n, limit_mib, max_iter, queue):
     import dask
     import zarr
     from distributed import Client, LocalCluster
@@ -97,7 +105,7 @@ def _bm_child(name, n, limit_mib, queue):
     from dnomad.blocks.engine import _worker_peak_rss
     from dnomad.data import trefoil_knot
 
-    row = _bm_row_fields(name, n, limit_mib)
+    row = _bm_row_fields(name, n, limit_mib, max_iter)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "X.zarr")
         X = trefoil_knot(n, noise=0.05)[0]
@@ -107,13 +115,17 @@ def _bm_child(name, n, limit_mib, queue):
                 n_workers=2, threads_per_worker=1, processes=True, memory_limit=limit_mib * 2**20,
                 dashboard_address=None) as cluster, Client(cluster) as client, ResidentPeak() as client_peak:
             t0 = time.perf_counter()
+            last_step = [t0]
 
             def callback(row):
+                last_step[0] = time.perf_counter()
                 print(f"  outer step {row['iteration']}: {row['evaluations']} evaluations, row-sum violation "
                       f"{row['row_sum_violation']:.2e}, {time.perf_counter() - t0:.0f} s", flush=True)
                 queue.put({"progress": dict(row, fit_seconds=time.perf_counter() - t0)})
 
-            est = dnomad.NOMAD(n_clusters=8, solver="bm", store=os.path.join(tmp, "run.zarr"), callback=callback)
+            options = {} if max_iter is None else {"max_iter": max_iter}
+            est = dnomad.NOMAD(n_clusters=8, solver="bm", store=os.path.join(tmp, "run.zarr"), callback=callback,
+                               **options)
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
@@ -124,7 +136,10 @@ def _bm_child(name, n, limit_mib, queue):
                            row_sum_violation=est.history_[-1]["row_sum_violation"], sdp_k=int(est.sdp_k_),
                            rank=int(est.Y_.shape[1]), start_seconds=start.get("seconds"),
                            start_iterations=start.get("iterations"), label_method_used=est.label_method_used_,
-                           fit_seconds=est.fit_seconds_)
+                           fit_seconds=est.fit_seconds_,
+                           # from the last outer step's end: its checkpoint, the labels, the
+                           # embedding and the result written
+                           result_seconds=time.perf_counter() - last_step[0])
             except Exception as exc:  # noqa: BLE001 - a killed run is a result of this benchmark
                 row.update(status=f"failed: {type(exc).__name__}: {exc}"[:300])
             row["seconds"] = time.perf_counter() - t0
@@ -181,13 +196,14 @@ def table(result):
                      f"{r['status']} | {seconds} | {', '.join(f'{p:.0f}' for p in r['worker_peaks_mib'])} | "
                      f"{peak / (TERMINATE_FRACTION * r['worker_limit_mib']):.2f} | {r['client_rise_mib']:.0f} MiB |")
     if bm:
-        lines += ["", "| NOMAD bm run | stop | outer steps | evaluations | row-sum violation | start (s) | labels |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["", "| NOMAD bm run | stop | outer steps | evaluations | row-sum violation | start (s) | labels | "
+                      "result (s) | client rise |", "|---|---|---|---|---|---|---|---|---|"]
         for r in bm:
-            start, violation = r.get("start_seconds"), r.get("row_sum_violation")
+            start, violation, finish = r.get("start_seconds"), r.get("row_sum_violation"), r.get("result_seconds")
             lines.append(f"| {r['name']} | {r.get('stop_reason', r['status'])} | {r.get('n_iter', '-')} | "
                          f"{r.get('evaluations', '-')} | {'-' if violation is None else f'{violation:.2g}'} | "
-                         f"{'-' if start is None else f'{start:.0f}'} | {r.get('label_method_used', '-')} |")
+                         f"{'-' if start is None else f'{start:.0f}'} | {r.get('label_method_used', '-')} | "
+                         f"{'-' if finish is None else f'{finish:.0f}'} | {r['client_rise_mib']:.0f} MiB |")
     return "\n".join(lines)
 
 
@@ -216,6 +232,29 @@ def plot(result, path):
     plt.close(fig)
 
 
+@contextlib.contextmanager
+def _package_at(checkout):
+    """Child processes started inside import dnomad from ``checkout`` (None: as this
+    process does) and stamp their rows with its commit; yields that commit."""
+    if checkout is None:
+        yield code_commit()
+        return
+    import subprocess
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "DNOMAD_COMMIT")}
+    os.environ.update(PYTHONPATH=os.path.abspath(checkout), DNOMAD_COMMIT=commit)
+    try:
+        yield commit
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def main(argv=None):
     import json
 
@@ -224,6 +263,9 @@ def main(argv=None):
     p.add_argument("--only", help="run only the rows whose name contains this text")
     p.add_argument("--bm-timeout", type=float, default=3600.0,
                    help="seconds a nomad_bm row may take before it is recorded as not finished (default 3600)")
+    p.add_argument("--baseline", metavar="PATH",
+                   help="also run the nomad_bm rows with the dnomad package of the checkout at PATH (an earlier "
+                        "commit: git worktree add PATH <commit>), as rows named '<row> (dnomad at <commit>)'")
     args = p.parse_args(argv)
     path = os.path.join(HERE, "scale.json")
     if args.plot_only:
@@ -243,9 +285,15 @@ def main(argv=None):
     for name, method, n, limit, block_size in ROWS:
         if args.only is not None and args.only not in name:
             continue
-        row = (run_bm_row(name, n, limit, args.bm_timeout) if method == "nomad_bm"
-               else run_row(name, method, n, limit, block_size))
-        merge_row(path, result, dict(row, command=command), key=lambda r: r["name"])
+        if method != "nomad_bm":
+            row = run_row(name, method, n, limit, block_size)
+            merge_row(path, result, dict(row, command=command), key=lambda r: r["name"])
+            continue
+        for code in ([None, args.baseline] if args.baseline else [None]):
+            with _package_at(code) as commit:
+                row_name = name if code is None else f"{name} (dnomad at {commit})"
+                row = run_bm_row(row_name, n, limit, block_size, args.bm_timeout)
+            merge_row(path, result, dict(row, command=command), key=lambda r: r["name"])
     print(table(result))
     write_result(HERE, "scale", result, plot)
 

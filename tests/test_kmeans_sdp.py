@@ -75,7 +75,7 @@ def test_kmeans_partition_is_lloyds_fixed_point_wherever_the_chunks_live(cluster
     (sums in chunk order)."""
     from sklearn.datasets import make_blobs
 
-    from dnomad.kmeans_sdp.lloyd import kmeans_partition
+    from dnomad.rounding import kmeans_partition
 
     X, y = make_blobs([300, 120, 40], centers=[[0, 0, 0], [6, 0, 0], [0, 6, 0]], random_state=4)
     ref = kmeans_partition(RowChunks(X, chunk_rows=50), 3, random_state=0)

@@ -241,6 +241,38 @@ def test_spectral_labels_split_linked_bands_the_same_on_every_operator(rng):
             spectral_labels(Q, bad)
 
 
+def test_embedding_and_spectral_labels_of_y_in_row_chunks_are_the_dense_eigenproblems(rng, cluster_client):
+    """Q = Y Y^T with Y left in row chunks (one chunk, uneven chunks, on two workers):
+    the embedding is the top eigenvectors of P Q P (P = I - 1 1^T / n, by NumPy's eigh
+    of the dense matrix), each times the square root of its eigenvalue and signed so its
+    largest entry is positive, with those eigenvalues (0 past Y's rank); the spectral
+    labels are those of the dense Q."""
+    from dnomad.rounding import factor_sums, low_rank_embedding, low_rank_spectral_labels, spectral_labels
+
+    sizes = (70, 40, 90)
+    Y = _band_factor(sizes, 4, rng)[:, :60]             # rank 60 < n = 200
+    n = len(Y)
+    P = np.eye(n) - 1.0 / n
+    w_ref, V_ref = np.linalg.eigh(P @ (Y @ Y.T) @ P)
+    w_ref, V_ref = w_ref[::-1][:62], V_ref[:, ::-1][:, :62]
+    V_ref *= np.sign(V_ref[np.argmax(np.abs(V_ref), axis=0), np.arange(62)])
+    labels_ref = spectral_labels(Y @ Y.T, 3, random_state=0)
+    X = rng.random((n, 2))
+    for chunks in (dict(), dict(chunk_rows=37), dict(chunk_rows=64, client=cluster_client)):
+        with blocks.RowChunks(X, **chunks) as space:
+            space.put("Y", Y)
+            for k in (3, 62):
+                w = low_rank_embedding(space, "Y", k, "E", sums=factor_sums(space, "Y"))
+                m = min(k, 60)                          # P Y has rank 60
+                np.testing.assert_allclose(w[:m], w_ref[:m], rtol=1e-9, atol=1e-14)
+                np.testing.assert_allclose(w[m:], 0.0, atol=1e-12)
+                E = space.get("E")
+                assert E.shape == (n, k)
+                np.testing.assert_allclose(E[:, :m], V_ref[:, :m] * np.sqrt(w_ref[:m]), rtol=0, atol=1e-10)
+                np.testing.assert_allclose(E[:, m:], 0.0, atol=1e-7)
+            np.testing.assert_array_equal(low_rank_spectral_labels(space, "Y", 3, random_state=0), labels_ref)
+
+
 def test_labels_take_the_components_where_there_are_n_clusters_of_them_else_spectral(rng):
     """label_method="auto": Q of separated blocks gives its components; the same Q asked
     for fewer clusters than components gets n_clusters spectral groups; asked

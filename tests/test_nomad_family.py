@@ -171,6 +171,43 @@ def test_burer_monteiro_on_two_workers_from_zarr_equals_the_run_in_this_process(
     assert adjusted_rand_score(y, workers.labels_) == 1.0
 
 
+def test_burer_monteiro_on_workers_leaves_y_and_the_embedding_in_the_store(tmp_path, cluster_client,
+                                                                              monkeypatch):
+    """On the workers with a store, the row chunks write Y and the embedding and the
+    labels are taken where Y is held: the client gathers no n x r state (only the
+    labels), Y_ and embedding_ are dask arrays over the store, equal to the run in this
+    process, and a finished run loads them lazily again."""
+    import dask.array as da
+
+    from dnomad.blocks import RowChunks
+    from dnomad.nomad import estimator
+
+    monkeypatch.setattr(estimator, "AUTO_COMPONENTS_MAX_N", 0)      # spectral labels, as at scale
+    gathered = []
+    get = RowChunks.get
+    monkeypatch.setattr(RowChunks, "get", lambda self, name: gathered.append(name) or get(self, name))
+    X, y = gaussian_blobs(400, n_centers=3, separation=12.0)
+    url = str(tmp_path / "X.zarr")
+    zarr.create_array(store=url, shape=X.shape, dtype="f8", chunks=(64, 2))[...] = X
+    kw = dict(solver="bm", n_clusters=3, sdp_k=3, rank=6, n_components=3, random_state=0)
+    here = dnomad.NOMAD(**kw, backend="local", store=str(tmp_path / "here.zarr")).fit(url)
+    assert isinstance(here.Y_, np.ndarray) and isinstance(here.embedding_, np.ndarray)
+    gathered.clear()
+    store = str(tmp_path / "workers.zarr")
+    workers = dnomad.NOMAD(**kw, backend="distributed", store=store).fit(url)
+    assert workers.backend_used_ == "distributed" and workers.label_method_used_ == "spectral"
+    assert gathered == ["kmeans_labels"]
+    for est in (workers, dnomad.NOMAD(**kw, backend="distributed", store=store).fit(url, resume=True)):
+        assert isinstance(est.Y_, da.Array) and isinstance(est.embedding_, da.Array)
+        np.testing.assert_allclose(np.asarray(est.Y_), here.Y_, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(est.embedding_), here.embedding_, rtol=0, atol=1e-10)
+        np.testing.assert_array_equal(est.labels_, here.labels_)
+        np.testing.assert_allclose(est.Q_.diag(), here.Q_.diag(), rtol=0, atol=1e-12)
+    assert adjusted_rand_score(y, workers.labels_) == 1.0
+    assert run_store.read_result(store)["lazy_arrays"] == ["Y", "embedding"]
+    assert run_store.read_result(str(tmp_path / "here.zarr"))["lazy_arrays"] == []
+
+
 def test_low_rank_components_match_dense_components(rng):
     from scipy.sparse.csgraph import connected_components
 

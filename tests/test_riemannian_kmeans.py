@@ -471,7 +471,7 @@ def test_kmeans_start_is_strictly_feasible_next_to_the_kmeans_partition(r):
     from sklearn.datasets import make_blobs
 
     from dnomad.blocks import RowChunks
-    from dnomad.kmeans_sdp.lloyd import kmeans_partition
+    from dnomad.rounding import kmeans_partition
     from dnomad.kmeans_sdp.riemannian import kmeans_start
     from dnomad.metrics import clustering_accuracy
 

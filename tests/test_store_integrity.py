@@ -155,7 +155,9 @@ def result_cases(method):
                  s / "result" / _attrs(s)["result"]["arrays"][0]), "the array result/"),
              ("result-array-wrong-shape", lambda s: _shorten(s, "result", _attrs(s)["result"]["arrays"][0]),
               "not the ("),
-             ("result-shapes-not-a-map", _edit_record("result", _with(shapes=[3])), "has shapes = [3]")]
+             ("result-shapes-not-a-map", _edit_record("result", _with(shapes=[3])), "has shapes = [3]"),
+             ("result-lazy-arrays-not-its-arrays", _edit_record("result", _with(lazy_arrays=["Z"])),
+              "has lazy_arrays = ['Z']")]
     if method == "nomad":
         cases.append(("result-no-layers", _edit_record("result", _without("layers")), "lacks what NOMAD wrote"))
     return [("result", "finished") + case for case in cases]

@@ -243,18 +243,29 @@ class LowRankGram(_TiledGram):
     ``matmat`` costs O(n r k); ``diag`` and ``max`` O(n r) (Q is PSD, so its largest
     entry is on the diagonal); ``fro_norm`` = ||Y^T Y||_F, O(n r^2); ``summary``'s
     minimum and ``threshold_components`` scan Q by tiles, O(n^2 r) work in
-    O(TILE_ROWS^2) memory.
+    O(TILE_ROWS^2) memory.  A Y that is not a NumPy array but has a shape (a dask array
+    over a result in a store) is read into memory when first used.
     """
 
     def __init__(self, Y):
-        Y = np.asarray(Y, dtype=np.float64)
-        if Y.ndim != 2:
-            raise InputValueError(f"Y must be 2-D (n, r); got shape {Y.shape}")
-        self.Y = Y
-        self.n, self.rank = Y.shape
+        if isinstance(Y, np.ndarray) or not hasattr(Y, "shape"):
+            self._Y, self._source = np.asarray(Y, dtype=np.float64), None
+            shape = self._Y.shape
+        else:
+            self._Y, self._source = None, Y
+            shape = tuple(Y.shape)
+        if len(shape) != 2:
+            raise InputValueError(f"Y must be 2-D (n, r); got shape {shape}")
+        self.n, self.rank = shape
         self.shape = (self.n, self.n)
         self.dtype = np.dtype(np.float64)
         self.matmats = 0
+
+    @property
+    def Y(self):
+        if self._Y is None:
+            self._Y = np.asarray(self._source, dtype=np.float64)
+        return self._Y
 
     @property
     def fro_norm(self):

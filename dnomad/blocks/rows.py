@@ -347,11 +347,14 @@ class RowState:
         self._chunks = [{} for _ in self.spans]
         self.passes, self.state_passes, self.rows_read, self.seconds, self.state_seconds = 0, 0, 0, 0.0, 0.0
 
-    def map(self, kernel, *args, read_x=False, dtype=None):
+    def map(self, kernel, *args, read_x=False, x_state=None, dtype=None):
+        """As :meth:`RowChunks.map` over the state alone: ``chunk["X"]`` is state
+        ``x_state`` (read-only, in ``dtype`` if given) where that is given."""
         if read_x:
             raise InputValueError("RowState holds no X to read")
         t0 = time.perf_counter()
-        out = [kernel(chunk, *args) for chunk in self._chunks]
+        out = [kernel(chunk, *args) if x_state is None else _on_state_rows(kernel, chunk, x_state, dtype, args)
+               for chunk in self._chunks]
         self.state_passes += 1
         self.state_seconds += time.perf_counter() - t0
         self.seconds += time.perf_counter() - t0
@@ -407,6 +410,15 @@ class HeldRows:
     def __array__(self, dtype=None, copy=None):
         A = self.space.get(self.name)
         return A if dtype is None else A.astype(dtype, copy=False)
+
+
+def _on_state_rows(kernel, chunk, name, dtype, args):
+    chunk["X"] = np.asarray(chunk[name], dtype=dtype).view()
+    chunk["X"].flags.writeable = False          # as RowChunks' state rows: a kernel must not write it
+    try:
+        return kernel(chunk, *args)
+    finally:
+        chunk.pop("X", None)
 
 
 def _no_rows(i):

@@ -210,12 +210,18 @@ def content_check(store, X, name="X"):
 
 def write_result(store, arrays, summary, history, seconds):
     """A finished run's arrays, history table and summary (written last: ``dnomad info``
-    reports a run finished only once everything else is in place)."""
+    reports a run finished only once everything else is in place).  An array held in row
+    chunks (:meth:`dnomad.blocks.RowChunks.held`) is written by the chunks, where they
+    live."""
+    shapes = {}
     with run_store.writing(store, "the result", keep="the last checkpoint is intact"):
         for path, value in arrays.items():
-            run_store.write_vector(store, f"result/{path}", value)
+            if hasattr(value, "save_to"):
+                shapes[path] = list(value.save_to(store, f"result/{path}"))
+            else:
+                run_store.write_vector(store, f"result/{path}", value)
+                shapes[path] = list(np.shape(value))
         run_store.write_table(store, "result/history", history)
         run_store.write_json(store, "result", dict(
-            summary, fit_seconds=seconds, arrays=sorted(arrays),
-            shapes={path: list(np.shape(value)) for path, value in arrays.items()},
+            summary, fit_seconds=seconds, arrays=sorted(arrays), shapes=shapes,
             finished=datetime.datetime.now(datetime.timezone.utc).isoformat()))

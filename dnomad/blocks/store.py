@@ -308,6 +308,9 @@ def read_result(url):
         return None
     checked_record(url, "the result record", record, RESULT_FIELDS)
     _check_listed_arrays(url, "the result record", record, "result", "the result's")
+    lazy = record.get("lazy_arrays", [])
+    if not (_is_names(lazy) and set(lazy) <= set(record.get("arrays", []))):
+        raise damaged(url, "the result record", f"has lazy_arrays = {_short(lazy)}, not a list of its arrays")
     checked_table(url, "result/history")
     return record
 
@@ -398,6 +401,14 @@ def read_vector(url, path):
     import zarr
 
     return np.asarray(zarr.open_array(store=str(url), path=path, mode="r")[...])
+
+
+def lazy_rows(url, path):
+    """The array at ``path`` as a dask array over the store, read only when computed
+    (a result too large to hold in this process)."""
+    import dask.array as da
+
+    return da.from_zarr(str(url), component=path)
 
 
 def create_rows_array(url, path, shape, dtype, chunk_rows):

@@ -310,7 +310,7 @@ class NLR(_RowChunkEstimator):
     max_iter : int, default 100000
     init : {"kmeans", "random"}, default "kmeans"
         The start: "kmeans", the partition of k-means++ and Lloyd's iterations over the
-        row chunks (:func:`dnomad.kmeans_sdp.lloyd.kmeans_partition`), each group's
+        row chunks (:func:`dnomad.rounding.kmeans_partition`), each group's
         indicator over the square root of its size (a feasible point); "random":
         |N(0, 1)| entries, projected (the authors').
     n_init : int, default 1

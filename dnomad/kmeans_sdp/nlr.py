@@ -30,6 +30,7 @@ import numpy as np
 
 from .._checks import check_numbers
 from ..errors import InputValueError, warn_convergence
+from ..rounding import kmeans_partition
 from . import lloyd, starts
 
 INITS = ("kmeans", "random")
@@ -210,7 +211,7 @@ def nlr_kmeans(data, K, *, init="kmeans", n_init=1, random_state=None, state=Non
     <X X^T, U U^T> wins.  Returns its :class:`NLRResult` with history rows tagged by
     ``init``.
 
-    ``init``: "kmeans", the partition of :func:`dnomad.kmeans_sdp.lloyd.kmeans_partition`
+    ``init``: "kmeans", the partition of :func:`dnomad.rounding.kmeans_partition`
     (k-means++ and Lloyd's iterations) as the feasible point of
     :func:`dnomad.kmeans_sdp.lloyd.partition_factor`, a new seeding for every start; or
     "random", |N(0, 1)| entries (the authors').
@@ -235,7 +236,7 @@ def nlr_kmeans(data, K, *, init="kmeans", n_init=1, random_state=None, state=Non
         U0, before = None, data.passes
         if init == "kmeans" and run_state is None:
             # K nonempty groups (a centre Lloyd's iterations emptied is refilled by a cut).
-            groups = lloyd.split_groups(data, lloyd.kmeans_partition(data, K, rng), K)
+            groups = lloyd.split_groups(data, kmeans_partition(data, K, rng), K)
             U0 = lloyd.partition_factor(groups, K, r)
         start_passes = data.passes - before
         res = nlr(data, K, rank=rank, U0=U0, random_state=rng, state=run_state, checkpoint=save,

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import InputValueError, warn_convergence
 from ..linalg.indefinite import solve_with_inertia
-from ..rounding import kmeans_rows
+from ..rounding import kmeans_partition, kmeans_rows
 from . import lloyd, starts
 
 INITS = ("kmeans", "random")
@@ -990,7 +990,7 @@ def kmeans_start(manifold, data, rng, sketch=None):
     """A strictly feasible point at the k-means partition of the rows (``init="kmeans"``;
     of the rows of X's ``sketch`` when given).
 
-    The partition (:func:`dnomad.kmeans_sdp.lloyd.kmeans_partition`) is refined into r
+    The partition (:func:`dnomad.rounding.kmeans_partition`) is refined into r
     groups (its largest cut in two while there are fewer, :func:`dnomad.kmeans_sdp.lloyd.
     split_groups`) with normalized indicators E (n x r, E^T E = I) and sizes n_g; then
     U = E M^1/2 with M = (1 - theta) I + theta s s^T, s_g = sqrt(n_g / n) (a unit
@@ -1003,7 +1003,7 @@ def kmeans_start(manifold, data, rng, sketch=None):
     steps regularized by that much are short."""
     K, r, n = manifold.K, manifold.r, manifold.n
     x_state = None if sketch is None else sketch.name
-    groups = lloyd.split_groups(data, lloyd.kmeans_partition(data, K, rng, x_state=x_state), r, x_state=x_state)
+    groups = lloyd.split_groups(data, kmeans_partition(data, K, rng, x_state=x_state), r, x_state=x_state)
     theta = (r - K) / (r - 1)
     s = np.sqrt(np.bincount(groups, minlength=r) / n)
     half = math.sqrt(1.0 - theta) * (np.eye(r) - np.outer(s, s)) + np.outer(s, s)

@@ -311,7 +311,7 @@ def lagrangian(Y, DY, mu, lam, K, sigma, phi):
 
 
 def burer_monteiro(D, params: BurerMonteiroParams, *, Y0=None, callback=None, state=None,
-                   checkpoint=None, checkpoint_every=1):
+                   checkpoint=None, checkpoint_every=1, keep_rows=False):
     """See :func:`_burer_monteiro`; runs with BLAS on one thread (the optimizers make
     many small BLAS calls, on which OpenBLAS's threads spin: measured 29x slower per
     evaluation at n r = 12,800 on 2 cores; row chunks spread the work instead)."""
@@ -319,7 +319,7 @@ def burer_monteiro(D, params: BurerMonteiroParams, *, Y0=None, callback=None, st
 
     with single_threaded_blas():
         return _burer_monteiro(D, params, Y0=Y0, callback=callback, state=state,
-                               checkpoint=checkpoint, checkpoint_every=checkpoint_every)
+                               checkpoint=checkpoint, checkpoint_every=checkpoint_every, keep_rows=keep_rows)
 
 
 # Evaluations by increments re-form D Y in float64 from scratch at least this often, so
@@ -581,7 +581,7 @@ def _copy(chunk, src, dst):
 
 
 def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint=None,
-                    checkpoint_every=1):
+                    checkpoint_every=1, keep_rows=False):
     """Solve (11) for D: a :class:`dnomad.blocks.RowChunks` (D = F F^T / ||F^T F||_F of
     its centred rows: Y is kept in row chunks beside X, on the workers when the chunks
     are, and every optimizer step is row-chunk work), or any operator with ``matmat``
@@ -651,13 +651,17 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
     saved by :meth:`dnomad.blocks.store.Checkpoints.save`; Y and mu are held rows, which
     ``np.asarray`` copies) resumes a run exactly where it was saved; ``checkpoint(state)``
     is called every ``checkpoint_every`` outer steps and at the end.  Returns a
-    :class:`dnomad.nomad.cgm.NomadResult` with Q = Y Y^T as a LowRankGram.
+    :class:`dnomad.nomad.cgm.NomadResult` with Q = Y Y^T as a LowRankGram; with
+    ``keep_rows`` (data mode) Y is not gathered but left in the row chunks' state "Y"
+    for the caller (the result's Y, mu and Q are None).
     """
     from ..blocks import RowChunks, RowState
     from ..blocks.operators import LowRankGram
     from .cgm import NomadResult
 
     data_mode = isinstance(D, RowChunks)
+    if keep_rows and not data_mode:
+        raise InputValueError("keep_rows needs D as row chunks (the rows Y is kept beside)")
     n = D.n if data_mode else D.shape[0]
     check_solver_params(params, n)
     K, r = params.n_clusters, params.resolved_rank(n)
@@ -715,6 +719,7 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
                         "history": [dict(row) for row in history],
                         "matmats": problem.matmats, "stop_reason": stop_reason if final else None})
 
+    kept = []                 # the states left in the row chunks: Y, once the run has ended
     try:
         for it in range(len(history) + 1, end + 1):
             rtol = _step_rtol(history, params)
@@ -753,10 +758,12 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
                 save(final)
             if stop_reason != "max_iter":
                 break
-        Y, mu = space.get("Y"), space.get("mu")
+        Y, mu = (None, None) if keep_rows else (space.get("Y"), space.get("mu"))
+        kept = ["Y"] if keep_rows else []
     finally:
         if data_mode:
-            space.map(drop_states, ["Y", "Y_prev", "mu", "_DY"] + work_states("Y", params.memory), read_x=False)
+            work = ["Y", "Y_prev", "mu", "_DY"] + work_states("Y", params.memory)
+            space.map(drop_states, [name for name in work if name not in kept], read_x=False)
         else:
             space.close()
     if stop_reason == "max_iter" and history:
@@ -766,7 +773,7 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
                          f"before meeting its tolerances: last relative change of Y {last['change']:.3g} "
                          f"(tol {params.tol:g}), constraint violation {violation:.3g} "
                          f"(feasibility_tol {params.feasibility_tol:g})")
-    return NomadResult(Q=LowRankGram(Y), history=history, n_iter=len(history), stop_reason=stop_reason,
+    return NomadResult(Q=None if keep_rows else LowRankGram(Y), history=history, n_iter=len(history), stop_reason=stop_reason,
                        params=params, converged=stop_reason == "tolerance", solver="bm", Y=Y, mu=mu,
                        lam=problem.lam, matmats=problem.matmats, start=start)
 

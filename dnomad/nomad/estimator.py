@@ -19,7 +19,7 @@ from ..blocks.inputs import InputSource
 from ..blocks.operators import LowRankGram, ScaledMatrix
 from ..errors import InputValueError
 from ..linalg import top_eigenvectors
-from ..rounding import component_labels, spectral_labels
+from ..rounding import component_labels, factor_sums, low_rank_embedding, low_rank_spectral_labels, spectral_labels
 from ..validation import Interval, Options
 from . import cgm as nomad_solver
 from .bm import BurerMonteiroParams, burer_monteiro
@@ -527,9 +527,7 @@ class NOMAD(_Clustering, _Estimator):
                                             block_size=group.layout.block_size, check=False)
         self.layers_[-1]["Q"] = self.Q_
 
-    def _finish_common(self, res, centered_matmat):
-        """History, embedding and labels: the same for every solver."""
-        n = res.Q.shape[0]
+    def _record_solution(self, res):
         self.history_ = res.history
         self.penalty_ = res.penalty
         self.tau_ = res.tau
@@ -537,6 +535,11 @@ class NOMAD(_Clustering, _Estimator):
         self.stop_reason_ = res.stop_reason
         self.objective_ = res.history[-1]["objective"] if res.history else float("nan")
         self.layers_.append(_layer_record(res))
+
+    def _finish_common(self, res, centered_matmat):
+        """History, embedding and labels of a solution Q in blocks (conditional gradient)."""
+        n = res.Q.shape[0]
+        self._record_solution(res)
         ones = np.ones(n) / np.sqrt(n)
         with blocks.single_threaded_blas():
             w, V = top_eigenvectors(centered_matmat, n, self.n_components, deflate=ones, tol=1e-8)
@@ -577,10 +580,15 @@ class NOMAD(_Clustering, _Estimator):
                         key = layer_checkpoint_key(layer)
                         checkpoints = None if store is None else run_store.Checkpoints(store, key)
                         state = checkpoints.load() if resume and checkpoints is not None else None
+                        # The last layer's Y stays in X's row chunks (on the workers when
+                        # they hold them): the labels, embedding and stored result are
+                        # taken there.
+                        keep_rows = layer == last and isinstance(D, blocks.RowChunks)
                         res = burer_monteiro(D, params_list[layer], callback=self._fit_callback,
                                              state=state,
                                              checkpoint=None if checkpoints is None else checkpoints.save,
-                                             checkpoint_every=self.checkpoint_every or 1)  # default 1
+                                             checkpoint_every=self.checkpoint_every or 1,  # default 1
+                                             keep_rows=keep_rows)
                         if layer < last:
                             record = _layer_record(res)
                             if store is not None:
@@ -591,10 +599,15 @@ class NOMAD(_Clustering, _Estimator):
                             record["Q"] = res.Q
                             self.layers_.append(record)
                             D = _normalized_low_rank(res.Y)                # D_{l+1} = Q_l / ||Q_l||_F
+                    if keep_rows:
+                        self._finish_bm(res, D, start)
+                    else:
+                        with blocks.RowState(n) as space:
+                            space.put("Y", res.Y)
+                            self._finish_bm(res, space, start)
                 finally:
                     if group is not None and source.matrix is None:
                         group.close()
-            self._finish_bm(res, start)
 
         # A lost worker's row chunks (Y beside X) are rebuilt from X; the run goes on from
         # its last checkpoint.
@@ -624,19 +637,36 @@ class NOMAD(_Clustering, _Estimator):
             raise InputValueError("the input matrix is zero")
         return ScaledMatrix(D, fro, fro), D.group
 
-    def _finish_bm(self, res, start):
-        Q = res.Q
+    def _finish_bm(self, res, space, start):
+        """Labels, embedding and the stored result from Y in state "Y" of ``space`` (X's
+        row chunks, or a RowState): every pass is over the chunks, so Y is gathered here
+        only where the components are looked for (n <= AUTO_COMPONENTS_MAX_N) or the
+        result is kept in this process.  On a cluster's workers with a ``store``, the
+        chunks write Y and the embedding to it and ``Y_``, ``embedding_`` are dask arrays
+        over the store (``Q_`` reads Y when first used): the client holds O(r^2) numbers
+        and the labels."""
         self.passes_ = {"matmats": res.matmats}
-        # top_eigenvectors works on the complement of 1 (deflate=): Q itself will do.
-        self._finish_common(res, Q.matmat)
-        self.Y_ = res.Y
-        self.Q_ = Q
-        self.layers_[-1]["Q"] = Q
+        self._record_solution(res)
+        sums = factor_sums(space, "Y")
+        with blocks.single_threaded_blas():
+            self.eigenvalues_ = low_rank_embedding(space, "Y", self.n_components, "embedding", sums=sums)
+            self.labels_, self.label_method_used_ = nomad_labels(
+                None, self.n_clusters, self.label_method, self.component_threshold, self.random_state,
+                rows=(space, "Y"), sums=sums)
+        lazy = self.store is not None and space.backend != "local"
         if self.store is not None:
-            with run_store.writing(self.store, "the result Y", keep="the last checkpoint is intact"):
-                run_store.write_rows(self.store, "result/Y", res.Y)
-            self._write_result({"embedding": self.embedding_, "labels": self.labels_}, res,
-                               {"rank": int(res.Y.shape[1]), "lam": res.lam, "matmats": res.matmats}, start)
+            self._write_result({"Y": space.held("Y"), "embedding": space.held("embedding"),
+                                "labels": self.labels_}, res,
+                               {"rank": int(sums[1].shape[0]), "lam": res.lam, "matmats": res.matmats,
+                                "lazy_arrays": ["Y", "embedding"] if lazy else []}, start)
+        if lazy:
+            self.Y_ = run_store.lazy_rows(self.store, "result/Y")
+            self.embedding_ = run_store.lazy_rows(self.store, "result/embedding")
+        else:
+            self.Y_, self.embedding_ = space.get("Y"), space.get("embedding")
+        space.drop("embedding")
+        self.Q_ = LowRankGram(self.Y_)
+        self.layers_[-1]["Q"] = self.Q_
 
 
 CGM_MAX_ITER = 2000
@@ -676,17 +706,24 @@ SDP_K_MIN_GROUP = 10
 AUTO_COMPONENTS_MAX_N = 100_000
 
 
-def nomad_labels(Q, n_clusters, label_method="auto", threshold=0.5, random_state=None):
+def nomad_labels(Q, n_clusters, label_method="auto", threshold=0.5, random_state=None, *, rows=None,
+                 sums=None):
     """Hard labels of a NOMAD solution Q and the rule that gave them (``label_method``
     of :class:`NOMAD`): the components of Q where there are ``n_clusters`` of them (or
     where asked for), else ``n_clusters`` groups by spectral clustering of Q; "auto"
     does not look for the components of a low-rank Q of more than AUTO_COMPONENTS_MAX_N
-    rows."""
-    too_large = isinstance(Q, LowRankGram) and Q.shape[0] > AUTO_COMPONENTS_MAX_N
+    rows.  ``rows``: (space, name), Q = Y Y^T with Y that state of row chunks, in place
+    of Q (None): spectral labels are taken where Y is held
+    (:func:`dnomad.rounding.low_rank_spectral_labels`; ``sums``: its factor sums), and
+    Y is gathered only to look for the components."""
+    n = rows[0].n if rows is not None else Q.shape[0]
+    too_large = (rows is not None or isinstance(Q, LowRankGram)) and n > AUTO_COMPONENTS_MAX_N
     if label_method == "components" or (label_method == "auto" and not too_large):
-        labels = component_labels(Q, threshold)
+        labels = component_labels(Q if rows is None else LowRankGram(rows[0].get(rows[1])), threshold)
         if label_method == "components" or int(labels.max(initial=-1)) + 1 == n_clusters:
             return labels, "components"
+    if rows is not None:
+        return low_rank_spectral_labels(*rows, n_clusters, random_state, sums=sums), "spectral"
     return spectral_labels(Q, n_clusters, random_state), "spectral"
 
 
