@@ -97,6 +97,8 @@ def run_bm_row(name, n, limit_mib, max_iter, timeout):
 
 
 def _bm_child(name, n, limit_mib, max_iter, queue):
+    if os.environ.get("DNOMAD_CHECKOUT"):       # a --baseline row: that checkout's dnomad
+        sys.path.insert(0, os.environ["DNOMAD_CHECKOUT"])
     import dask
     import zarr
     from distributed import Client, LocalCluster
@@ -105,7 +107,7 @@ def _bm_child(name, n, limit_mib, max_iter, queue):
     from dnomad.blocks.engine import _worker_peak_rss
     from dnomad.data import trefoil_knot
 
-    row = _bm_row_fields(name, n, limit_mib, max_iter)
+    row = dict(_bm_row_fields(name, n, limit_mib, max_iter), dnomad_path=os.path.dirname(dnomad.__file__))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "X.zarr")
         X = trefoil_knot(n, noise=0.05)[0]
@@ -243,8 +245,10 @@ def _package_at(checkout):
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True,
                             check=True).stdout.strip()
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "DNOMAD_COMMIT")}
-    os.environ.update(PYTHONPATH=os.path.abspath(checkout), DNOMAD_COMMIT=commit)
+    # PYTHONPATH for the workers' processes too (the path finder comes before an editable install's)
+    saved = {k: os.environ.get(k) for k in ("DNOMAD_CHECKOUT", "DNOMAD_COMMIT", "PYTHONPATH")}
+    os.environ.update(DNOMAD_CHECKOUT=os.path.abspath(checkout), DNOMAD_COMMIT=commit,
+                      PYTHONPATH=os.path.abspath(checkout))
     try:
         yield commit
     finally:
