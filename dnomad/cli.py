@@ -393,15 +393,7 @@ def _fit_settings(args):
             given.add(key)                  # a config key that restates the default changes nothing
     out["params"] = dict(cfg.get("params", {}))
     if args.params:
-        try:
-            params = json.loads(args.params)
-        except ValueError as exc:
-            raise InputValueError(f"--params must be a JSON object, e.g. '{{\"max_iter\": 500}}'; got "
-                                  f"{args.params!r} ({exc})") from None
-        if not isinstance(params, dict):
-            raise InputValueError(f"--params must be a JSON object, e.g. '{{\"max_iter\": 500}}'; got "
-                                  f"{args.params!r}")
-        out["params"].update(params)
+        out["params"].update(_json_params(args.params))
     missing = [k for k in ("input", "n_clusters", "store") if out[k] is None]
     if missing:
         raise InputValueError(f"missing {', '.join('--' + m.replace('_', '-') for m in missing)} "
@@ -413,6 +405,17 @@ def _fit_settings(args):
     out["cluster"] = _cluster_settings(args, cfg.get("cluster", {}))
     out["security"] = cfg.get("security")
     return out
+
+
+def _json_params(text):
+    try:
+        params = json.loads(text)
+    except ValueError as exc:
+        raise InputValueError(f"--params must be a JSON object, e.g. '{{\"max_iter\": 500}}'; got "
+                              f"{text!r} ({exc})") from None
+    if not isinstance(params, dict):
+        raise InputValueError(f"--params must be a JSON object, e.g. '{{\"max_iter\": 500}}'; got {text!r}")
+    return params
 
 
 # The flags that set an estimator parameter, and the parameters they set (--precomputed:
@@ -452,6 +455,40 @@ def _check_param_keys(method, params):
             hint = f"did you mean {near[0]!r}? " if near else ""
             raise InputValueError(f"--params: {key!r} is not a parameter of --method {method}; {hint}"
                                   f"its parameters: {', '.join(allowed)}")
+
+
+def _shape(text):
+    parts = text.lower().replace(",", "x").split("x")
+    try:
+        n, d = (int(v.replace("_", "")) for v in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N x D (e.g. 1000000x3); got {text!r}") from None
+    if n < 2 or d < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 2 rows and 1 column; got {text!r}")
+    return n, d
+
+
+def cmd_plan(args):
+    from .memory_plan import plan
+
+    params = _json_params(args.params) if args.params else {}
+    _check_param_keys(args.method, params)
+    data = args.shape if args.shape is not None else _input_for_plan(args.input)
+    print(plan(data, args.method, n_workers=args.workers, worker_memory=args.worker_memory,
+               n_clusters=args.n_clusters, **params))
+    return 0
+
+
+def _input_for_plan(path):
+    """The input without reading its values where it can: a local .npy mapped (its
+    header read), a Zarr path as it is; a .csv is read."""
+    if path.endswith(".npy") and "://" not in path and os.path.exists(path):
+        try:
+            return np.load(path, mmap_mode="r", allow_pickle=False)
+        except Exception as exc:  # noqa: BLE001 - numpy's errors for a bad file vary
+            raise InputValueError(f"input {redact(path)!r} cannot be read as a .npy array "
+                                  f"({_one_line(redact(exc, path))})") from None
+    return _read_input(path)
 
 
 def cmd_fit(args):
@@ -771,6 +808,19 @@ def build_parser():
     p.add_argument("--params", help="other estimator parameters as JSON, e.g. '{\"max_iter\": 500}'")
     _add_cluster_flags(p)
     p.set_defaults(func=cmd_fit)
+
+    p = sub.add_parser("plan", help="the memory a fit needs on each worker and in the client, before it runs")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--input", help="the data (.npy, .csv or a Zarr path or URL): its shape and chunks are used")
+    where.add_argument("--shape", type=_shape, help="the data's shape instead, N x D (e.g. 1000000x3)")
+    p.add_argument("--method", choices=METHODS, default="nomad", help="default nomad")
+    p.add_argument("--n-clusters", type=_positive_int, required=True, help="the number of clusters")
+    p.add_argument("--params", help="other estimator parameters as JSON, e.g. '{\"solver\": \"bm\"}'")
+    p.add_argument("--workers", type=_positive_int, help="workers (default: the connected scheduler's, else "
+                   "this process alone)")
+    p.add_argument("--worker-memory", help="each worker's memory limit, e.g. '8 GiB' (default: the connected "
+                   "workers' tightest limit, else the memory available here)")
+    p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("resume", help="continue the run in STORE from its last checkpoint")
     p.add_argument("store", help="the run store, a Zarr path or URL")

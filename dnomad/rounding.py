@@ -114,9 +114,10 @@ def spectral_labels(Q, n_clusters, random_state=None, *, tol=1e-8):
 
     Q is a :class:`dnomad.linalg.SymmetricOperator` (a BlockMatrix: one pass for the
     degrees and one per Lanczos product; nothing n x n beyond Q's blocks), a
-    LowRankGram Q = Y Y^T (the exact thin SVD of D^-1/2 Y: two products with Y, O(n r^2)),
-    or a dense array (a LowRankGram through :func:`low_rank_spectral_labels`).  For NOMAD's Q the degrees are 1 up to the row-sum constraint's
-    residual, so this is the spectral clustering of Q itself, and on Q's exact solution for
+    LowRankGram Q = Y Y^T (:func:`low_rank_spectral_labels`: from the r x r Gram of
+    D^-1/2 Y, O(n r^2)), or a dense array.  For NOMAD's Q the degrees are 1 up to the
+    row-sum constraint's residual, so this is the spectral clustering of Q itself, and on
+    Q's exact solution for
     separated groups (block diagonal) it returns the groups.  Unlike the components of Q,
     it returns exactly ``n_clusters`` groups whatever K was, and it splits manifolds that
     touch at a few points, where a band of Q links them weakly.  Groups are numbered by

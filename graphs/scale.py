@@ -151,6 +151,21 @@ def _bm_child(name, n, limit_mib, max_iter, queue):
     queue.put(row)
 
 
+def bm_plan(n, limit_mib):
+    """dnomad.plan's prediction for a bm row (this checkout's dnomad): each worker's and
+    the client's bytes in MiB, from an X of the row's shape and chunks (metadata only)."""
+    import zarr
+
+    import dnomad
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "X.zarr")
+        zarr.create_array(store=path, shape=(n, 3), chunks=(BM_CHUNK_ROWS, 3), dtype="f8")
+        plan = dnomad.plan(path, "nomad", n_clusters=8, solver="bm", store=os.path.join(tmp, "run.zarr"),
+                           n_workers=2, worker_memory=limit_mib * 2**20)
+    return {"plan_worker_mib": plan.worker_total / 2**20, "plan_client_mib": plan.client_total / 2**20}
+
+
 def run_row(name, method, n, limit_mib, block_size):
     import dask
     from distributed import Client, LocalCluster
@@ -199,14 +214,24 @@ def table(result):
                      f"{peak / (TERMINATE_FRACTION * r['worker_limit_mib']):.2f} | {r['client_rise_mib']:.0f} MiB |")
     if bm:
         lines += ["", "| NOMAD bm run | stop | outer steps | evaluations | row-sum violation | start (s) | labels | "
-                      "result (s) | client rise |", "|---|---|---|---|---|---|---|---|---|"]
+                      "result (s) | worker peak / plan (MiB) | client rise / plan (MiB) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in bm:
             start, violation, finish = r.get("start_seconds"), r.get("row_sum_violation"), r.get("result_seconds")
+            peak = max(r["worker_peaks_mib"]) if r["worker_peaks_mib"] else None
             lines.append(f"| {r['name']} | {r.get('stop_reason', r['status'])} | {r.get('n_iter', '-')} | "
                          f"{r.get('evaluations', '-')} | {'-' if violation is None else f'{violation:.2g}'} | "
                          f"{'-' if start is None else f'{start:.0f}'} | {r.get('label_method_used', '-')} | "
-                         f"{'-' if finish is None else f'{finish:.0f}'} | {r['client_rise_mib']:.0f} MiB |")
+                         f"{'-' if finish is None else f'{finish:.0f}'} | "
+                         f"{_pair(peak, r.get('plan_worker_mib'))} | "
+                         f"{_pair(r['client_rise_mib'], r.get('plan_client_mib'))} |")
     return "\n".join(lines)
+
+
+def _pair(measured, planned):
+    def show(v):
+        return "-" if v is None or v != v else f"{v:.0f}"
+    return f"{show(measured)} / {show(planned)}"
 
 
 def plot(result, path):
@@ -297,6 +322,8 @@ def main(argv=None):
             with _package_at(code) as commit:
                 row_name = name if code is None else f"{name} (dnomad at {commit})"
                 row = run_bm_row(row_name, n, limit, block_size, args.bm_timeout)
+            if code is None:
+                row.update(bm_plan(n, limit))
             merge_row(path, result, dict(row, command=command), key=lambda r: r["name"])
     print(table(result))
     write_result(HERE, "scale", result, plot)

@@ -87,6 +87,22 @@ def test_symnmf_admm_factors_a_planted_completely_positive_matrix(seed):
     assert np.linalg.norm(A - res.W @ res.W.T) / np.linalg.norm(A) <= 1e-3
 
 
+def test_random_rows_are_the_same_however_the_rows_are_cut():
+    """The starts are drawn by the row chunks where they live: row i's values depend on the
+    key and i only, not on the cut (blocks of RANDOM_BLOCK_ROWS rows, each its own
+    stream), and they have the distribution asked for."""
+    from dnomad.nomad.bm import RANDOM_BLOCK_ROWS, random_rows
+
+    n = 3 * RANDOM_BLOCK_ROWS + 123
+    whole = random_rows(7, 0, n, 5)
+    for cuts in ([0, 1, 4095, 4096, 9000, n], [0, 777, n], list(range(0, n, 1000)) + [n]):
+        np.testing.assert_array_equal(np.vstack([random_rows(7, a, b, 5) for a, b in zip(cuts, cuts[1:])]), whole)
+    assert not np.array_equal(random_rows(8, 0, n, 5), whole)
+    assert abs(whole.mean()) < 0.02 and abs(whole.std() - 1) < 0.02
+    uniform = random_rows(7, 0, n, 5, draw="random")
+    assert uniform.min() >= 0 and uniform.max() < 1 and abs(uniform.mean() - 0.5) < 0.01
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_symnmf_admm_in_row_chunks_factors_the_planted_gram_as_the_operator_does(seed):
     """The start of Burer-Monteiro in data mode: ADMM over row chunks of X, each half
@@ -186,9 +202,10 @@ def test_bad_parameters_are_refused_before_work(kw, match):
 def test_inexact_multiplier_steps_end_where_exact_ones_do():
     """Multiplier steps solved to inner_rtol of their starting projected gradient or
     inexact_max_iter iterations (the default; the step that confirms the stopping rule
-    is solved to inner_tol) reach the exact steps' solution, in fewer evaluations, from
-    the balanced start (the default) or the paper's start as it is (whose first step
-    is exact); sigma defaults to
+    is solved to inner_tol) reach the exact steps' solution from the balanced start (the
+    default) or the paper's start as it is (whose first step is exact).  (Whether in fewer
+    evaluations depends on the start at n = 300 with these tight tolerances: fewer from 4
+    of 6 random starts; graphs/nomad_bm_steps.py measures the schedules.)  sigma defaults to
     10 / n.  Both end at the exact SDP's solution (SCS), which on these blobs is not the
     planted partition: its objective is 1e-4 higher, its entries up to 0.0065 away (the
     unpreconditioned solver with phi = 1 stopped at the partition, a stationary point
@@ -219,7 +236,6 @@ def test_inexact_multiplier_steps_end_where_exact_ones_do():
         assert not all(h["exact"] for h in res.history)
         np.testing.assert_allclose(res.Y @ res.Y.T, Q_ex, rtol=0, atol=1e-3 * Q_ex.max())
         assert res.history[-1]["objective"] == pytest.approx(exact.history[-1]["objective"], rel=1e-6)
-        assert res.history[-1]["matmats"] < exact.history[-1]["matmats"]
 
 
 @pytest.mark.parametrize("optimizer", ["lbfgs", "spg", "scipy"])

@@ -91,7 +91,8 @@ def new_group(n, *, block_size=None, dtype=np.float32, backend="local", client=N
 
 # ------------------------------------------------------------------ data
 def input_metadata(X):
-    """What an input is, without reading its data: ``{"kind", "dtype", "shape"}`` with
+    """What an input is, without reading its data: ``{"kind", "dtype", "shape"}`` (and
+    a Zarr array's ``"chunks"``) with
     kind "numpy", "sparse" (scipy.sparse), "zarr" (a Zarr array, or its path or URL:
     opened read-only for its metadata), "dask", "block_matrix", "array-like" (a list or
     anything with ``__array__``: dtype and shape None until converted) or
@@ -114,9 +115,9 @@ def input_metadata(X):
             raise InputValueError(f"X = {redact(url)!r} is not a readable Zarr array "
                                   f"({type(exc).__name__}: {redact(str(exc), url)}); give a NumPy array or the "
                                   f"path or URL of a Zarr array") from None
-        return {"kind": "zarr", "dtype": X.dtype, "shape": X.shape}
+        return {"kind": "zarr", "dtype": X.dtype, "shape": X.shape, "chunks": X.chunks}
     if type(X).__module__.startswith("zarr") and hasattr(X, "shape") and hasattr(X, "dtype"):
-        return {"kind": "zarr", "dtype": X.dtype, "shape": X.shape}
+        return {"kind": "zarr", "dtype": X.dtype, "shape": X.shape, "chunks": getattr(X, "chunks", None)}
     if hasattr(X, "dask") and hasattr(X, "compute"):
         return {"kind": "dask", "dtype": X.dtype, "shape": X.shape}
     import scipy.sparse

@@ -151,14 +151,15 @@ class RowChunks:
         self._keep = bool(keep_centred) and self.source is None
 
     # ------------------------------------------------------------ passes
-    def map(self, kernel, *args, read_x=True, x_state=None, dtype=np.float64):
+    def map(self, kernel, *args, read_x=True, x_state=None, dtype=np.float64, with_span=False):
         """``[kernel(chunk, *args) for every chunk]``, in chunk order: one pass over X, or,
         with ``read_x=False``, over the state alone (``chunk`` holds no ``"X"``; X in
         Zarr is not read), or, with ``x_state`` a state's name, over the state with that
         state as ``chunk["X"]`` (features derived from X, e.g. its projection on
         principal components, that later passes read in X's place).  ``dtype``: the
         precision of ``chunk["X"]`` (float32 halves the cost of a kernel's products with
-        it where that is accurate enough).  Passes that read X count in ``passes``, the
+        it where that is accurate enough).  ``with_span``: called as ``kernel(chunk, (r0,
+        r1), *args)``, the chunk's rows of X.  Passes that read X count in ``passes``, the
         others in ``state_passes``."""
         t0 = time.perf_counter()
         if x_state is not None:
@@ -166,7 +167,7 @@ class RowChunks:
             rows_of = (lambda i: _StateRows(x_state))
         else:
             rows_of = self._rows_of if read_x else (lambda i: False)
-        out = self._run(kernel, args, rows_of, dtype)
+        out = self._run(kernel, args, rows_of, dtype, with_span=with_span)
         if read_x:
             self.passes += 1
             self.rows_read += self.n
@@ -347,14 +348,18 @@ class RowState:
         self._chunks = [{} for _ in self.spans]
         self.passes, self.state_passes, self.rows_read, self.seconds, self.state_seconds = 0, 0, 0, 0.0, 0.0
 
-    def map(self, kernel, *args, read_x=False, x_state=None, dtype=None):
+    def map(self, kernel, *args, read_x=False, x_state=None, dtype=None, with_span=False):
         """As :meth:`RowChunks.map` over the state alone: ``chunk["X"]`` is state
-        ``x_state`` (read-only, in ``dtype`` if given) where that is given."""
+        ``x_state`` (read-only, in ``dtype`` if given) where that is given; ``with_span``
+        passes each chunk's (r0, r1) after it."""
         if read_x:
             raise InputValueError("RowState holds no X to read")
         t0 = time.perf_counter()
-        out = [kernel(chunk, *args) if x_state is None else _on_state_rows(kernel, chunk, x_state, dtype, args)
-               for chunk in self._chunks]
+        out = []
+        for chunk, span in zip(self._chunks, self.spans):
+            chunk_args = ((span,) if with_span else ()) + args
+            out.append(kernel(chunk, *chunk_args) if x_state is None else
+                       _on_state_rows(kernel, chunk, x_state, dtype, chunk_args))
         self.state_passes += 1
         self.state_seconds += time.perf_counter() - t0
         self.seconds += time.perf_counter() - t0

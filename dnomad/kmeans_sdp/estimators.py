@@ -17,6 +17,15 @@ from . import nlr as nlr_solver
 from . import riemannian as rk
 
 
+def _labels_in_client(n, K):
+    """The client's share of a row-chunk K-means fit: the labels gathered (int64, with
+    their copies) and the k-means++ seeding's sample."""
+    from ..rounding import SEED_SAMPLE_ROWS
+
+    return {"the labels (int64, gathered)": 4 * 8 * n,
+            "k-means++ on a sample of the rows": 4 * 8 * min(n, SEED_SAMPLE_ROWS) * K}
+
+
 class _RowChunkEstimator(_Clustering, _Estimator):
     """What the K-means estimators on row chunks of X share: validation before X is
     read, the row chunks (here or on the client's workers), labels and the result in
@@ -189,6 +198,23 @@ class RiemannianKMeans(_RowChunkEstimator):
 
     _method = "riemannian-kmeans"
 
+    def _memory_parts(self, n, d):
+        """What a fit on n rows of d features holds (:func:`dnomad.plan`): X's centred
+        rows, their sketch on m principal components where m < d, and V, dV and the
+        trial point (n x (r - 1) each: U = [1 / sqrt(n), V] up to a rotation)."""
+        from ..base import MemoryParts
+
+        r = self.n_clusters + 1 if self.rank is None else self.rank
+        m = rk.sketch_size(self.n_components, d, self.n_clusters)
+        rows = {"X's centred rows": 8 * d,
+                f"the point V, its step and the trial point (n x {r - 1} each)": 24 * (r - 1)}
+        if m < d:
+            rows[f"X's sketch on {m} principal components"] = 8 * m
+        return MemoryParts(rows=rows, chunk_rows={"temporaries": 8 * (min(m, d) + 4 * r)},
+                           client=_labels_in_client(n, self.n_clusters),
+                           passes={"each Newton iteration": "a few passes over the rows (the gradient, the "
+                                                            "Schur complement's products, the line search)"})
+
     def _check_sizes(self, n, d):
         # U > 0 needs r = rank > n_clusters columns (Lemma 3), and r <= n
         if self.n_clusters >= n:
@@ -332,6 +358,16 @@ class NLR(_RowChunkEstimator):
     """
 
     _method = "nlr"
+
+    def _memory_parts(self, n, d):
+        """What a fit on n rows of d features holds (:func:`dnomad.plan`): X's centred
+        rows, U (n x r) and the multipliers y."""
+        from ..base import MemoryParts
+
+        r = nlr_solver.checked_rank(n, self.n_clusters, self.rank)
+        return MemoryParts(rows={"X's centred rows": 8 * d, f"U (r = {r})": 8 * r, "the multipliers y": 8},
+                           chunk_rows={"temporaries": 8 * (d + 4 * r)}, client=_labels_in_client(n, self.n_clusters),
+                           passes={"each iteration": "one pass over X (X^T U, then X B)"})
 
     def _check_sizes(self, n, d):
         nlr_solver.checked_rank(n, self.n_clusters, self.rank)

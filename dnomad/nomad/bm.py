@@ -38,7 +38,7 @@ import numpy as np
 
 from ..errors import InputValueError, warn_convergence
 from .._checks import check_choices, check_solver_params, check_ints, check_numbers
-from .box_optim import STATE_FASTMATH, drop_states, output_buffer, row_blocks, work_states
+from .box_optim import STATE_FASTMATH, drop_states, output_buffer, row_blocks, solver_states, work_states
 
 logger = logging.getLogger(__name__)
 
@@ -103,14 +103,17 @@ def _symnmf_admm(space, rank, *, matmat=None, gram_scale=None, dtype=np.float64,
             else:
                 scale = float(np.sum(matmat(np.ones((n, 1))))) / n ** 2
             products += 1
-        H = np.abs(rng.standard_normal((n, rank))) * math.sqrt(max(scale, 1e-12) / rank)
+        # Drawn by the chunks where they live (nothing n x r in this process), the same
+        # rows however the rows are chunked (see random_rows).
+        space.map(_random_start, _stream_key(rng), rank, math.sqrt(max(scale, 1e-12) / rank), read_x=False,
+                  with_span=True)
     else:
         H = np.array(W0, dtype=np.float64)
         if H.shape != (n, rank) or H.min() < 0:
             raise InputValueError(f"W0 must be a nonnegative ({n}, {rank}) array")
-    space.put("_H", H)
-    space.put("_Gamma", np.zeros_like(H))
-    del H
+        space.put("_H", H)
+        space.put("_Gamma", np.zeros_like(H))
+        del H
 
     def finish(parts, name):
         """Sum a pass's (F^T S, S^T S) parts: B for the next half step (data mode;
@@ -151,7 +154,36 @@ def _symnmf_admm(space, rank, *, matmat=None, gram_scale=None, dtype=np.float64,
                       passes=space.passes - passes0, seconds=time.perf_counter() - t0)
 
 
+# Random rows are drawn in fixed blocks of this many rows, each from its own stream, so that
+# row i's values do not depend on how the rows are chunked.
+RANDOM_BLOCK_ROWS = 4096
+
+
+def _stream_key(rng):
+    return int(rng.integers(2**63))
+
+
+def random_rows(key, r0, r1, width, draw="standard_normal"):
+    """Rows r0..r1 of an n x ``width`` random matrix (``draw``: "standard_normal" or
+    "random", uniform in [0, 1)) whose block of RANDOM_BLOCK_ROWS rows b comes from
+    ``np.random.default_rng([key, b])``: any chunk draws its own rows, and the matrix is
+    the same whatever the chunks."""
+    out = np.empty((r1 - r0, width))
+    for b in range(r0 // RANDOM_BLOCK_ROWS, -(-r1 // RANDOM_BLOCK_ROWS)):
+        b0 = b * RANDOM_BLOCK_ROWS
+        rows = getattr(np.random.default_rng([key, b]), draw)((RANDOM_BLOCK_ROWS, width))
+        lo, hi = max(r0, b0), min(r1, b0 + RANDOM_BLOCK_ROWS)
+        out[lo - r0:hi - r0] = rows[lo - b0:hi - b0]
+    return out
+
+
 # Per-chunk kernels of the ADMM (module level: workers import them).
+def _random_start(chunk, span, key, rank, sd):
+    """The ADMM's start H = |N(0, sd^2)| and Gamma = 0 on this chunk's rows."""
+    chunk["_H"] = np.abs(random_rows(key, *span, rank)) * sd
+    chunk["_Gamma"] = np.zeros_like(chunk["_H"])
+
+
 def _column_sums(chunk):
     return chunk["X"].sum(axis=0, dtype=np.float64), None
 
@@ -296,6 +328,21 @@ class BurerMonteiroParams:
             check_numbers(self, ("precondition",), positive=True)
         check_choices(self, {"start": ("symnmf", "random"), "optimizer": BM_OPTIMIZERS,
                              "increments": (True, False), "balance": (True, False)})
+
+
+# What a run on X's row chunks holds per row of X (bytes), declared for dnomad.plan and
+# checked against the chunks' states by the tests: X's centred rows in float64 (the
+# multiplier steps) and float32 (the start), Y and Y_prev, mu, and the optimizer's states
+# (box_optim.solver_states: 6 + 2 memory for "lbfgs", 4 for "spg"; the start's fit
+# inside them).  A task holds TASK_ROW_TEMPORARIES more n_chunk x r arrays while it runs.
+TASK_ROW_TEMPORARIES = 4
+
+
+def row_state_bytes(params, r, d):
+    """{part: bytes per row} that a run holds in X's row chunks at its peak."""
+    work = len(solver_states("Y", params.optimizer, params.memory))
+    return {"X's centred rows (float64 and float32)": 12 * d, "Y and the last outer step's Y": 16 * r,
+            f"the optimizer's {work} states of r columns": 8 * r * work, "the row-sum multipliers mu": 8}
 
 
 def lagrangian(Y, DY, mu, lam, K, sigma, phi):
@@ -517,6 +564,10 @@ def q_change(YtY, PtP, PtY):
     return math.sqrt(max(sq, 0.0)) / max(float(np.linalg.norm(PtP)), 1e-300)
 
 
+def _random_y(chunk, span, key, r, scale):
+    chunk["Y"] = random_rows(key, *span, r, draw="random") * scale
+
+
 def _start_y(chunk):
     """Y = W clipped to [0, 1], from the symmetric NMF start's states."""
     chunk["Y"] = np.clip(chunk.pop("W"), 0.0, 1.0)
@@ -677,8 +728,9 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
         space.put("Y", state["Y"], dtype=np.float64)    # read by the chunks, where they live
     else:
         if Y0 is None and params.start == "random":
-            Y0 = np.random.default_rng(params.random_state).random((n, r)) * math.sqrt(K / (n * r))
-        if Y0 is None:
+            space.map(_random_y, _stream_key(np.random.default_rng(params.random_state)), r, math.sqrt(K / (n * r)),
+                      read_x=False, with_span=True)
+        elif Y0 is None:
             # Symmetric NMF in the row space; in float32 in data mode (the start needs no
             # more, and X's products cost half): on all 70,000 MNIST digits at r = 128 this
             # start was a third of the run in float64 with Y gathered into this process.
@@ -773,7 +825,8 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
                          f"before meeting its tolerances: last relative change of Y {last['change']:.3g} "
                          f"(tol {params.tol:g}), constraint violation {violation:.3g} "
                          f"(feasibility_tol {params.feasibility_tol:g})")
-    return NomadResult(Q=None if keep_rows else LowRankGram(Y), history=history, n_iter=len(history), stop_reason=stop_reason,
+    return NomadResult(Q=None if keep_rows else LowRankGram(Y), history=history, n_iter=len(history),
+                       stop_reason=stop_reason,
                        params=params, converged=stop_reason == "tolerance", solver="bm", Y=Y, mu=mu,
                        lam=problem.lam, matmats=problem.matmats, start=start)
 

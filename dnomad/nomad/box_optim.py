@@ -170,6 +170,15 @@ def pair_states(memory):
     return [f"_s{i}" for i in range(memory)], [f"_y{i}" for i in range(memory)]
 
 
+def solver_states(x, optimizer, memory=0):
+    """The states ``optimizer`` ("spg" or "lbfgs" with ``memory`` pairs) keeps beside
+    ``x`` with ``release=False``."""
+    if optimizer == "spg":
+        xt, g, gt, _, d, _ = work_states(x)
+        return [xt, g, gt, d]
+    return work_states(x, memory)
+
+
 def work_states(x, memory=0):
     """The states :func:`spg` and :func:`lbfgs` (``memory`` pairs) keep beside ``x``
     with ``release=False``, in this order: the trial point, the gradients at x and at

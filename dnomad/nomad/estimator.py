@@ -19,7 +19,8 @@ from ..blocks.inputs import InputSource
 from ..blocks.operators import LowRankGram, ScaledMatrix
 from ..errors import InputValueError
 from ..linalg import top_eigenvectors
-from ..rounding import component_labels, factor_sums, low_rank_embedding, low_rank_spectral_labels, spectral_labels
+from ..rounding import (SEED_SAMPLE_ROWS, component_labels, factor_sums, low_rank_embedding, low_rank_spectral_labels,
+                        spectral_labels)
 from ..validation import Interval, Options
 from . import cgm as nomad_solver
 from .bm import BurerMonteiroParams, burer_monteiro
@@ -210,16 +211,20 @@ class NOMAD(_Clustering, _Estimator):
     ----------
     Q_ : BlockMatrix (cgm) or LowRankGram (bm)
         Both have ``matmat``, ``diag`` and ``np.asarray(Q_)`` (dense; small n).
-    Y_ : ndarray (n, r)
-        (bm) The factor: Q = Y Y^T (in the store: ``result/Y``, row-chunked).
+    Y_ : ndarray or dask array (n, r)
+        (bm) The factor: Q = Y Y^T (in the store: ``result/Y``, row-chunked).  A dask
+        array over the store where the row chunks were on a cluster's workers and a
+        ``store`` was given (the chunks wrote it; nothing n x r came to this process);
+        so is ``embedding_`` then.
     layers_ : list of dict
         Per layer: sdp_k, n_iter, stop_reason, objective, seconds, start (bm: the
         symmetric NMF start's method, iterations, converged, products, passes and
         seconds, and the balancing's balance_sweeps, balanced and balance_seconds;
         None where the layer resumed from a checkpoint), and Q (the inner layers' Q when
         kept, else None; the last layer's is ``Q_``).
-    embedding_ : ndarray (n, n_components)
-        Leading eigenvectors of Q (after the constant one) scaled by sqrt(eigenvalue).
+    embedding_ : ndarray or dask array (n, n_components)
+        Leading eigenvectors of Q (after the constant one) scaled by sqrt(eigenvalue),
+        each signed so that its largest entry is positive.
     labels_ : ndarray (n,)
     label_method_used_ : {"components", "spectral"}
         The rule that gave ``labels_``.
@@ -392,6 +397,54 @@ class NOMAD(_Clustering, _Estimator):
                                   f"GPU); got backend={self.backend!r}")
         if self.solver == "cgm" and self.rank is not None:
             raise InputValueError("rank is the Burer-Monteiro factor's width: it needs solver='bm'")
+
+    def _memory_parts(self, n, d):
+        """What a fit on n rows of d features holds (:func:`dnomad.plan`)."""
+        from ..base import MemoryParts
+        from . import bm
+
+        self._check_options()
+        params_list = [self._solver_params_for(K) for K in self._schedule(n)]
+        for params in params_list:
+            params.validate(n)
+        first = params_list[0]
+        labels = {"the labels (int64, gathered, numbered)": 4 * 8 * n,
+                  "k-means++ on a sample of the spectral rows": 4 * 8 * min(n, SEED_SAMPLE_ROWS) * self.n_clusters}
+        if self.solver == "bm" and not self.precomputed:
+            r = first.resolved_rank(n)
+            client = dict(labels)
+            if self.label_method == "components" or (self.label_method == "auto" and n <= AUTO_COMPONENTS_MAX_N):
+                client["Y, gathered to look for Q's components"] = 8 * n * r
+            if first.optimizer == "scipy":
+                client["SciPy's L-BFGS-B on Y gathered (the reference optimizer)"] = 8 * n * r * 24
+            for params in params_list[1:]:       # a later layer's D is the last Y Y^T, in this process
+                r_l = params.resolved_rank(n)
+                client[f"layer K = {params.n_clusters}: its Y's states here (r = {r_l}) and the last Y"] = (
+                    sum(bm.row_state_bytes(params, r_l, 0).values()) * n + 8 * n * r)
+            passes = {"start": f"symmetric NMF by ADMM: 2 passes over X an iteration, at most "
+                               f"{first.start_max_iter}",
+                      "each evaluation of L": "2 passes over X (X^T Y, then X B), each task also reading and "
+                                              f"writing its rows of the optimizer's states (r = {r})",
+                      "outer steps": f"at most {first.max_iter}; each an inner solve of up to "
+                                     f"{first.inexact_max_iter} iterations (inexact) or {first.inner_max_iter}"}
+            return MemoryParts(rows=bm.row_state_bytes(first, r, d),
+                               chunk_rows={"temporaries": 8 * r * bm.TASK_ROW_TEMPORARIES}, client=client,
+                               passes=passes)
+        itemsize = blocks.check_dtype(self.dtype).itemsize
+        if self.solver == "bm":             # D given as a matrix, stored in blocks; Y in this process
+            r = first.resolved_rank(n)
+            return MemoryParts(matrices=1, itemsize=itemsize, client=dict(labels, **{
+                "Y and the optimizer's states (in this process)": sum(bm.row_state_bytes(first, r, 0).values()) * n}),
+                passes={"each evaluation of L": "a pass over D's blocks (D Y)"})
+        K = first.n_clusters
+        k = min(first.block_rank or 2 * K + 8, max(1, n - 2))
+        client = dict(labels, **{f"the block step's eigenvectors ({nomad_solver.LOBPCG_BLOCKS} blocks of n x {k} "
+                                 f"to start; k grows with Q's rank up to half the memory here)":
+                                 nomad_solver.LOBPCG_BLOCKS * 8 * n * k})
+        matrices = 3 + (1 if self.precomputed else 0)
+        return MemoryParts(matrices=matrices, itemsize=itemsize, client=client, passes={
+            "each outer step": "inner Frank-Wolfe steps, each a few passes over the blocks of P, Gamma and G "
+                               "(and X's rows for D's products)"})
 
     def _schedule(self, n):
         """The K of each layer: [sdp_k] for one layer."""

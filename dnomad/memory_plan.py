@@ -1,0 +1,199 @@
+"""``dnomad.plan``: the memory a fit needs on each worker and in the client, before it
+runs, from what each method declares it holds (``_memory_parts`` of its estimator) and
+the engine's own rules (row chunks, blocks, a worker's footprint, the nanny's bound)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .api import ESTIMATORS
+from .base import MemoryParts  # noqa: F401 - what the estimators declare, documented here
+from .blocks import builders, cluster
+from .blocks.matrix import available_memory
+from .blocks.rows import default_chunk_rows
+from .errors import InputValueError
+from .validation import validate_params
+
+
+@dataclass
+class Plan:
+    """A fit's memory, before it runs (:func:`plan`).  Bytes by part: ``worker`` on the
+    most loaded worker, ``client`` in the client above its start, ``disk`` in the store;
+    ``fits``: whether the worker's total stays under the nanny's bound
+    (``TERMINATE_FRACTION`` of ``worker_memory``); ``worker_memory_needed``: the least
+    memory limit under which it would."""
+
+    method: str
+    n: int
+    d: int
+    where: str
+    n_workers: int
+    worker_memory: int
+    chunk_rows: int | None
+    block_size: int | None
+    worker: dict
+    client: dict
+    disk: dict
+    passes: dict
+    notes: list = field(default_factory=list)
+
+    @property
+    def worker_total(self):
+        return int(sum(self.worker.values()))
+
+    @property
+    def client_total(self):
+        return int(sum(self.client.values()))
+
+    @property
+    def worker_memory_needed(self):
+        return int(math.ceil(self.worker_total / cluster.TERMINATE_FRACTION))
+
+    @property
+    def fits(self):
+        return self.worker_total <= cluster.TERMINATE_FRACTION * self.worker_memory
+
+    def __str__(self):
+        lines = [f"dnomad plan: {self.method} on {self.n:,} x {self.d:,}, {self.where}, "
+                 f"{self.n_workers} worker{'s' if self.n_workers > 1 else ''} of {_size(self.worker_memory)}"]
+        if self.chunk_rows:
+            lines.append(f"  row chunks of {self.chunk_rows:,} rows")
+        if self.block_size:
+            lines.append(f"  blocks of {self.block_size:,} x {self.block_size:,}")
+        for title, parts in (("each worker", self.worker), ("the client", self.client), ("the store", self.disk)):
+            if parts:
+                lines.append(f"  {title}: {_size(sum(parts.values()))}")
+                lines += [f"    {_size(v):>10}  {k}" for k, v in parts.items()]
+        verdict = ("fits" if self.fits else "does NOT fit") + (
+            f" under {cluster.TERMINATE_FRACTION:.0%} of the workers' limit; needs workers of at least "
+            f"{_size(self.worker_memory_needed)}")
+        lines.append(f"  {verdict}")
+        lines += [f"  {note}" for note in self.notes]
+        if self.passes:
+            lines.append("  passes:")
+            lines += [f"    {k}: {v}" for k, v in self.passes.items()]
+        return "\n".join(lines)
+
+
+def _size(nbytes):
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{int(nbytes)} B"
+
+
+def plan(data, method="nomad", *, n_workers=None, worker_memory=None, **params):
+    """The memory ``dnomad.fit(data, method, **params)`` needs, before it runs.
+
+    ``data``: X (a NumPy array, a Zarr array or its path: its shape and chunks are read,
+    not its values) or its shape ``(n, d)``.  The cluster: ``n_workers`` workers of
+    ``worker_memory`` bytes each; either left out is taken from the connected client's
+    workers (the tightest memory limit), else this process alone with the memory
+    available to it.  Returns a :class:`Plan`; ``print(plan)`` reads as a table.
+
+    Row-chunk methods (NOMAD's ``solver="bm"``, NLR, RiemannianKMeans) hold their
+    state beside X's row chunks: a worker holds its chunks' share, plus its footprint
+    and one task's temporaries.  Block methods (NOMAD's ``solver="cgm"``, SymNMF) store
+    n x n matrices in blocks, in the workers' memory or, where they do not fit in half
+    of it, in Zarr (the store): a worker holds its share of the blocks or, out of core,
+    the blocks a task reads; the block side follows the workers' limit as a fit's does.
+    """
+    if method not in ESTIMATORS:
+        raise InputValueError(f"method must be one of {sorted(ESTIMATORS)}; got {method!r}")
+    est = ESTIMATORS[method](**params)
+    validate_params(est)
+    if not hasattr(est, "_memory_parts"):
+        raise InputValueError(f"dnomad.plan does not cover method {method!r}: its estimator declares no memory "
+                              f"parts (covered: {sorted(m for m, c in ESTIMATORS.items() if hasattr(c, '_memory_parts'))})")
+    n, d, own_chunks = _shape_of(data)
+    for check in ("_check", "_check_sizes"):          # the checks a fit makes before any pass
+        if hasattr(est, check):
+            getattr(est, check)(*(() if check == "_check" else (n, d)))
+    n_workers, worker_memory = _cluster(n_workers, worker_memory)
+    parts = est._memory_parts(n, d)
+    worker, disk, notes = {"a worker's own footprint": cluster.WORKER_FOOTPRINT_BYTES}, {}, []
+    chunk_rows = block_size = None
+    if parts.rows:
+        chunk_rows = int(getattr(est, "chunk_rows", None) or own_chunks or default_chunk_rows(n))
+        chunks = math.ceil(n / chunk_rows)
+        rows_held = min(n, math.ceil(chunks / n_workers) * chunk_rows)
+        where = "state in X's row chunks"
+        for name, per_row in parts.rows.items():
+            worker[f"{name} ({rows_held:,} rows)"] = per_row * rows_held
+        for name, per_row in parts.chunk_rows.items():
+            worker[f"{name} (one task, a chunk of {chunk_rows:,} rows)"] = per_row * chunk_rows
+    if parts.matrices:
+        upper = parts.matrices * n * n / 2 * parts.itemsize
+        in_memory = upper <= 0.5 * n_workers * worker_memory
+        room = cluster.TERMINATE_FRACTION * worker_memory - cluster.WORKER_FOOTPRINT_BYTES
+        block_size = builders.choose_block_size(n, np.dtype(f"f{parts.itemsize}"),
+                                                target_bytes=min(builders.TARGET_BLOCK_BYTES,
+                                                                 max(room, 1) / cluster.TASK_BLOCKS))
+        block_bytes = block_size * block_size * parts.itemsize
+        if in_memory:
+            where = "n x n matrices in blocks in the workers' memory"
+            worker[f"{parts.matrices} n x n matrices' blocks (a share)"] = upper / n_workers
+        else:
+            where = "n x n matrices in blocks in Zarr (the store)"
+            disk[f"{parts.matrices} n x n matrices' upper blocks"] = upper
+            if getattr(est, "store", None) is None:
+                notes.append("the matrices exceed half of the workers' memory: the fit needs store= (out of core)")
+        worker[f"one task's blocks ({cluster.TASK_BLOCKS})"] = cluster.TASK_BLOCKS * block_bytes
+    return Plan(method=method, n=n, d=d, where=where, n_workers=n_workers, worker_memory=int(worker_memory),
+                chunk_rows=chunk_rows, block_size=block_size, worker={k: int(v) for k, v in worker.items()},
+                client={k: int(v) for k, v in parts.client.items()}, disk={k: int(v) for k, v in disk.items()},
+                passes=dict(parts.passes), notes=notes)
+
+
+def _shape_of(data):
+    """(n, d, the row chunks of a Zarr X or None) without reading X's values."""
+    if isinstance(data, tuple) and len(data) == 2 and all(isinstance(v, (int, np.integer)) for v in data):
+        n, d = (int(v) for v in data)
+        own = None
+    else:
+        meta = builders.input_metadata(data)
+        if meta["shape"] is None or len(meta["shape"]) != 2:
+            raise InputValueError(f"data must be X (n_samples, n_features) or its shape (n, d); got "
+                                  f"{meta['kind']} of shape {meta['shape']}")
+        n, d = (int(v) for v in meta["shape"])
+        own = meta.get("chunks", (None,))[0]
+    if n < 2 or d < 1:
+        raise InputValueError(f"data must have at least 2 rows and 1 column; got shape ({n}, {d})")
+    return n, d, own
+
+
+def _cluster(n_workers, worker_memory):
+    """(workers, memory limit of each) as given, else the connected client's (its
+    tightest limit), else this process with the memory available to it."""
+    if n_workers is not None and not (isinstance(n_workers, (int, np.integer)) and n_workers >= 1):
+        raise InputValueError(f"n_workers must be a positive integer; got {n_workers!r}")
+    if worker_memory is not None:
+        worker_memory = _bytes(worker_memory)
+    if n_workers is None or worker_memory is None:
+        client = cluster.get_client()
+        limits = [] if client is None else [w.get("memory_limit") or 0
+                                             for w in cluster.workers_info(client).values()]
+        if n_workers is None:
+            n_workers = len(limits) or 1
+        if worker_memory is None:
+            worker_memory = min((v for v in limits if v), default=None) or available_memory()
+    return int(n_workers), int(worker_memory)
+
+
+def _bytes(value):
+    """Bytes from a number or a size such as "8 GiB" / "400MB" (dask's parser)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value > 0:
+        return int(value)
+    if isinstance(value, str):
+        from dask.utils import parse_bytes
+
+        try:
+            out = parse_bytes(value)
+        except ValueError:
+            out = None
+        if out:
+            return int(out)
+    raise InputValueError(f"worker_memory must be a positive number of bytes or a size such as '8 GiB'; "
+                          f"got {value!r}")

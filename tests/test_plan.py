@@ -1,0 +1,132 @@
+"""dnomad.plan: what each row-chunk method declares it holds is what its chunks hold at
+their peak, byte for byte; the plan's arithmetic over workers, chunks and blocks; its
+errors; `dnomad plan`."""
+import warnings
+
+import numpy as np
+import pytest
+import zarr
+
+import dnomad
+from dnomad.blocks import RowChunks
+from dnomad.blocks import cluster as engine_cluster
+from dnomad.cli import main
+from dnomad.data import gaussian_blobs
+from dnomad.errors import InputValueError
+
+
+def _state_bytes(chunks):
+    total = 0
+    for state in chunks.values():
+        for value in state.values():
+            values = value.values() if isinstance(value, dict) else [value]      # "_Xc": by dtype
+            total += sum(v.nbytes for v in values if hasattr(v, "nbytes"))
+    return total
+
+
+@pytest.fixture
+def peak_state(monkeypatch):
+    """The largest total of the row chunks' states (bytes) after any task of a fit."""
+    peak = {"bytes": 0}
+    run = RowChunks._run
+
+    def measured(self, *args, **kwargs):
+        out = run(self, *args, **kwargs)
+        peak["bytes"] = max(peak["bytes"], _state_bytes(self._chunks))
+        return out
+
+    monkeypatch.setattr(RowChunks, "_run", measured)
+    return peak
+
+
+@pytest.mark.parametrize("method,params", [
+    ("nomad", dict(solver="bm", sdp_k=4, max_iter=3)),
+    ("nomad", dict(solver="bm", sdp_k=5, rank=7, max_iter=2, solver_options={"memory": 2})),
+    ("nomad", dict(solver="bm", sdp_k=4, max_iter=2, solver_options={"optimizer": "spg"})),
+    ("nlr", dict(max_iter=5)),
+    ("riemannian-kmeans", dict(max_iter=3)),                   # d = 40: X's sketch on 15 components
+    ("riemannian-kmeans", dict(max_iter=3, n_components=None)),
+], ids=["bm", "bm-rank-memory", "bm-spg", "nlr", "riemannian-sketch", "riemannian"])
+def test_declared_rows_are_what_the_chunks_hold_at_their_peak(method, params, peak_state):
+    X = gaussian_blobs(900, n_centers=3, n_features=40, separation=6.0, random_state=0)[0]
+    est = dnomad.api.ESTIMATORS[method](n_clusters=3, random_state=0, **params)
+    declared = est._memory_parts(*X.shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
+        est.fit(X)
+    assert peak_state["bytes"] == sum(declared.rows.values()) * len(X)
+
+
+def test_the_plan_shares_rows_chunk_by_chunk_and_says_what_a_worker_needs(tmp_path):
+    """Row chunks go to workers whole: a Zarr X of 10^6 rows in 62,500-row chunks (its
+    metadata only: no value is written or read) on 3 workers puts 6 chunks on the
+    busiest; a worker's total is its footprint, its rows' states and one task's
+    temporaries, and the least limit it needs is that over the nanny's 95%; the client
+    holds the labels and a seeding sample, not Y."""
+    from dnomad.nomad import bm
+
+    url = str(tmp_path / "X.zarr")
+    zarr.create_array(store=url, shape=(1_000_000, 3), chunks=(62_500, 3), dtype="f8")
+    parts = dnomad.NOMAD(n_clusters=8, solver="bm")._memory_parts(1_000_000, 3)
+    plan = dnomad.plan(url, "nomad", n_clusters=8, solver="bm", n_workers=3, worker_memory="8 GiB")
+    r = 64                                            # 2 sdp_k; sdp_k = 32 for 8 clusters at this n
+    expected = (engine_cluster.WORKER_FOOTPRINT_BYTES + 6 * 62_500 * sum(parts.rows.values())
+                + 62_500 * 8 * r * bm.TASK_ROW_TEMPORARIES)
+    assert plan.chunk_rows == 62_500 and plan.worker_total == expected
+    assert plan.worker_memory == 8 << 30 and plan.fits and "fits under 95%" in str(plan)
+    assert plan.worker_memory_needed == int(np.ceil(expected / engine_cluster.TERMINATE_FRACTION))
+    assert plan.client_total < 1_000_000 * r                  # O(n) numbers, not Y's n r
+    small = dnomad.plan(url, "nomad", n_clusters=8, solver="bm", n_workers=3, worker_memory=2 << 30)
+    assert not small.fits and "does NOT fit" in str(small)
+    assert small.worker_memory_needed == plan.worker_memory_needed
+    assert (small.worker_total - engine_cluster.WORKER_FOOTPRINT_BYTES) > 1.9 * (
+        dnomad.plan(url, "nomad", n_clusters=8, solver="bm", n_workers=6, worker_memory="8 GiB").worker_total
+        - engine_cluster.WORKER_FOOTPRINT_BYTES)              # 6 workers: 3 chunks each instead of 6
+
+
+def test_block_methods_keep_their_matrices_in_memory_or_in_the_store():
+    """CGM's three n x n matrices (upper blocks, float32) in the workers' memory when they
+    fit in half of it, else in Zarr, with the store named where none is given; a task
+    holds TASK_BLOCKS blocks whose side follows the workers' limit."""
+    n = 20_000
+    upper = 3 * n * n / 2 * 4
+    roomy = dnomad.plan((n, 10), "nomad", n_clusters=4, n_workers=4, worker_memory="4 GiB")
+    assert roomy.where.endswith("in the workers' memory") and not roomy.disk
+    assert roomy.worker["3 n x n matrices' blocks (a share)"] == int(upper / 4)
+    tight = dnomad.plan((n, 10), "nomad", n_clusters=4, n_workers=2, worker_memory="512 MiB")
+    assert tight.where.endswith("in Zarr (the store)") and tight.disk["3 n x n matrices' upper blocks"] == int(upper)
+    assert any("needs store=" in note for note in tight.notes)
+    assert not any("store" in note for note in dnomad.plan((n, 10), "nomad", n_clusters=4, n_workers=2,
+                                                           worker_memory="512 MiB", store="run.zarr").notes)
+    side = tight.block_size
+    assert tight.worker[f"one task's blocks ({engine_cluster.TASK_BLOCKS})"] == engine_cluster.TASK_BLOCKS * side**2 * 4
+    assert side < roomy.block_size                           # less room under 512 MiB: smaller blocks
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: dnomad.plan((100, 3), "nomad", n_clusters=2, worker_memory="lots"), "worker_memory must be"),
+    (lambda: dnomad.plan((100, 3), "nomad", n_clusters=2, n_workers=0), "n_workers must be a positive"),
+    (lambda: dnomad.plan((1, 3), "nomad", n_clusters=2), "at least 2 rows"),
+    (lambda: dnomad.plan(np.zeros(5), "nomad", n_clusters=2), "data must be X"),
+    (lambda: dnomad.plan((100, 3), "kmeans", n_clusters=2), "method must be one of"),
+    (lambda: dnomad.plan((100, 3), "hottopixx", rank=2), "does not cover method 'hottopixx'"),
+    (lambda: dnomad.plan((100, 3), "nomad", n_clusters=2, solver="cgm", rank=4), "rank is the Burer-Monteiro"),
+    (lambda: dnomad.plan((100, 3), "nlr", n_clusters=200), "at most the number of samples"),
+])
+def test_a_plan_refuses_what_a_fit_would_refuse(call, message):
+    with pytest.raises(InputValueError, match=message):
+        call()
+
+
+def test_dnomad_plan_prints_the_plan(tmp_path, capsys):
+    np.save(tmp_path / "X.npy", np.zeros((5000, 4)))
+    assert main(["plan", "--input", str(tmp_path / "X.npy"), "--n-clusters", "3", "--params",
+                 '{"solver": "bm"}', "--workers", "2", "--worker-memory", "1 GiB"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("dnomad plan: nomad on 5,000 x 4, state in X's row chunks, 2 workers of 1.0 GiB")
+    assert "each worker:" in out and "the client:" in out and "fits under 95%" in out
+    assert main(["plan", "--shape", "1000000x3", "--n-clusters", "8", "--params", '{"solver": "bm"}',
+                 "--workers", "2", "--worker-memory", "2 GiB"]) == 0
+    assert "does NOT fit" in capsys.readouterr().out
+    assert main(["plan", "--shape", "100x3", "--n-clusters", "2", "--params", '{"sovler": "bm"}']) != 0
+    assert "did you mean 'solver'" in capsys.readouterr().err
