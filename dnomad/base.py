@@ -4,7 +4,6 @@ result loaded back."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 import logging
 import numbers
 
@@ -83,26 +82,6 @@ _POSITIVE = [Interval(numbers.Real, 0, None, closed="neither")]
 _NONNEGATIVE = [Interval(numbers.Real, 0, None)]
 _RUN_CONSTRAINTS = {"store": [None, "path"], "overwrite": ["boolean"], "random_state": ["random_state"],
                     "verbose": [Interval(numbers.Integral, 0, 2)]}
-
-
-@dataclass
-class MemoryParts:
-    """What a method holds for a problem of n rows of d features, as its estimator's
-    ``_memory_parts(n, d)`` declares it for :func:`dnomad.plan`.
-
-    ``rows``: bytes per row of X of each state kept in row chunks beside X (X's own
-    copies included), spread over the workers chunk by chunk.  ``chunk_rows``: bytes per
-    row of one chunk that a task holds on top while it runs (its temporaries).
-    ``matrices``: how many n x n matrices of ``itemsize`` bytes it stores as blocks (their
-    upper triangles).  ``client``: bytes the client holds above its start, by part.
-    ``passes``: what the run reads, in words, by step."""
-
-    rows: dict = field(default_factory=dict)
-    chunk_rows: dict = field(default_factory=dict)
-    matrices: int = 0
-    itemsize: int = 8
-    client: dict = field(default_factory=dict)
-    passes: dict = field(default_factory=dict)
 
 
 class _Estimator(BaseEstimator):

@@ -3,16 +3,14 @@ runs, from what each method declares it holds (``_memory_parts`` of its estimato
 the engine's own rules (row chunks, blocks, a worker's footprint, the nanny's bound)."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .api import ESTIMATORS
-from .base import MemoryParts  # noqa: F401 - what the estimators declare, documented here
-from .blocks import builders, cluster
+from .blocks import builders, cluster, memory
 from .blocks.matrix import available_memory
-from .blocks.rows import default_chunk_rows
+from .blocks.rows import chunk_rows_for
 from .errors import InputValueError
 from .validation import validate_params
 
@@ -49,7 +47,7 @@ class Plan:
 
     @property
     def worker_memory_needed(self):
-        return int(math.ceil(self.worker_total / cluster.TERMINATE_FRACTION))
+        return memory.needed_limit(self.worker_total)
 
     @property
     def fits(self):
@@ -107,61 +105,38 @@ def plan(data, method="nomad", *, n_workers=None, worker_memory=None, **params):
     if not hasattr(est, "_memory_parts"):
         raise InputValueError(f"dnomad.plan does not cover method {method!r}: its estimator declares no memory "
                               f"parts (covered: {sorted(m for m, c in ESTIMATORS.items() if hasattr(c, '_memory_parts'))})")
-    n, d, own_chunks = _shape_of(data)
+    n, d = _shape_of(data)
     for check in ("_check", "_check_sizes"):          # the checks a fit makes before any pass
         if hasattr(est, check):
             getattr(est, check)(*(() if check == "_check" else (n, d)))
     n_workers, worker_memory = _cluster(n_workers, worker_memory)
     parts = est._memory_parts(n, d)
-    worker, disk, notes = {"a worker's own footprint": cluster.WORKER_FOOTPRINT_BYTES}, {}, []
-    chunk_rows = block_size = None
-    if parts.rows:
-        chunk_rows = int(getattr(est, "chunk_rows", None) or own_chunks or default_chunk_rows(n))
-        chunks = math.ceil(n / chunk_rows)
-        rows_held = min(n, math.ceil(chunks / n_workers) * chunk_rows)
-        where = "state in X's row chunks"
-        for name, per_row in parts.rows.items():
-            worker[f"{name} ({rows_held:,} rows)"] = per_row * rows_held
-        for name, per_row in parts.chunk_rows.items():
-            worker[f"{name} (one task, a chunk of {chunk_rows:,} rows)"] = per_row * chunk_rows
-    if parts.matrices:
-        upper = parts.matrices * n * n / 2 * parts.itemsize
-        in_memory = upper <= 0.5 * n_workers * worker_memory
-        room = cluster.TERMINATE_FRACTION * worker_memory - cluster.WORKER_FOOTPRINT_BYTES
-        block_size = builders.choose_block_size(n, np.dtype(f"f{parts.itemsize}"),
-                                                target_bytes=min(builders.TARGET_BLOCK_BYTES,
-                                                                 max(room, 1) / cluster.TASK_BLOCKS))
-        block_bytes = block_size * block_size * parts.itemsize
-        if in_memory:
-            where = "n x n matrices in blocks in the workers' memory"
-            worker[f"{parts.matrices} n x n matrices' blocks (a share)"] = upper / n_workers
-        else:
-            where = "n x n matrices in blocks in Zarr (the store)"
-            disk[f"{parts.matrices} n x n matrices' upper blocks"] = upper
-            if getattr(est, "store", None) is None:
-                notes.append("the matrices exceed half of the workers' memory: the fit needs store= (out of core)")
-        worker[f"one task's blocks ({cluster.TASK_BLOCKS})"] = cluster.TASK_BLOCKS * block_bytes
-    return Plan(method=method, n=n, d=d, where=where, n_workers=n_workers, worker_memory=int(worker_memory),
-                chunk_rows=chunk_rows, block_size=block_size, worker={k: int(v) for k, v in worker.items()},
-                client={k: int(v) for k, v in parts.client.items()}, disk={k: int(v) for k, v in disk.items()},
-                passes=dict(parts.passes), notes=notes)
+    chunk_rows = int(getattr(est, "chunk_rows", None) or chunk_rows_for(data, n)) if parts.rows else None
+    share = memory.worker_share(parts, n, n_workers, worker_memory, chunk_rows)
+    notes = []
+    if parts.matrices and not share.matrices_in_memory and getattr(est, "store", None) is None:
+        notes.append("the matrices exceed half of the workers' memory: the fit needs store= (out of core)")
+    return Plan(method=method, n=n, d=d, where=share.where, n_workers=n_workers, worker_memory=int(worker_memory),
+                chunk_rows=share.chunk_rows, block_size=share.block_size, worker=share.worker,
+                client=dict({k: int(v) for k, v in parts.client.items()},
+                            **{"driving the workers (futures, messages)": memory.CLIENT_TRAFFIC_BYTES}),
+                disk=share.disk, passes=dict(parts.passes),
+                notes=notes)
 
 
 def _shape_of(data):
-    """(n, d, the row chunks of a Zarr X or None) without reading X's values."""
+    """(n, d) of X or of a shape, without reading X's values."""
     if isinstance(data, tuple) and len(data) == 2 and all(isinstance(v, (int, np.integer)) for v in data):
         n, d = (int(v) for v in data)
-        own = None
     else:
         meta = builders.input_metadata(data)
         if meta["shape"] is None or len(meta["shape"]) != 2:
             raise InputValueError(f"data must be X (n_samples, n_features) or its shape (n, d); got "
                                   f"{meta['kind']} of shape {meta['shape']}")
         n, d = (int(v) for v in meta["shape"])
-        own = meta.get("chunks", (None,))[0]
     if n < 2 or d < 1:
         raise InputValueError(f"data must have at least 2 rows and 1 column; got shape ({n}, {d})")
-    return n, d, own
+    return n, d
 
 
 def _cluster(n_workers, worker_memory):

@@ -75,7 +75,7 @@ def test_the_plan_shares_rows_chunk_by_chunk_and_says_what_a_worker_needs(tmp_pa
     assert plan.chunk_rows == 62_500 and plan.worker_total == expected
     assert plan.worker_memory == 8 << 30 and plan.fits and "fits under 95%" in str(plan)
     assert plan.worker_memory_needed == int(np.ceil(expected / engine_cluster.TERMINATE_FRACTION))
-    assert plan.client_total < 1_000_000 * r                  # O(n) numbers, not Y's n r
+    assert plan.client_total < 0.2 * 8 * 1_000_000 * r and not any("Y" in part for part in plan.client)   # not Y
     small = dnomad.plan(url, "nomad", n_clusters=8, solver="bm", n_workers=3, worker_memory=2 << 30)
     assert not small.fits and "does NOT fit" in str(small)
     assert small.worker_memory_needed == plan.worker_memory_needed
@@ -130,3 +130,30 @@ def test_dnomad_plan_prints_the_plan(tmp_path, capsys):
     assert "does NOT fit" in capsys.readouterr().out
     assert main(["plan", "--shape", "100x3", "--n-clusters", "2", "--params", '{"sovler": "bm"}']) != 0
     assert "did you mean 'solver'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("make,more", [
+    (lambda: dnomad.NOMAD(n_clusters=8, solver="bm", backend="distributed"), None),   # one chunk is too much
+    (lambda: dnomad.NLR(n_clusters=8, backend="distributed"), 20)], ids=["bm", "nlr"])
+def test_workers_too_small_for_their_share_are_refused_before_any_pass(make, more, tmp_path):
+    """A Zarr X of 4 x 10^6 rows in chunks of 50,000 whose chunks were never written: a
+    fit on 2 workers of 400 MiB is refused before it reads a row (an unwritten chunk
+    would read as zeros, a constant X), naming the limit its workers would need, the
+    plan's, and how many workers of 400 MiB would do where some number would (chunks
+    go to workers whole: NLR's hold 4 chunks each on 20 workers)."""
+    from distributed import Client, LocalCluster
+
+    url = str(tmp_path / "X.zarr")
+    zarr.create_array(store=url, shape=(4_000_000, 3), chunks=(50_000, 3), dtype="f8")
+    est = make()
+    needed = dnomad.plan(url, est._method if hasattr(est, "_method") and est._method else "nomad",
+                         n_workers=2, worker_memory="400 MiB", **est.get_params()).worker_memory_needed
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, memory_limit="400MiB",
+                      dashboard_address=None) as cluster, Client(cluster):
+        with pytest.raises(InputValueError) as info:
+            est.fit(url)
+    message = str(info.value)
+    assert "on each of the 2 workers" in message and "memory limit of 0.39 GiB" in message
+    assert f"start workers with a memory limit of at least {needed / 2**30:.2f} GiB" in message
+    assert (f"or {more} workers of this limit" in message) if more else "workers of this limit" not in message
+    assert not hasattr(est, "labels_")

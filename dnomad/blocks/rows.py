@@ -51,6 +51,18 @@ def default_chunk_rows(n):
     return min(DEFAULT_CHUNK_ROWS, -(-n // count))
 
 
+def chunk_rows_for(X, n):
+    """The rows per chunk :class:`RowChunks` gives X (n rows) by default: a Zarr array's
+    own chunking (X is read where it is), else :func:`default_chunk_rows`."""
+    if isinstance(X, str) or hasattr(X, "__fspath__") or type(X).__module__.startswith("zarr"):
+        from .builders import input_metadata
+
+        chunks = input_metadata(X).get("chunks")
+        if chunks:
+            return int(chunks[0])
+    return default_chunk_rows(n)
+
+
 class RowChunks:
     """X (n x d, a NumPy array, a Zarr array or a Zarr path) in row chunks.
 

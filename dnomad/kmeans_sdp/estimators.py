@@ -9,8 +9,9 @@ from .. import blocks
 from .._checks import check_ints
 from ..base import (_OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONSTRAINTS, _Clustering, _Estimator,
                     _gated)
-from ..blocks import runs
+from ..blocks import memory, runs
 from ..blocks.cluster import choose_rows_backend, client_context
+from ..blocks.rows import chunk_rows_for
 from ..errors import InputValueError
 from ..validation import Interval, Options, check_data
 from . import nlr as nlr_solver
@@ -63,6 +64,11 @@ class _RowChunkEstimator(_Clustering, _Estimator):
         def attempt(resume):
             state = checkpoints.load() if resume else None
             with self._client_context(X) as client, blocks.single_threaded_blas():
+                if client is not None:        # workers too small for their share: refused before any pass
+                    n, d = (int(v) for v in blocks.input_metadata(X)["shape"])
+                    memory.refuse_unless_workers_hold(self._memory_parts(n, d), n,
+                                                      self.chunk_rows or chunk_rows_for(X, n), client,
+                                                      type(self).__name__)
                 data = self._row_chunks(X, client)
                 try:
                     self._solve(data, state, None if checkpoints is None else checkpoints.save)
@@ -202,15 +208,13 @@ class RiemannianKMeans(_RowChunkEstimator):
         """What a fit on n rows of d features holds (:func:`dnomad.plan`): X's centred
         rows, their sketch on m principal components where m < d, and V, dV and the
         trial point (n x (r - 1) each: U = [1 / sqrt(n), V] up to a rotation)."""
-        from ..base import MemoryParts
-
         r = self.n_clusters + 1 if self.rank is None else self.rank
         m = rk.sketch_size(self.n_components, d, self.n_clusters)
         rows = {"X's centred rows": 8 * d,
                 f"the point V, its step and the trial point (n x {r - 1} each)": 24 * (r - 1)}
         if m < d:
             rows[f"X's sketch on {m} principal components"] = 8 * m
-        return MemoryParts(rows=rows, chunk_rows={"temporaries": 8 * (min(m, d) + 4 * r)},
+        return memory.MemoryParts(rows=rows, chunk_rows={"temporaries": 8 * (min(m, d) + 4 * r)},
                            client=_labels_in_client(n, self.n_clusters),
                            passes={"each Newton iteration": "a few passes over the rows (the gradient, the "
                                                             "Schur complement's products, the line search)"})
@@ -362,10 +366,8 @@ class NLR(_RowChunkEstimator):
     def _memory_parts(self, n, d):
         """What a fit on n rows of d features holds (:func:`dnomad.plan`): X's centred
         rows, U (n x r) and the multipliers y."""
-        from ..base import MemoryParts
-
         r = nlr_solver.checked_rank(n, self.n_clusters, self.rank)
-        return MemoryParts(rows={"X's centred rows": 8 * d, f"U (r = {r})": 8 * r, "the multipliers y": 8},
+        return memory.MemoryParts(rows={"X's centred rows": 8 * d, f"U (r = {r})": 8 * r, "the multipliers y": 8},
                            chunk_rows={"temporaries": 8 * (d + 4 * r)}, client=_labels_in_client(n, self.n_clusters),
                            passes={"each iteration": "one pass over X (X^T U, then X B)"})
 

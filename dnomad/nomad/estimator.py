@@ -12,11 +12,12 @@ import numpy as np
 from .. import blocks
 from ..base import (_NONNEGATIVE, _OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONSTRAINTS, _Clustering,
                     _Estimator, _gated)
-from ..blocks import runs
+from ..blocks import memory, runs
 from ..blocks import store as run_store
 from ..blocks.cluster import BACKEND_CHOICES, choose_backend, choose_rows_backend, client_context
 from ..blocks.inputs import InputSource
 from ..blocks.operators import LowRankGram, ScaledMatrix
+from ..blocks.rows import chunk_rows_for
 from ..errors import InputValueError
 from ..linalg import top_eigenvectors
 from ..rounding import (SEED_SAMPLE_ROWS, component_labels, factor_sums, low_rank_embedding, low_rank_spectral_labels,
@@ -400,7 +401,6 @@ class NOMAD(_Clustering, _Estimator):
 
     def _memory_parts(self, n, d):
         """What a fit on n rows of d features holds (:func:`dnomad.plan`)."""
-        from ..base import MemoryParts
         from . import bm
 
         self._check_options()
@@ -427,13 +427,13 @@ class NOMAD(_Clustering, _Estimator):
                                               f"writing its rows of the optimizer's states (r = {r})",
                       "outer steps": f"at most {first.max_iter}; each an inner solve of up to "
                                      f"{first.inexact_max_iter} iterations (inexact) or {first.inner_max_iter}"}
-            return MemoryParts(rows=bm.row_state_bytes(first, r, d),
+            return memory.MemoryParts(rows=bm.row_state_bytes(first, r, d),
                                chunk_rows={"temporaries": 8 * r * bm.TASK_ROW_TEMPORARIES}, client=client,
                                passes=passes)
         itemsize = blocks.check_dtype(self.dtype).itemsize
         if self.solver == "bm":             # D given as a matrix, stored in blocks; Y in this process
             r = first.resolved_rank(n)
-            return MemoryParts(matrices=1, itemsize=itemsize, client=dict(labels, **{
+            return memory.MemoryParts(matrices=1, itemsize=itemsize, client=dict(labels, **{
                 "Y and the optimizer's states (in this process)": sum(bm.row_state_bytes(first, r, 0).values()) * n}),
                 passes={"each evaluation of L": "a pass over D's blocks (D Y)"})
         K = first.n_clusters
@@ -442,7 +442,7 @@ class NOMAD(_Clustering, _Estimator):
                                  f"to start; k grows with Q's rank up to half the memory here)":
                                  nomad_solver.LOBPCG_BLOCKS * 8 * n * k})
         matrices = 3 + (1 if self.precomputed else 0)
-        return MemoryParts(matrices=matrices, itemsize=itemsize, client=client, passes={
+        return memory.MemoryParts(matrices=matrices, itemsize=itemsize, client=client, passes={
             "each outer step": "inner Frank-Wolfe steps, each a few passes over the blocks of P, Gamma and G "
                                "(and X's rows for D's products)"})
 
@@ -675,6 +675,11 @@ class NOMAD(_Clustering, _Estimator):
         client's workers) for both: D is their rows' normalized Gram matrix."""
         if source.is_data:
             X = source.zarr_data if source.zarr_data is not None else source.data
+            if backend == "distributed":
+                # Workers too small for their share of Y's states are refused before any pass.
+                n, d = (int(v) for v in blocks.input_metadata(X)["shape"])
+                memory.refuse_unless_workers_hold(self._memory_parts(n, d), n, chunk_rows_for(X, n), client,
+                                                  "NOMAD (Burer-Monteiro)")
             chunks = blocks.RowChunks(X, client=client if backend == "distributed" else None,
                                       center=self.center, on_digest=source.content_check(self.store))
             return chunks, chunks
