@@ -437,19 +437,20 @@ def _check_flags_apply(method, given):
                                   f"for {', '.join(takers)}")
 
 
-def _check_param_keys(method, params):
+def _check_param_keys(method, params, *, flags=True):
     """--params / [params] keys are the method's estimator parameters (a typo is refused
-    here, naming the nearest one, before the input is read)."""
+    here, naming the nearest one, before the input is read); with ``flags``, those that
+    a flag of `dnomad fit` sets are refused too."""
     import difflib
 
     if method not in ESTIMATORS:
         return                           # refused with the list of methods by the settings' check
     allowed = sorted(ESTIMATORS[method]().get_params())
-    flags = {"n_clusters": "--n-clusters", "rank": "--rank", "store": "--store", "overwrite": "--overwrite",
-             "backend": "--backend", "dtype": "--dtype", "device": "--device"}
+    flag_names = {"n_clusters": "--n-clusters", "rank": "--rank", "store": "--store", "overwrite": "--overwrite",
+                  "backend": "--backend", "dtype": "--dtype", "device": "--device"}
     for key in params:
-        if key in flags and key in allowed and (key != "rank" or method == "hottopixx"):
-            raise InputValueError(f"--params: {key!r} is set by its flag: give {flags[key]} instead")
+        if flags and key in flag_names and key in allowed and (key != "rank" or method == "hottopixx"):
+            raise InputValueError(f"--params: {key!r} is set by its flag: give {flag_names[key]} instead")
         if key not in allowed:
             near = difflib.get_close_matches(key, allowed, n=1)
             hint = f"did you mean {near[0]!r}? " if near else ""
@@ -472,10 +473,10 @@ def cmd_plan(args):
     from .memory_plan import plan
 
     params = _json_params(args.params) if args.params else {}
-    _check_param_keys(args.method, params)
+    _check_param_keys(args.method, params, flags=False)        # store, dtype, backend: in --params here
     data = args.shape if args.shape is not None else _input_for_plan(args.input)
     print(plan(data, args.method, n_workers=args.workers, worker_memory=args.worker_memory,
-               n_clusters=args.n_clusters, **params))
+               threads_per_worker=args.threads_per_worker, n_clusters=args.n_clusters, **params))
     return 0
 
 
@@ -815,11 +816,14 @@ def build_parser():
     where.add_argument("--shape", type=_shape, help="the data's shape instead, N x D (e.g. 1000000x3)")
     p.add_argument("--method", choices=METHODS, default="nomad", help="default nomad")
     p.add_argument("--n-clusters", type=_positive_int, required=True, help="the number of clusters")
-    p.add_argument("--params", help="other estimator parameters as JSON, e.g. '{\"solver\": \"bm\"}'")
+    p.add_argument("--params", help="other estimator parameters as JSON, e.g. '{\"solver\": \"bm\", \"store\": "
+                   "\"run.zarr\"}'")
     p.add_argument("--workers", type=_positive_int, help="workers (default: the connected scheduler's, else "
                    "this process alone)")
     p.add_argument("--worker-memory", help="each worker's memory limit, e.g. '8 GiB' (default: the connected "
-                   "workers' tightest limit, else the memory available here)")
+                   "workers' smallest limit, else the memory available here)")
+    p.add_argument("--threads-per-worker", type=_positive_int, default=1, help="tasks a worker runs at once "
+                   "(default 1)")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("resume", help="continue the run in STORE from its last checkpoint")

@@ -82,21 +82,26 @@ def _size(nbytes):
     return f"{int(nbytes)} B"
 
 
-def plan(data, method="nomad", *, n_workers=None, worker_memory=None, **params):
+def plan(data, method="nomad", *, n_workers=None, worker_memory=None, threads_per_worker=1, **params):
     """The memory ``dnomad.fit(data, method, **params)`` needs, before it runs.
 
-    ``data``: X (a NumPy array, a Zarr array or its path: its shape and chunks are read,
-    not its values) or its shape ``(n, d)``.  The cluster: ``n_workers`` workers of
-    ``worker_memory`` bytes each; either left out is taken from the connected client's
-    workers (the tightest memory limit), else this process alone with the memory
-    available to it.  Returns a :class:`Plan`; ``print(plan)`` reads as a table.
+    ``data``: X (a NumPy array, a Zarr array or its path: its shape, dtype and chunks
+    are read, not its values) or its shape ``(n, d)`` (taken as float64 in memory).  The
+    cluster: ``n_workers`` workers of ``worker_memory`` bytes (a number or a size such
+    as "8 GiB") running ``threads_per_worker`` tasks each; a count or memory left out is
+    taken from the connected client's workers (the smallest memory limit), else this
+    process alone with the memory available to it.  Returns a :class:`Plan`;
+    ``print(plan)`` reads as a table.
 
     Row-chunk methods (NOMAD's ``solver="bm"``, NLR, RiemannianKMeans) hold their
-    state beside X's row chunks: a worker holds its chunks' share, plus its footprint
-    and one task's temporaries.  Block methods (NOMAD's ``solver="cgm"``, SymNMF) store
-    n x n matrices in blocks, in the workers' memory or, where they do not fit in half
-    of it, in Zarr (the store): a worker holds its share of the blocks or, out of core,
-    the blocks a task reads; the block side follows the workers' limit as a fit's does.
+    state beside X's row chunks: a worker holds its chunks' share (and, for an X in
+    memory, its rows of X and their centred copies), its footprint and its tasks'
+    temporaries.  NOMAD's ``solver="cgm"`` stores n x n matrices in blocks, in the
+    workers' memory or, where they do not fit in half of it, in Zarr (the store): a
+    worker holds its share of the blocks or, out of core, the blocks a task reads; the
+    block side follows the workers' limit as a fit's does.  Its client part counts the
+    block step's first eigenvectors only (their number grows with Q's rank).  The
+    other methods are not covered yet.
     """
     if method not in ESTIMATORS:
         raise InputValueError(f"method must be one of {sorted(ESTIMATORS)}; got {method!r}")
@@ -110,9 +115,15 @@ def plan(data, method="nomad", *, n_workers=None, worker_memory=None, **params):
         if hasattr(est, check):
             getattr(est, check)(*(() if check == "_check" else (n, d)))
     n_workers, worker_memory = _cluster(n_workers, worker_memory)
+    if not (isinstance(threads_per_worker, (int, np.integer)) and threads_per_worker >= 1):
+        raise InputValueError(f"threads_per_worker must be a positive integer; got {threads_per_worker!r}")
     parts = est._memory_parts(n, d)
     chunk_rows = int(getattr(est, "chunk_rows", None) or chunk_rows_for(data, n)) if parts.rows else None
-    share = memory.worker_share(parts, n, n_workers, worker_memory, chunk_rows)
+    meta = {"kind": "shape", "dtype": None} if isinstance(data, tuple) else builders.input_metadata(data)
+    share = memory.worker_share(parts, n, n_workers, worker_memory, chunk_rows, d=d,
+                                x_in_zarr=meta["kind"] == "zarr",
+                                x_itemsize=np.dtype(meta["dtype"] or np.float64).itemsize,
+                                threads=int(threads_per_worker))
     notes = []
     if parts.matrices and not share.matrices_in_memory and getattr(est, "store", None) is None:
         notes.append("the matrices exceed half of the workers' memory: the fit needs store= (out of core)")
@@ -141,11 +152,11 @@ def _shape_of(data):
 
 def _cluster(n_workers, worker_memory):
     """(workers, memory limit of each) as given, else the connected client's (its
-    tightest limit), else this process with the memory available to it."""
+    smallest limit), else this process with the memory available to it."""
     if n_workers is not None and not (isinstance(n_workers, (int, np.integer)) and n_workers >= 1):
         raise InputValueError(f"n_workers must be a positive integer; got {n_workers!r}")
     if worker_memory is not None:
-        worker_memory = _bytes(worker_memory)
+        worker_memory = memory.parse_size(worker_memory, "worker_memory")
     if n_workers is None or worker_memory is None:
         client = cluster.get_client()
         limits = [] if client is None else [w.get("memory_limit") or 0
@@ -155,20 +166,3 @@ def _cluster(n_workers, worker_memory):
         if worker_memory is None:
             worker_memory = min((v for v in limits if v), default=None) or available_memory()
     return int(n_workers), int(worker_memory)
-
-
-def _bytes(value):
-    """Bytes from a number or a size such as "8 GiB" / "400MB" (dask's parser)."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value > 0:
-        return int(value)
-    if isinstance(value, str):
-        from dask.utils import parse_bytes
-
-        try:
-            out = parse_bytes(value)
-        except ValueError:
-            out = None
-        if out:
-            return int(out)
-    raise InputValueError(f"worker_memory must be a positive number of bytes or a size such as '8 GiB'; "
-                          f"got {value!r}")

@@ -222,8 +222,8 @@ def low_rank_spectral_labels(space, name, n_clusters, random_state=None, *, sums
     """:func:`spectral_labels` of Q = Y Y^T, Y the state ``name`` of a row space (a
     :class:`dnomad.blocks.RowChunks` or RowState), with Y left where it is: the degrees
     are Y (Y^T 1); Z = D^-1/2 Y has the r x r Gram Z^T Z = W S^2 W^T (a pass), so Q's
-    normalized top eigenvectors are Z W_k S_k^-1, formed row by row (a pass; a singular
-    value below round-off of the largest gives a zero column), scaled to unit rows and
+    normalized top eigenvectors are Z W_k S_k^-1, formed row by row (a pass; an
+    eigenvalue of Z^T Z within round-off of 0 gives a zero column), scaled to unit rows and
     clustered by :func:`kmeans_partition` on them.  ``sums``: :func:`factor_sums` of Y,
     if already taken.  The client holds r x r and n_clusters x n_clusters numbers, and the
     labels."""
@@ -232,11 +232,14 @@ def low_rank_spectral_labels(space, name, n_clusters, random_state=None, *, sums
         raise InputValueError(f"n_clusters must be an integer in [2, {n}) (n = {n} points); got {n_clusters!r}")
     c, _ = factor_sums(space, name) if sums is None else sums
     floor = _degree_floor(float(c @ c) / n)            # the mean degree: 1^T Y Y^T 1 / n
-    w, W = np.linalg.eigh(sum(space.map(_scaled_gram, name, c, floor, read_x=False)))
-    w, W = np.clip(w[::-1][:n_clusters], 0.0, None), W[:, ::-1][:, :n_clusters]
-    s = np.sqrt(w)
-    kept = s > np.finfo(float).eps * max(float(s.max(initial=0.0)), np.finfo(float).tiny) * len(s)
-    directions = np.where(kept, W / np.where(kept, s, 1.0), 0.0)
+    gram = sum(space.map(_scaled_gram, name, c, floor, read_x=False))
+    w, W = np.linalg.eigh(gram)
+    # The Gram's eigenvalues are exact to about r eps of the largest: those below are
+    # Y's null space, whose directions round-off picks (they would differ from one
+    # chunking to another), so they give zero columns.
+    w, W = w[::-1][:n_clusters], W[:, ::-1][:, :n_clusters]
+    kept = w > len(gram) * np.finfo(float).eps * max(float(w.max(initial=0.0)), np.finfo(float).tiny)
+    directions = np.where(kept, W / np.sqrt(np.where(kept, w, 1.0)), 0.0)
     out = f"_spectral_{name}"
     space.map(_spectral_rows, name, c, floor, directions, out, read_x=False)
     try:
@@ -297,8 +300,6 @@ def _centred_product(chunk, name, mean, W, out):
     that has it (for the sign rule)."""
     E = (chunk[name] - mean) @ W
     chunk[out] = E
-    if len(E) == 0:
-        return np.zeros(W.shape[1]), np.zeros(W.shape[1])
     at = np.argmax(np.abs(E), axis=0)
     picked = E[at, np.arange(E.shape[1])]
     return np.abs(picked), picked

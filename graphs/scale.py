@@ -273,7 +273,8 @@ def _package_at(checkout):
     # PYTHONPATH for the workers' processes too (the path finder comes before an editable install's)
     saved = {k: os.environ.get(k) for k in ("DNOMAD_CHECKOUT", "DNOMAD_COMMIT", "PYTHONPATH")}
     os.environ.update(DNOMAD_CHECKOUT=os.path.abspath(checkout), DNOMAD_COMMIT=commit,
-                      PYTHONPATH=os.path.abspath(checkout))
+                      PYTHONPATH=os.pathsep.join([os.path.abspath(checkout)] + ([saved["PYTHONPATH"]]
+                                                                                if saved["PYTHONPATH"] else [])))
     try:
         yield commit
     finally:

@@ -47,14 +47,22 @@ def peak_state(monkeypatch):
     ("riemannian-kmeans", dict(max_iter=3)),                   # d = 40: X's sketch on 15 components
     ("riemannian-kmeans", dict(max_iter=3, n_components=None)),
 ], ids=["bm", "bm-rank-memory", "bm-spg", "nlr", "riemannian-sketch", "riemannian"])
-def test_declared_rows_are_what_the_chunks_hold_at_their_peak(method, params, peak_state):
+@pytest.mark.parametrize("in_zarr", [False, True], ids=["numpy", "zarr"])
+def test_declared_rows_are_what_the_chunks_hold_at_their_peak(method, params, in_zarr, peak_state, tmp_path):
+    """In this process the chunks keep their state and, from a NumPy X, X's centred
+    copies (x_rows); from a Zarr X each task reads and centres its rows instead."""
     X = gaussian_blobs(900, n_centers=3, n_features=40, separation=6.0, random_state=0)[0]
     est = dnomad.api.ESTIMATORS[method](n_clusters=3, random_state=0, **params)
     declared = est._memory_parts(*X.shape)
+    data = X
+    if in_zarr:
+        data = str(tmp_path / "X.zarr")
+        zarr.create_array(store=data, shape=X.shape, chunks=(200, 40), dtype="f8")[...] = X
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
-        est.fit(X)
-    assert peak_state["bytes"] == sum(declared.rows.values()) * len(X)
+        est.fit(data)
+    held = sum(declared.rows.values()) + (0 if in_zarr else sum(declared.x_rows.values()))
+    assert peak_state["bytes"] == held * len(X)
 
 
 def test_the_plan_shares_rows_chunk_by_chunk_and_says_what_a_worker_needs(tmp_path):
@@ -71,7 +79,7 @@ def test_the_plan_shares_rows_chunk_by_chunk_and_says_what_a_worker_needs(tmp_pa
     plan = dnomad.plan(url, "nomad", n_clusters=8, solver="bm", n_workers=3, worker_memory="8 GiB")
     r = 64                                            # 2 sdp_k; sdp_k = 32 for 8 clusters at this n
     expected = (engine_cluster.WORKER_FOOTPRINT_BYTES + 6 * 62_500 * sum(parts.rows.values())
-                + 62_500 * 8 * r * bm.TASK_ROW_TEMPORARIES)
+                + 62_500 * (8 * r * bm.TASK_ROW_TEMPORARIES + 8 * 3 + sum(parts.x_rows.values())))   # X read per task
     assert plan.chunk_rows == 62_500 and plan.worker_total == expected
     assert plan.worker_memory == 8 << 30 and plan.fits and "fits under 95%" in str(plan)
     assert plan.worker_memory_needed == int(np.ceil(expected / engine_cluster.TERMINATE_FRACTION))
@@ -82,6 +90,14 @@ def test_the_plan_shares_rows_chunk_by_chunk_and_says_what_a_worker_needs(tmp_pa
     assert (small.worker_total - engine_cluster.WORKER_FOOTPRINT_BYTES) > 1.9 * (
         dnomad.plan(url, "nomad", n_clusters=8, solver="bm", n_workers=6, worker_memory="8 GiB").worker_total
         - engine_cluster.WORKER_FOOTPRINT_BYTES)              # 6 workers: 3 chunks each instead of 6
+    # two threads a worker: two tasks' temporaries; an X in memory: each worker's rows of it
+    # and their centred copies instead of a chunk read per task
+    threads = dnomad.plan(url, "nomad", n_clusters=8, solver="bm", n_workers=3, worker_memory="8 GiB",
+                          threads_per_worker=2)
+    assert threads.worker_total - plan.worker_total == 62_500 * (
+        8 * r * bm.TASK_ROW_TEMPORARIES + 8 * 3 + sum(parts.x_rows.values()))
+    in_memory = dnomad.plan((1_000_000, 3), "nomad", n_clusters=8, solver="bm", n_workers=3, worker_memory="8 GiB")
+    assert in_memory.chunk_rows == 8192 and any("X's rows as given" in part for part in in_memory.worker)
 
 
 def test_block_methods_keep_their_matrices_in_memory_or_in_the_store():
@@ -130,17 +146,23 @@ def test_dnomad_plan_prints_the_plan(tmp_path, capsys):
     assert "does NOT fit" in capsys.readouterr().out
     assert main(["plan", "--shape", "100x3", "--n-clusters", "2", "--params", '{"sovler": "bm"}']) != 0
     assert "did you mean 'solver'" in capsys.readouterr().err
+    assert main(["plan", "--shape", "20000x10", "--n-clusters", "4", "--workers", "2", "--worker-memory",
+                 "512 MiB", "--params", '{"dtype": "float64", "store": "run.zarr"}']) == 0
+    out = capsys.readouterr().out
+    assert "matrices in blocks in Zarr" in out and "needs store=" not in out
 
 
 @pytest.mark.parametrize("make,more", [
-    (lambda: dnomad.NOMAD(n_clusters=8, solver="bm", backend="distributed"), None),   # one chunk is too much
-    (lambda: dnomad.NLR(n_clusters=8, backend="distributed"), 20)], ids=["bm", "nlr"])
+    (lambda: dnomad.NOMAD(n_clusters=8, solver="bm", backend="distributed"),         # one chunk is too much
+     "or X rechunked to at most 3,125 rows a chunk (it has 50,000) and more workers"),
+    (lambda: dnomad.NLR(n_clusters=8, backend="distributed"), "or 20 workers of this limit")], ids=["bm", "nlr"])
 def test_workers_too_small_for_their_share_are_refused_before_any_pass(make, more, tmp_path):
     """A Zarr X of 4 x 10^6 rows in chunks of 50,000 whose chunks were never written: a
     fit on 2 workers of 400 MiB is refused before it reads a row (an unwritten chunk
     would read as zeros, a constant X), naming the limit its workers would need, the
     plan's, and how many workers of 400 MiB would do where some number would (chunks
-    go to workers whole: NLR's hold 4 chunks each on 20 workers)."""
+    go to workers whole: NLR's hold 4 chunks each on 20 workers), else the chunk rows
+    that would let more share it (BM: one 50,000-row chunk's state is more than 400 MiB)."""
     from distributed import Client, LocalCluster
 
     url = str(tmp_path / "X.zarr")
@@ -153,7 +175,7 @@ def test_workers_too_small_for_their_share_are_refused_before_any_pass(make, mor
         with pytest.raises(InputValueError) as info:
             est.fit(url)
     message = str(info.value)
-    assert "on each of the 2 workers" in message and "memory limit of 0.39 GiB" in message
+    assert "on the busiest of the 2 workers" in message and "smallest worker memory limit, 0.39 GiB" in message
     assert f"start workers with a memory limit of at least {needed / 2**30:.2f} GiB" in message
-    assert (f"or {more} workers of this limit" in message) if more else "workers of this limit" not in message
+    assert message.endswith(more)
     assert not hasattr(est, "labels_")

@@ -25,14 +25,17 @@ class MemoryParts:
     """What a method holds for a problem of n rows of d features, as its estimator's
     ``_memory_parts(n, d)`` declares it.
 
-    ``rows``: bytes per row of X of each state kept in row chunks beside X (X's own
-    copies included), spread over the workers chunk by chunk.  ``chunk_rows``: bytes per
-    row of one chunk that a task holds on top while it runs (its temporaries).
+    ``rows``: bytes per row of X of each state kept in row chunks beside X, spread over
+    the workers chunk by chunk.  ``x_rows``: bytes per row of the copies of X's centred
+    rows the chunks keep for their passes (where X is in memory: a Zarr X is read and
+    centred by each task instead).  ``chunk_rows``: bytes per row of one chunk that a
+    task holds on top while it runs (its temporaries).
     ``matrices``: how many n x n matrices of ``itemsize`` bytes it stores as blocks (their
     upper triangles).  ``client``: bytes the client holds above its start, by part.
     ``passes``: what the run reads, in words, by step."""
 
     rows: dict = field(default_factory=dict)
+    x_rows: dict = field(default_factory=dict)
     chunk_rows: dict = field(default_factory=dict)
     matrices: int = 0
     itemsize: int = 8
@@ -57,19 +60,29 @@ class WorkerShare:
         return int(sum(self.worker.values()))
 
 
-def worker_share(parts, n, n_workers, worker_memory, chunk_rows=None):
+def worker_share(parts, n, n_workers, worker_memory, chunk_rows=None, *, d=0, x_in_zarr=False, x_itemsize=8,
+                 threads=1):
     """:class:`WorkerShare` of a fit whose method declared ``parts``, on ``n_workers``
-    workers of ``worker_memory`` bytes; ``chunk_rows``: the row chunks' rows (X's)."""
+    workers of ``worker_memory`` bytes running ``threads`` tasks at once; ``chunk_rows``:
+    the row chunks' rows, of X's d features of ``x_itemsize`` bytes: in memory, a
+    worker keeps its rows of X as given beside the chunks' centred copies (``x_rows``);
+    in Zarr (``x_in_zarr``) each task reads and centres its chunk instead."""
     worker, disk = {"a worker's own footprint": cluster.WORKER_FOOTPRINT_BYTES}, {}
     share = WorkerShare(where="", worker=worker, disk=disk)
     if parts.rows:
         chunks = math.ceil(n / chunk_rows)
         rows_held = min(n, math.ceil(chunks / n_workers) * chunk_rows)        # chunks go to workers whole
         share.where, share.chunk_rows = "state in X's row chunks", int(chunk_rows)
-        for name, per_row in parts.rows.items():
+        held, per_task = dict(parts.rows), dict(parts.chunk_rows)
+        if x_in_zarr:
+            per_task["a chunk of X read and centred"] = x_itemsize * d + sum(parts.x_rows.values())
+        else:
+            held = dict({"X's rows as given": x_itemsize * d}, **parts.x_rows, **held)
+        for name, per_row in held.items():
             worker[f"{name} ({rows_held:,} rows)"] = int(per_row * rows_held)
-        for name, per_row in parts.chunk_rows.items():
-            worker[f"{name} (one task, a chunk of {chunk_rows:,} rows)"] = int(per_row * chunk_rows)
+        tasks = f"{threads} tasks" if threads > 1 else "one task"
+        for name, per_row in per_task.items():
+            worker[f"{name} ({tasks}, a chunk of {chunk_rows:,} rows each)"] = int(per_row * chunk_rows * threads)
     if parts.matrices:
         upper = parts.matrices * n * n / 2 * parts.itemsize
         share.matrices_in_memory = upper <= 0.5 * n_workers * worker_memory       # as cluster.choose_backend
@@ -93,26 +106,57 @@ def needed_limit(total):
     return int(math.ceil(total / cluster.TERMINATE_FRACTION))
 
 
-def refuse_unless_workers_hold(parts, n, chunk_rows, client, what):
-    """Before any pass: refuse (InputValueError) workers of ``client`` whose tightest
-    memory limit cannot hold their share of the row chunks' state as ``parts`` declares
-    it, naming the limit they would need and how many such workers would do; nothing
-    where the workers have no limits."""
-    memory = cluster.tightest_worker_memory(client)
-    if memory is None or not parts.rows:
+def refuse_unless_workers_hold(parts, n, chunk_rows, client, what, *, d=0, x_in_zarr=False, x_itemsize=8):
+    """Before any pass: refuse (InputValueError) ``client``'s workers where the busiest
+    one's share of the row chunks' state, as ``parts`` declares it, passes the nanny's
+    bound under the smallest memory limit, naming the limit they would need and how many
+    such workers would do (or the chunk rows that would let more workers share it);
+    nothing where the workers have no limits.  X's place and size as for
+    :func:`worker_share`."""
+    workers = list(cluster.workers_info(client).values())
+    limits = [w.get("memory_limit") or 0 for w in workers]
+    if not parts.rows or not workers or not all(limits):
         return
-    n_workers = len(cluster.workers_info(client))
-    limit = memory[0]
-    share = worker_share(parts, n, n_workers, limit, chunk_rows)
-    if share.total <= cluster.TERMINATE_FRACTION * limit:
+    limit, threads = min(limits), max(int(w.get("nthreads") or 1) for w in workers)
+    tasks = "one task's" if threads == 1 else f"{threads} tasks'"
+    where = dict(d=d, x_in_zarr=x_in_zarr, x_itemsize=x_itemsize, threads=threads)
+    bound = cluster.TERMINATE_FRACTION * limit
+
+    def total(n_workers, rows=chunk_rows):
+        return worker_share(parts, n, n_workers, limit, rows, **where).total
+
+    need = total(len(workers))
+    if need <= bound:
         return
     chunks = math.ceil(n / chunk_rows)
-    enough = next((w for w in range(n_workers + 1, chunks + 1)
-                   if worker_share(parts, n, w, limit, chunk_rows).total <= cluster.TERMINATE_FRACTION * limit),
-                  None)
-    more = f", or {enough} workers of this limit" if enough else ""
+    enough = next((w for w in range(len(workers) + 1, chunks + 1) if total(w) <= bound), None)
+    if enough:
+        more = f", or {enough} workers of this limit"
+    else:
+        # each worker holds at least one chunk: smaller chunks are what lets more workers share it
+        rows = next((r for r in (chunk_rows // 2 ** k for k in range(1, 20)) if r >= 1 and total(math.ceil(n / r), r)
+                     <= bound), None)
+        more = (f"; or X rechunked to at most {rows:,} rows a chunk (it has {chunk_rows:,}) and more workers"
+                if rows else "")
     raise InputValueError(
-        f"{what} needs about {share.total / 2**30:.2f} GiB on each of the {n_workers} workers (its row chunks' "
-        f"state, a task's temporaries and the worker's footprint; dnomad.plan itemizes it), above 95% of the "
-        f"tightest worker's memory limit of {limit / 2**30:.2f} GiB: start workers with a memory limit of at "
-        f"least {needed_limit(share.total) / 2**30:.2f} GiB{more}")
+        f"{what} needs about {need / 2**30:.2f} GiB on the busiest of the {len(workers)} workers (its share of the "
+        f"row chunks' state, {tasks} temporaries and the worker's footprint; "
+        f"dnomad.plan itemizes it), above 95% of the smallest worker memory limit, {limit / 2**30:.2f} GiB: "
+        f"start workers with a memory limit of at least {needed_limit(need) / 2**30:.2f} GiB{more}")
+
+
+def parse_size(value, what):
+    """Bytes from a positive number or a size such as "8 GiB" or "400MB" (dask's
+    parser); InputValueError naming ``what`` otherwise."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value > 0:
+        return int(value)
+    if isinstance(value, str):
+        from dask.utils import parse_bytes
+
+        try:
+            out = parse_bytes(value)
+        except ValueError:
+            out = None
+        if out:
+            return int(out)
+    raise InputValueError(f"{what} must be a positive number of bytes or a size such as '8 GiB'; got {value!r}")

@@ -5,6 +5,8 @@ import math
 import numbers
 import time
 
+import numpy as np
+
 from .. import blocks
 from .._checks import check_ints
 from ..base import (_OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONSTRAINTS, _Clustering, _Estimator,
@@ -61,14 +63,21 @@ class _RowChunkEstimator(_Clustering, _Estimator):
         if resume and checkpoints is None:
             return self                                   # finished: its result is loaded
 
+        attempts = []
+
         def attempt(resume):
             state = checkpoints.load() if resume else None
+            attempts.append(resume)
             with self._client_context(X) as client, blocks.single_threaded_blas():
-                if client is not None:        # workers too small for their share: refused before any pass
-                    n, d = (int(v) for v in blocks.input_metadata(X)["shape"])
-                    memory.refuse_unless_workers_hold(self._memory_parts(n, d), n,
-                                                      self.chunk_rows or chunk_rows_for(X, n), client,
-                                                      type(self).__name__)
+                if client is not None and len(attempts) == 1:
+                    # Workers too small for their share are refused before any pass (on the
+                    # first attempt: a restart may find fewer while a lost one comes back).
+                    meta = blocks.input_metadata(X)
+                    n, d = (int(v) for v in meta["shape"])
+                    memory.refuse_unless_workers_hold(
+                        self._memory_parts(n, d), n, self.chunk_rows or chunk_rows_for(X, n), client,
+                        type(self).__name__, d=d, x_in_zarr=meta["kind"] == "zarr",
+                        x_itemsize=np.dtype(meta["dtype"] or np.float64).itemsize)
                 data = self._row_chunks(X, client)
                 try:
                     self._solve(data, state, None if checkpoints is None else checkpoints.save)
@@ -210,11 +219,11 @@ class RiemannianKMeans(_RowChunkEstimator):
         trial point (n x (r - 1) each: U = [1 / sqrt(n), V] up to a rotation)."""
         r = self.n_clusters + 1 if self.rank is None else self.rank
         m = rk.sketch_size(self.n_components, d, self.n_clusters)
-        rows = {"X's centred rows": 8 * d,
-                f"the point V, its step and the trial point (n x {r - 1} each)": 24 * (r - 1)}
+        rows = {f"the point V, its step and the trial point (n x {r - 1} each)": 24 * (r - 1)}
         if m < d:
             rows[f"X's sketch on {m} principal components"] = 8 * m
-        return memory.MemoryParts(rows=rows, chunk_rows={"temporaries": 8 * (min(m, d) + 4 * r)},
+        return memory.MemoryParts(rows=rows, x_rows={"X's centred rows": 8 * d},
+                                  chunk_rows={"temporaries": 8 * (min(m, d) + 4 * r)},
                            client=_labels_in_client(n, self.n_clusters),
                            passes={"each Newton iteration": "a few passes over the rows (the gradient, the "
                                                             "Schur complement's products, the line search)"})
@@ -367,7 +376,8 @@ class NLR(_RowChunkEstimator):
         """What a fit on n rows of d features holds (:func:`dnomad.plan`): X's centred
         rows, U (n x r) and the multipliers y."""
         r = nlr_solver.checked_rank(n, self.n_clusters, self.rank)
-        return memory.MemoryParts(rows={"X's centred rows": 8 * d, f"U (r = {r})": 8 * r, "the multipliers y": 8},
+        return memory.MemoryParts(rows={f"U (r = {r})": 8 * r, "the multipliers y": 8},
+                                  x_rows={"X's centred rows": 8 * d},
                            chunk_rows={"temporaries": 8 * (d + 4 * r)}, client=_labels_in_client(n, self.n_clusters),
                            passes={"each iteration": "one pass over X (X^T U, then X B)"})
 

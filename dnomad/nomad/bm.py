@@ -332,17 +332,24 @@ class BurerMonteiroParams:
 
 # What a run on X's row chunks holds per row of X (bytes), declared for dnomad.plan and
 # checked against the chunks' states by the tests: X's centred rows in float64 (the
-# multiplier steps) and float32 (the start), Y and Y_prev, mu, and the optimizer's states
+# multiplier steps) and float32 (the start) where X is in memory, Y and Y_prev, mu, and
+# the optimizer's states
 # (box_optim.solver_states: 6 + 2 memory for "lbfgs", 4 for "spg"; the start's fit
 # inside them).  A task holds TASK_ROW_TEMPORARIES more n_chunk x r arrays while it runs.
 TASK_ROW_TEMPORARIES = 4
 
 
-def row_state_bytes(params, r, d):
-    """{part: bytes per row} that a run holds in X's row chunks at its peak."""
+def row_state_bytes(params, r):
+    """{part: bytes per row} that a run holds in X's row chunks at its peak, beside X."""
     work = len(solver_states("Y", params.optimizer, params.memory))
-    return {"X's centred rows (float64 and float32)": 12 * d, "Y and the last outer step's Y": 16 * r,
-            f"the optimizer's {work} states of r columns": 8 * r * work, "the row-sum multipliers mu": 8}
+    return {"Y and the last outer step's Y": 16 * r, f"the optimizer's {work} states of r columns": 8 * r * work,
+            "the row-sum multipliers mu": 8}
+
+
+def x_copy_bytes(d):
+    """Bytes per row of the centred copies of X the chunks keep for a run's passes (X
+    in memory): float64 for the multiplier steps, float32 for the start."""
+    return {"X's centred rows (float64 and float32)": 12 * d}
 
 
 def lagrangian(Y, DY, mu, lam, K, sigma, phi):

@@ -214,9 +214,11 @@ class NOMAD(_Clustering, _Estimator):
         Both have ``matmat``, ``diag`` and ``np.asarray(Q_)`` (dense; small n).
     Y_ : ndarray or dask array (n, r)
         (bm) The factor: Q = Y Y^T (in the store: ``result/Y``, row-chunked).  A dask
-        array over the store where the row chunks were on a cluster's workers and a
-        ``store`` was given (the chunks wrote it; nothing n x r came to this process);
-        so is ``embedding_`` then.
+        array over the store where a single-layer fit on data ran its row chunks on a
+        cluster's workers with a ``store`` (the chunks wrote it; nothing n x r came to
+        this process), and so is ``embedding_`` then: they read the store when
+        computed, so a later fit that overwrites that store changes them (compute them
+        first to keep them).
     layers_ : list of dict
         Per layer: sdp_k, n_iter, stop_reason, objective, seconds, start (bm: the
         symmetric NMF start's method, iterations, converged, products, passes and
@@ -225,7 +227,7 @@ class NOMAD(_Clustering, _Estimator):
         kept, else None; the last layer's is ``Q_``).
     embedding_ : ndarray or dask array (n, n_components)
         Leading eigenvectors of Q (after the constant one) scaled by sqrt(eigenvalue),
-        each signed so that its largest entry is positive.
+        each signed so that its entry of largest magnitude is positive.
     labels_ : ndarray (n,)
     label_method_used_ : {"components", "spectral"}
         The rule that gave ``labels_``.
@@ -417,24 +419,24 @@ class NOMAD(_Clustering, _Estimator):
                 client["Y, gathered to look for Q's components"] = 8 * n * r
             if first.optimizer == "scipy":
                 client["SciPy's L-BFGS-B on Y gathered (the reference optimizer)"] = 8 * n * r * 24
-            for params in params_list[1:]:       # a later layer's D is the last Y Y^T, in this process
-                r_l = params.resolved_rank(n)
-                client[f"layer K = {params.n_clusters}: its Y's states here (r = {r_l}) and the last Y"] = (
-                    sum(bm.row_state_bytes(params, r_l, 0).values()) * n + 8 * n * r)
+            if len(params_list) > 1:             # a later layer's D is the last Y Y^T, in this process
+                client["the later layers' Y and states (in this process, one layer at a time)"] = max(
+                    sum(bm.row_state_bytes(params, params.resolved_rank(n)).values()) * n + 8 * n * r
+                    for params in params_list[1:])
             passes = {"start": f"symmetric NMF by ADMM: 2 passes over X an iteration, at most "
                                f"{first.start_max_iter}",
                       "each evaluation of L": "2 passes over X (X^T Y, then X B), each task also reading and "
                                               f"writing its rows of the optimizer's states (r = {r})",
                       "outer steps": f"at most {first.max_iter}; each an inner solve of up to "
                                      f"{first.inexact_max_iter} iterations (inexact) or {first.inner_max_iter}"}
-            return memory.MemoryParts(rows=bm.row_state_bytes(first, r, d),
+            return memory.MemoryParts(rows=bm.row_state_bytes(first, r), x_rows=bm.x_copy_bytes(d),
                                chunk_rows={"temporaries": 8 * r * bm.TASK_ROW_TEMPORARIES}, client=client,
                                passes=passes)
         itemsize = blocks.check_dtype(self.dtype).itemsize
         if self.solver == "bm":             # D given as a matrix, stored in blocks; Y in this process
             r = first.resolved_rank(n)
             return memory.MemoryParts(matrices=1, itemsize=itemsize, client=dict(labels, **{
-                "Y and the optimizer's states (in this process)": sum(bm.row_state_bytes(first, r, 0).values()) * n}),
+                "Y and the optimizer's states (in this process)": sum(bm.row_state_bytes(first, r).values()) * n}),
                 passes={"each evaluation of L": "a pass over D's blocks (D Y)"})
         K = first.n_clusters
         k = min(first.block_rank or 2 * K + 8, max(1, n - 2))
@@ -620,10 +622,15 @@ class NOMAD(_Clustering, _Estimator):
         else:
             backend = choose_backend(self.backend, n, dtype, n_matrices=1, store=store, what="the matrix D")
 
+        attempts = []
+
         def attempt(resume):
             client_ctx = client_context(backend, n) if source.matrix is None else contextlib.nullcontext(None)
             with client_ctx as client:
-                D, group = self._bm_operator(source, backend, client, dtype)
+                # The workers' room is checked on the first attempt only: a restart may
+                # find fewer workers while the nanny brings a lost one back.
+                attempts.append(resume)
+                D, group = self._bm_operator(source, backend, client, dtype, check_workers=len(attempts) == 1)
                 try:
                     done = finished_layers(store) if resume else 0
                     self.layers_ = _layer_records(store, done)
@@ -657,7 +664,7 @@ class NOMAD(_Clustering, _Estimator):
                     else:
                         with blocks.RowState(n) as space:
                             space.put("Y", res.Y)
-                            self._finish_bm(res, space, start)
+                            self._finish_bm(res, space, start, Y=res.Y)
                 finally:
                     if group is not None and source.matrix is None:
                         group.close()
@@ -669,17 +676,19 @@ class NOMAD(_Clustering, _Estimator):
                                             rebuildable=source.matrix is None)
         self.backend_used_ = backend
 
-    def _bm_operator(self, source, backend, client, dtype):
+    def _bm_operator(self, source, backend, client, dtype, check_workers=True):
         """D / ||D||_F as an operator (Burer-Monteiro's normalization), and the block
         group holding D if there is one; for data, X's row chunks (here or on the
         client's workers) for both: D is their rows' normalized Gram matrix."""
         if source.is_data:
             X = source.zarr_data if source.zarr_data is not None else source.data
-            if backend == "distributed":
+            if backend == "distributed" and check_workers:
                 # Workers too small for their share of Y's states are refused before any pass.
-                n, d = (int(v) for v in blocks.input_metadata(X)["shape"])
+                meta = blocks.input_metadata(X)
+                n, d = (int(v) for v in meta["shape"])
                 memory.refuse_unless_workers_hold(self._memory_parts(n, d), n, chunk_rows_for(X, n), client,
-                                                  "NOMAD (Burer-Monteiro)")
+                                                  "NOMAD (Burer-Monteiro)", d=d, x_in_zarr=meta["kind"] == "zarr",
+                                                  x_itemsize=np.dtype(meta["dtype"]).itemsize)
             chunks = blocks.RowChunks(X, client=client if backend == "distributed" else None,
                                       center=self.center, on_digest=source.content_check(self.store))
             return chunks, chunks
@@ -695,10 +704,11 @@ class NOMAD(_Clustering, _Estimator):
             raise InputValueError("the input matrix is zero")
         return ScaledMatrix(D, fro, fro), D.group
 
-    def _finish_bm(self, res, space, start):
+    def _finish_bm(self, res, space, start, Y=None):
         """Labels, embedding and the stored result from Y in state "Y" of ``space`` (X's
-        row chunks, or a RowState): every pass is over the chunks, so Y is gathered here
-        only where the components are looked for (n <= AUTO_COMPONENTS_MAX_N) or the
+        row chunks, or a RowState holding ``Y``, the solver's): every pass is over the
+        chunks, so Y is gathered here only where the components are looked for
+        (label_method "components", or "auto" with n <= AUTO_COMPONENTS_MAX_N) or the
         result is kept in this process.  On a cluster's workers with a ``store``, the
         chunks write Y and the embedding to it and ``Y_``, ``embedding_`` are dask arrays
         over the store (``Q_`` reads Y when first used): the client holds O(r^2) numbers
@@ -721,7 +731,8 @@ class NOMAD(_Clustering, _Estimator):
             self.Y_ = run_store.lazy_rows(self.store, "result/Y")
             self.embedding_ = run_store.lazy_rows(self.store, "result/embedding")
         else:
-            self.Y_, self.embedding_ = space.get("Y"), space.get("embedding")
+            self.Y_ = space.get("Y") if Y is None else Y
+            self.embedding_ = space.get("embedding")
         space.drop("embedding")
         self.Q_ = LowRankGram(self.Y_)
         self.layers_[-1]["Q"] = self.Q_
