@@ -108,8 +108,9 @@ def plan(data, method="nomad", *, n_workers=None, worker_memory=None, threads_pe
     est = ESTIMATORS[method](**params)
     validate_params(est)
     if not hasattr(est, "_memory_parts"):
+        covered = sorted(m for m, c in ESTIMATORS.items() if hasattr(c, "_memory_parts"))
         raise InputValueError(f"dnomad.plan does not cover method {method!r}: its estimator declares no memory "
-                              f"parts (covered: {sorted(m for m, c in ESTIMATORS.items() if hasattr(c, '_memory_parts'))})")
+                              f"parts (covered: {covered})")
     n, d = _shape_of(data)
     for check in ("_check", "_check_sizes"):          # the checks a fit makes before any pass
         if hasattr(est, check):

@@ -164,7 +164,7 @@ LLOYD_MAX_ITER = 300
 
 
 def kmeans_partition(data, K, random_state=None, *, max_iter=LLOYD_MAX_ITER, x_state=None):
-    """Labels (n,) of the rows of ``data`` (a :class:`dnomad.blocks.RowChunks`) by
+    """Labels (n,) of the rows of ``data`` (a :class:`dnomad.blocks.RowChunks` or RowState) by
     k-means: :func:`dnomad.rounding.kmeans_rows` on min(n, SEED_SAMPLE_ROWS) rows drawn
     uniformly, then Lloyd's iterations over every row until no label changes (or
     ``max_iter``).  Costs one pass to draw the sample and one per iteration (O(n d K)

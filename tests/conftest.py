@@ -16,23 +16,50 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     threadpool_limits(1)
 
 
-def local_cluster_client(n_workers):
+def local_cluster_client(n_workers, set_as_default=True):
     """A real dask.distributed cluster: ``n_workers`` worker processes, 1 thread each
     (a generator for fixtures: yields the client, closes both after)."""
     from distributed import Client, LocalCluster
 
     cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
                            dashboard_address=None)
-    client = Client(cluster)
+    client = Client(cluster, set_as_default=set_as_default)
     yield client
     client.close()
     cluster.close()
 
 
 @pytest.fixture(scope="session")
-def cluster_client():
-    """2 worker processes, 1 thread each."""
-    yield from local_cluster_client(2)
+def session_cluster():
+    """2 worker processes, 1 thread each, started once; nobody's default client."""
+    yield from local_cluster_client(2, set_as_default=False)
+
+
+def _only_default_client(monkeypatch, client=None):
+    import weakref
+
+    from distributed import client as distributed_client
+
+    monkeypatch.setattr(distributed_client, "_global_clients", weakref.WeakValueDictionary())
+    assert distributed_client._current_client.get() is None
+    if client is not None:
+        distributed_client._set_global_client(client)
+
+
+@pytest.fixture
+def cluster_client(session_cluster, monkeypatch):
+    """The session's cluster, the connected client for this test only: as the session's
+    default client it would send every later test's "auto" paths (on its xdist worker)
+    to its workers, whichever files ran first."""
+    _only_default_client(monkeypatch, session_cluster)
+    return session_cluster
+
+
+@pytest.fixture
+def no_default_client(monkeypatch):
+    """No connected dask.distributed client for the test's duration (a module-scoped
+    fixture's client would otherwise be its tests' default)."""
+    _only_default_client(monkeypatch)
 
 
 @pytest.fixture

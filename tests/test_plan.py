@@ -14,6 +14,9 @@ from dnomad.cli import main
 from dnomad.data import gaussian_blobs
 from dnomad.errors import InputValueError
 
+# Fits and plans here run in this process unless a test connects its own cluster.
+pytestmark = pytest.mark.usefixtures("no_default_client")
+
 
 def _state_bytes(chunks):
     total = 0

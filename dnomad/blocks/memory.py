@@ -96,7 +96,8 @@ def worker_share(parts, n, n_workers, worker_memory, chunk_rows=None, *, d=0, x_
         else:
             share.where = "n x n matrices in blocks in Zarr (the store)"
             disk[f"{parts.matrices} n x n matrices' upper blocks"] = int(upper)
-        worker[f"one task's blocks ({cluster.TASK_BLOCKS})"] = cluster.TASK_BLOCKS * share.block_size**2 * parts.itemsize
+        task_blocks = cluster.TASK_BLOCKS * share.block_size**2 * parts.itemsize
+        worker[f"one task's blocks ({cluster.TASK_BLOCKS})"] = task_blocks
     return share
 
 
