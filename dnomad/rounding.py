@@ -163,13 +163,14 @@ SEED_SAMPLE_ROWS = 20000
 LLOYD_MAX_ITER = 300
 
 
-def kmeans_partition(data, K, random_state=None, *, max_iter=LLOYD_MAX_ITER, x_state=None):
+def kmeans_partition(data, K, random_state=None, *, max_iter=LLOYD_MAX_ITER, x_state=None, init=None):
     """Labels (n,) of the rows of ``data`` (a :class:`dnomad.blocks.RowChunks` or RowState) by
     k-means: :func:`dnomad.rounding.kmeans_rows` on min(n, SEED_SAMPLE_ROWS) rows drawn
-    uniformly, then Lloyd's iterations over every row until no label changes (or
-    ``max_iter``).  Costs one pass to draw the sample and one per iteration (O(n d K)
-    each); the client holds the sample and K centres.  A centre left without rows keeps
-    its place.  ``x_state``: the rows are that state of the chunks (e.g. X's sketch)."""
+    uniformly (``init``: K starting centres it tries beside its seedings), then Lloyd's
+    iterations over every row until no label changes (or ``max_iter``).  Costs one pass
+    to draw the sample and one per iteration (O(n d K) each); the client holds the
+    sample and K centres.  A centre left without rows keeps its place.  ``x_state``: the
+    rows are that state of the chunks (e.g. X's sketch)."""
     rng = np.random.default_rng(random_state)
     n = data.n
     picked = np.zeros((n, 1), dtype=bool)
@@ -177,7 +178,7 @@ def kmeans_partition(data, K, random_state=None, *, max_iter=LLOYD_MAX_ITER, x_s
     data.put("kmeans_pick", picked)
     sample = np.concatenate(data.map(_picked_rows, x_state=x_state), axis=0)
     data.drop("kmeans_pick")
-    seed = kmeans_rows(sample, K, rng)
+    seed = kmeans_rows(sample, K, rng, init=init)
     centres = np.stack([sample[seed == k].mean(axis=0) if np.any(seed == k) else sample[rng.integers(len(sample))]
                         for k in range(K)])
     data.put("kmeans_labels", np.full((n, 1), -1, dtype=np.int64))
@@ -192,6 +193,55 @@ def kmeans_partition(data, K, random_state=None, *, max_iter=LLOYD_MAX_ITER, x_s
     labels = data.get("kmeans_labels")[:, 0]
     data.drop("kmeans_labels")
     return labels
+
+
+def factor_labels(space, name, K, random_state=0, method="kmeans"):
+    """Labels (n,) of a K-means SDP factor U (Z = U U^T), the state ``name`` of a row
+    space (a :class:`dnomad.blocks.RowChunks` or RowState), with U left where it is.
+    Lemma 1 of the Riemannian K-means paper: at the optimum in the exact-recovery regime
+    rows of one group coincide and rows of different groups are orthogonal, so K
+    representatives picked by farthest-point traversal (from the row of largest norm; K
+    passes over U, O(n r) each) label every row by the nearest one (``method=
+    "farthest"``, one more pass).  Off that regime (real data) the rows spread and
+    k-means rounds far better: ``"kmeans"`` (the default) is :func:`kmeans_partition` on
+    U's rows with the representatives as one more seeding.  Groups are numbered by first
+    appearance; the client holds K rows of U (and k-means' sample)."""
+    if method not in ("kmeans", "farthest"):
+        raise InputValueError(f"method must be 'kmeans' or 'farthest'; got {method!r}")
+    reps = []
+    try:
+        for _ in range(K):
+            found = space.map(_farthest_row, reps[-1] if reps else None, x_state=name)
+            reps.append(max(found, key=lambda f: f[0])[1])        # the first chunk's on a tie: np.argmax's
+    finally:
+        space.drop("_farthest_d2")
+    reps = np.array(reps)
+    if method == "kmeans":
+        labels = kmeans_partition(space, K, random_state, x_state=name, init=reps)
+    else:
+        labels = np.concatenate(space.map(_nearest_row, reps, x_state=name))
+    return numbered_by_appearance(labels)
+
+
+def _farthest_row(chunk, rep):
+    """Farthest-point traversal's step on a chunk: each row's squared distance to the
+    representatives so far (``rep`` the newest; None: the first is the row of largest
+    norm) and the chunk's farthest row, (its distance, its values)."""
+    U = chunk["X"]
+    if rep is None:
+        d2 = np.einsum("ij,ij->i", U, U)
+    else:
+        d2 = np.sum((U - rep) ** 2, axis=1)
+        if "_farthest_d2" in chunk:
+            d2 = np.minimum(chunk["_farthest_d2"][:, 0], d2)
+        chunk["_farthest_d2"] = d2[:, None]
+    i = int(np.argmax(d2))
+    return float(d2[i]), np.array(U[i])
+
+
+def _nearest_row(chunk, reps):
+    U = chunk["X"]
+    return np.argmin(np.stack([np.sum((U - rep) ** 2, axis=1) for rep in reps], axis=1), axis=1)
 
 
 def _picked_rows(chunk):

@@ -12,7 +12,9 @@ trefoil knot (``trefoil_knot(n, noise=0.05)``) read from a Zarr path in chunks o
 rows, until its stopping rule or ``--bm-timeout`` seconds (then recorded as not finished,
 with the outer steps it had made).  The row capped at 2 outer steps measures the result
 (labels, embedding, Y written: its seconds from the last step) and the client's memory
-for it, beside the same row with a ``--baseline`` checkout's dnomad.
+for it, beside the same row with a ``--baseline`` checkout's dnomad.  The "nlr" row runs
+``NLR(n_clusters=8, max_iter=30)`` on the same rows and cluster and measures the same
+(its start, 30 iterations, then the labels and U written), beside a ``--baseline`` too.
 
     python graphs/scale.py              # run every row (each replaces its row in scale.json), draw scale.png
     python graphs/scale.py --only bm    # the rows whose name contains "bm"
@@ -46,7 +48,10 @@ ROWS = (  # (name, method, n, worker memory limit in MiB, block_size (None: the 
     ("NOMAD bm, defaults, 10^6 trefoil rows from Zarr, 2 x 8 GiB", "nomad_bm", 1_000_000, 8192, None),
     ("NOMAD bm, 2 outer steps then the result, 10^6 trefoil rows from Zarr, 2 x 8 GiB", "nomad_bm", 1_000_000,
      8192, 2),
+    ("NLR, 30 iterations then the result, 10^6 trefoil rows from Zarr, 2 x 8 GiB", "nlr", 1_000_000, 8192, 30),
 )
+# The rows whose solver runs on X's row chunks (each in a child process: see run_chunks_row).
+ROW_CHUNK_METHODS = ("nomad_bm", "nlr")
 BM_CHUNK_ROWS = 62_500
 TERMINATE_FRACTION = 0.95
 # Workers that neither pause nor spill: the nanny's terminate threshold is the only bound.
@@ -73,30 +78,39 @@ def _block_side(store, n):
     return int(sides.pop()) if len(sides) == 1 else None
 
 
-def _bm_row_fields(name, n, limit_mib, max_iter):
-    return {"name": name, "method": "nomad_bm", "n": n, "worker_limit_mib": limit_mib, "block_size_given": None,
+def _chunks_row_fields(name, method, n, limit_mib, max_iter):
+    return {"name": name, "method": method, "n": n, "worker_limit_mib": limit_mib, "block_size_given": None,
             "max_iter": max_iter, "commit": code_commit()}
 
 
-def run_bm_row(name, n, limit_mib, max_iter, timeout):
-    """NOMAD bm with its defaults (``max_iter`` None) or at most ``max_iter`` outer steps
-    on n trefoil rows from a Zarr path, on a fresh 2-worker LocalCluster in a child
-    process, stopped at ``timeout`` seconds (wall, the data's making and the cluster's
-    start included); a row stopped so gives the outer steps it made and their fit
-    seconds."""
-    outer, fields = [], _bm_row_fields(name, n, limit_mib, max_iter)          # the code the row measures
-    status, row, wall = run_in_fresh_process(_bm_child, (name, n, limit_mib, max_iter), timeout,
-                                             on_progress=outer.append)
+def run_chunks_row(name, method, n, limit_mib, max_iter, timeout):
+    """NOMAD bm with its defaults (``max_iter`` None) or at most ``max_iter`` outer steps,
+    or NLR for ``max_iter`` iterations, on n trefoil rows from a Zarr path, on a fresh
+    2-worker LocalCluster in a child process, stopped at ``timeout`` seconds (wall, the
+    data's making and the cluster's start included); a row stopped so gives the steps
+    it made (bm: outer steps and their evaluations) and their fit seconds."""
+    steps, fields = [], _chunks_row_fields(name, method, n, limit_mib, max_iter)     # the code the row measures
+    status, row, wall = run_in_fresh_process(_chunks_child, (name, method, n, limit_mib, max_iter), timeout,
+                                             on_progress=steps.append)
     if status == "ok":
         return row
     return dict(fields, status=status, wall=wall,
-                seconds=outer[-1]["fit_seconds"] if outer else None, n_iter=len(outer),
-                evaluations=sum(r["evaluations"] for r in outer),
-                row_sum_violation=outer[-1]["row_sum_violation"] if outer else None,
+                seconds=steps[-1]["fit_seconds"] if steps else None, n_iter=steps[-1]["iteration"] if steps else 0,
+                evaluations=sum(r.get("evaluations", 0) for r in steps) if method == "nomad_bm" else None,
+                row_sum_violation=steps[-1].get("row_sum_violation") if steps else None,
                 worker_peaks_mib=[], client_rise_mib=float("nan"))
 
 
-def _bm_child(name, n, limit_mib, max_iter, queue):
+def _chunks_estimator(method, store, callback, max_iter):
+    import dnomad
+
+    if method == "nlr":
+        return dnomad.NLR(n_clusters=8, max_iter=max_iter, store=store, callback=callback)
+    options = {} if max_iter is None else {"max_iter": max_iter}
+    return dnomad.NOMAD(n_clusters=8, solver="bm", store=store, callback=callback, **options)
+
+
+def _chunks_child(name, method, n, limit_mib, max_iter, queue):
     if os.environ.get("DNOMAD_CHECKOUT"):       # a --baseline row: that checkout's dnomad
         sys.path.insert(0, os.environ["DNOMAD_CHECKOUT"])
     import dask
@@ -107,7 +121,7 @@ def _bm_child(name, n, limit_mib, max_iter, queue):
     from dnomad.blocks.engine import _worker_peak_rss
     from dnomad.data import trefoil_knot
 
-    row = dict(_bm_row_fields(name, n, limit_mib, max_iter), dnomad_path=os.path.dirname(dnomad.__file__))
+    row = dict(_chunks_row_fields(name, method, n, limit_mib, max_iter), dnomad_path=os.path.dirname(dnomad.__file__))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "X.zarr")
         X = trefoil_knot(n, noise=0.05)[0]
@@ -121,27 +135,29 @@ def _bm_child(name, n, limit_mib, max_iter, queue):
 
             def callback(row):
                 last_step[0] = time.perf_counter()
-                print(f"  outer step {row['iteration']}: {row['evaluations']} evaluations, row-sum violation "
-                      f"{row['row_sum_violation']:.2e}, {time.perf_counter() - t0:.0f} s", flush=True)
+                measures = ", ".join(f"{key} {row[key]:.3g}" for key in ("evaluations", "row_sum_violation",
+                                                                        "infeasibility") if key in row)
+                print(f"  step {row['iteration']}: {measures}, {time.perf_counter() - t0:.0f} s", flush=True)
                 queue.put({"progress": dict(row, fit_seconds=time.perf_counter() - t0)})
 
-            options = {} if max_iter is None else {"max_iter": max_iter}
-            est = dnomad.NOMAD(n_clusters=8, solver="bm", store=os.path.join(tmp, "run.zarr"), callback=callback,
-                               **options)
+            est = _chunks_estimator(method, os.path.join(tmp, "run.zarr"), callback, max_iter)
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
                     est.fit(path)
-                start = est.layers_[0].get("start") or {}
                 row.update(status="ok", stop_reason=est.stop_reason_, n_iter=int(est.n_iter_),
-                           evaluations=int(sum(h["evaluations"] for h in est.history_)),
-                           row_sum_violation=est.history_[-1]["row_sum_violation"], sdp_k=int(est.sdp_k_),
-                           rank=int(est.Y_.shape[1]), start_seconds=start.get("seconds"),
-                           start_iterations=start.get("iterations"), label_method_used=est.label_method_used_,
                            fit_seconds=est.fit_seconds_,
-                           # from the last outer step's end: its checkpoint, the labels, the
-                           # embedding and the result written
+                           # from the last step's end: its checkpoint, the labels (bm: and the
+                           # embedding) and the result written
                            result_seconds=time.perf_counter() - last_step[0])
+                if method == "nlr":
+                    row.update(infeasibility=est.infeasibility_, rank=int(est.U_.shape[1]))
+                else:
+                    start = est.layers_[0].get("start") or {}
+                    row.update(evaluations=int(sum(h["evaluations"] for h in est.history_)),
+                               row_sum_violation=est.history_[-1]["row_sum_violation"], sdp_k=int(est.sdp_k_),
+                               rank=int(est.Y_.shape[1]), start_seconds=start.get("seconds"),
+                               start_iterations=start.get("iterations"), label_method_used=est.label_method_used_)
             except Exception as exc:  # noqa: BLE001 - a killed run is a result of this benchmark
                 row.update(status=f"failed: {type(exc).__name__}: {exc}"[:300])
             row["seconds"] = time.perf_counter() - t0
@@ -151,9 +167,9 @@ def _bm_child(name, n, limit_mib, max_iter, queue):
     queue.put(row)
 
 
-def bm_plan(n, limit_mib):
-    """dnomad.plan's prediction for a bm row (this checkout's dnomad): each worker's and
-    the client's bytes in MiB, from an X of the row's shape and chunks (metadata only)."""
+def chunks_plan(method, n, limit_mib):
+    """dnomad.plan's prediction for a row-chunk row (this checkout's dnomad): each worker's
+    and the client's bytes in MiB, from an X of the row's shape and chunks (metadata only)."""
     import zarr
 
     import dnomad
@@ -161,8 +177,9 @@ def bm_plan(n, limit_mib):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "X.zarr")
         zarr.create_array(store=path, shape=(n, 3), chunks=(BM_CHUNK_ROWS, 3), dtype="f8")
-        plan = dnomad.plan(path, "nomad", n_clusters=8, solver="bm", store=os.path.join(tmp, "run.zarr"),
-                           n_workers=2, worker_memory=limit_mib * 2**20)
+        params = {"solver": "bm"} if method == "nomad_bm" else {}
+        plan = dnomad.plan(path, "nlr" if method == "nlr" else "nomad", n_clusters=8,
+                           store=os.path.join(tmp, "run.zarr"), n_workers=2, worker_memory=limit_mib * 2**20, **params)
     return {"plan_worker_mib": plan.worker_total / 2**20, "plan_client_mib": plan.client_total / 2**20}
 
 
@@ -205,18 +222,18 @@ def _block(row):
 def table(result):
     lines = ["| run | n | worker limit | block | status | seconds | worker peaks (MiB) | of the 95% bound | client rise |",
              "|---|---|---|---|---|---|---|---|---|"]
-    bm = [r for r in result["rows"] if r["method"] == "nomad_bm"]
+    chunked = [r for r in result["rows"] if r["method"] in ROW_CHUNK_METHODS]
     for r in result["rows"]:
         peak = max(r["worker_peaks_mib"]) if r["worker_peaks_mib"] else float("nan")
         seconds = "-" if r["seconds"] is None else f"{r['seconds']:.1f}"
         lines.append(f"| {r['name']} | {r['n']} | {r['worker_limit_mib']} MiB | {_block(r)} | "
                      f"{r['status']} | {seconds} | {', '.join(f'{p:.0f}' for p in r['worker_peaks_mib'])} | "
                      f"{peak / (TERMINATE_FRACTION * r['worker_limit_mib']):.2f} | {r['client_rise_mib']:.0f} MiB |")
-    if bm:
-        lines += ["", "| NOMAD bm run | stop | outer steps | evaluations | row-sum violation | start (s) | labels | "
+    if chunked:
+        lines += ["", "| row-chunk run | stop | steps | evaluations | row-sum violation | start (s) | labels | "
                       "result (s) | worker peak / plan (MiB) | client rise / plan (MiB) |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in bm:
+        for r in chunked:
             start, violation, finish = r.get("start_seconds"), r.get("row_sum_violation"), r.get("result_seconds")
             peak = max(r["worker_peaks_mib"]) if r["worker_peaks_mib"] else None
             lines.append(f"| {r['name']} | {r.get('stop_reason', r['status'])} | {r.get('n_iter', '-')} | "
@@ -251,7 +268,7 @@ def plot(result, path):
     ax.set_xscale("log")
     ax.set_xlabel("MiB")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
-    ax.set_title(f"graphs/scale.py: NOMAD (two rings, n = 6,000; bm: trefoil, n = 10^6), SymNMF (blobs, n = 8,000)\n"
+    ax.set_title(f"graphs/scale.py: NOMAD (two rings, n = 6,000; bm and NLR: trefoil, n = 10^6), SymNMF (blobs, n = 8,000)\n"
                  f"backend 'zarr', 2 workers "
                  f"({result['environment']['machine']}, at {result['environment']['commit']})", fontsize=9)
     fig.tight_layout()
@@ -292,9 +309,9 @@ def main(argv=None):
     p.add_argument("--plot-only", action="store_true")
     p.add_argument("--only", help="run only the rows whose name contains this text")
     p.add_argument("--bm-timeout", type=float, default=3600.0,
-                   help="seconds a nomad_bm row may take before it is recorded as not finished (default 3600)")
+                   help="seconds a nomad_bm or nlr row may take before it is recorded as not finished (default 3600)")
     p.add_argument("--baseline", metavar="PATH",
-                   help="also run the nomad_bm rows with the dnomad package of the checkout at PATH (an earlier "
+                   help="also run the nomad_bm and nlr rows with the dnomad package of the checkout at PATH (an earlier "
                         "commit: git worktree add PATH <commit>), as rows named '<row> (dnomad at <commit>)'")
     args = p.parse_args(argv)
     path = os.path.join(HERE, "scale.json")
@@ -315,16 +332,16 @@ def main(argv=None):
     for name, method, n, limit, block_size in ROWS:
         if args.only is not None and args.only not in name:
             continue
-        if method != "nomad_bm":
+        if method not in ROW_CHUNK_METHODS:
             row = run_row(name, method, n, limit, block_size)
             merge_row(path, result, dict(row, command=command), key=lambda r: r["name"])
             continue
         for code in ([None, args.baseline] if args.baseline else [None]):
             with _package_at(code) as commit:
                 row_name = name if code is None else f"{name} (dnomad at {commit})"
-                row = run_bm_row(row_name, n, limit, block_size, args.bm_timeout)
+                row = run_chunks_row(row_name, method, n, limit, block_size, args.bm_timeout)
             if code is None:
-                row.update(bm_plan(n, limit))
+                row.update(chunks_plan(method, n, limit))
             merge_row(path, result, dict(row, command=command), key=lambda r: r["name"])
     print(table(result))
     write_result(HERE, "scale", result, plot)

@@ -91,7 +91,7 @@ def test_random_rows_are_the_same_however_the_rows_are_cut():
     """The starts are drawn by the row chunks where they live: row i's values depend on the
     key and i only, not on the cut (blocks of RANDOM_BLOCK_ROWS rows, each its own
     stream), and they have the distribution asked for."""
-    from dnomad.nomad.bm import RANDOM_BLOCK_ROWS, random_rows
+    from dnomad.blocks.rows import RANDOM_BLOCK_ROWS, random_rows
 
     n = 3 * RANDOM_BLOCK_ROWS + 123
     whole = random_rows(7, 0, n, 5)

@@ -155,6 +155,56 @@ class _Stop(Exception):
 
 
 @pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
+def test_nlr_on_workers_leaves_u_in_the_store_and_gathers_only_labels(tmp_path, cluster_client, monkeypatch):
+    """On the workers with a store NLR's starts, U and the labels stay in the row chunks:
+    the client gathers the k-means labels alone (the start's and the rounding's), U_ is a
+    dask array over the store equal to the run in this process, and a finished run
+    loads it lazily again; two starts keep the better one's U in the chunks."""
+    import dask.array as da
+
+    gathered = []
+    get = RowChunks.get
+    monkeypatch.setattr(RowChunks, "get", lambda self, name: gathered.append(name) or get(self, name))
+    X, y = gmm_simplex(300, n_clusters=3, gamma=1.5, random_state=1)
+    url = write_zarr(tmp_path / "X.zarr", X, 64)
+    kw = dict(n_clusters=3, n_init=2, max_iter=300, random_state=0)
+    here = dnomad.NLR(**kw, backend="local", store=str(tmp_path / "here.zarr")).fit(url)
+    assert isinstance(here.U_, np.ndarray)
+    gathered.clear()
+    store = str(tmp_path / "workers.zarr")
+    workers = dnomad.NLR(**kw, backend="distributed", store=store).fit(url)
+    assert set(gathered) == {"kmeans_labels"}
+    for est in (workers, dnomad.NLR(**kw, backend="distributed", store=store).fit(url, resume=True)):
+        assert isinstance(est.U_, da.Array)
+        np.testing.assert_array_equal(np.asarray(est.U_), here.U_)
+        np.testing.assert_array_equal(est.labels_, here.labels_)
+    np.testing.assert_allclose(here.membership() @ np.ones(len(X)), 1.0, atol=1e-3)     # U U^T 1 = 1
+    assert clustering_accuracy(y, workers.labels_) > 0.9
+    assert run_store.read_result(store)["lazy_arrays"] == ["U"]
+    assert run_store.read_result(str(tmp_path / "here.zarr"))["lazy_arrays"] == []
+
+
+def test_factor_labels_are_the_same_however_the_rows_are_chunked(rng):
+    """Farthest-point representatives then k-means over row chunks of U: the same labels
+    from one chunk in this process as from 7-row chunks; on a planted factor (rows of a
+    group equal, groups orthogonal) both methods give the groups."""
+    from dnomad.blocks import RowState
+    from dnomad.kmeans_sdp import lloyd
+    from dnomad.rounding import factor_labels
+
+    truth = rng.integers(0, 4, 90)
+    U = lloyd.partition_factor(truth, 4, 5) + 0.02 * rng.random((90, 5))
+    for method in ("kmeans", "farthest"):
+        runs = []
+        for chunk_rows in (None, 7):
+            with RowState(90, chunk_rows=chunk_rows) as space:
+                space.put("U", U)
+                runs.append(factor_labels(space, "U", 4, 0, method))
+        np.testing.assert_array_equal(runs[0], runs[1])
+        assert clustering_accuracy(truth, runs[0]) == 1.0
+
+
+@pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
 @pytest.mark.parametrize("method,kw", [
     ("riemannian-kmeans", dict(mu=[0.1, 0.02], checkpoint_every=3, min_eigenvalue="final")),
     # Stages shorter than checkpoint_every: only their starts are saved.
@@ -188,7 +238,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_the_uninterrupted_result(me
     ck = run_store.Checkpoints(store, f"{method}_checkpoint").latest()
     assert ck["init"] == 1
     if method == "nlr":
-        assert ck["held"] == ["W", "y"]                 # written by the row chunks, not gathered
+        assert ck["held"] == ["W", "best_U", "y"]       # written by the row chunks, not gathered
     ran = []
     if as_path:
         resumed = dnomad.resume(store, callback=lambda row: ran.append(row))

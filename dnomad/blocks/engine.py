@@ -422,10 +422,14 @@ class BlockGroup:
             self._wait(lambda: [shard.build(keys, builder, [args_for(k) for k in keys])
                                 for shard, keys in self._shard_keys()])  # re-raises a builder's error
         else:
-            for name in new:
-                self._new_zarr(name)
-            locs = dict(self._locs)
-            self._run_tasks(_zarr_build_task, lambda key: (locs, self.layout, key, builder, args_for(key)))
+            from .store import writing
+
+            with writing(self.store, f"the working matrices {sorted(names)} (under {self.prefix}/)",
+                         keep="checkpoints already written are intact", store_errors_only=True):
+                for name in new:
+                    self._new_zarr(name)
+                locs = dict(self._locs)
+                self._run_tasks(_zarr_build_task, lambda key: (locs, self.layout, key, builder, args_for(key)))
         nbytes = self.matrix_nbytes * len(names)
         self.passes.add(PassRecord(f"build:{','.join(names)}", len(self.layout.keys), 0, nbytes,
                                    time.perf_counter() - t0))

@@ -63,6 +63,30 @@ def chunk_rows_for(X, n):
     return default_chunk_rows(n)
 
 
+# Random rows are drawn in fixed blocks of this many rows, each from its own stream, so that
+# row i's values do not depend on how the rows are chunked.
+RANDOM_BLOCK_ROWS = 4096
+
+
+def stream_key(rng):
+    """A key for :func:`random_rows` drawn from the generator ``rng``."""
+    return int(rng.integers(2**63))
+
+
+def random_rows(key, r0, r1, width, draw="standard_normal"):
+    """Rows r0..r1 of an n x ``width`` random matrix (``draw``: "standard_normal" or
+    "random", uniform in [0, 1)) whose block of RANDOM_BLOCK_ROWS rows b comes from
+    ``np.random.default_rng([key, b])``: any chunk draws its own rows, and the matrix is
+    the same whatever the chunks."""
+    out = np.empty((r1 - r0, width))
+    for b in range(r0 // RANDOM_BLOCK_ROWS, -(-r1 // RANDOM_BLOCK_ROWS)):
+        b0 = b * RANDOM_BLOCK_ROWS
+        rows = getattr(np.random.default_rng([key, b]), draw)((RANDOM_BLOCK_ROWS, width))
+        lo, hi = max(r0, b0), min(r1, b0 + RANDOM_BLOCK_ROWS)
+        out[lo - r0:hi - r0] = rows[lo - b0:hi - b0]
+    return out
+
+
 class RowChunks:
     """X (n x d, a NumPy array, a Zarr array or a Zarr path) in row chunks.
 

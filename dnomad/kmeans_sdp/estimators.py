@@ -12,9 +12,11 @@ from .._checks import check_ints
 from ..base import (_OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONSTRAINTS, _Clustering, _Estimator,
                     _gated)
 from ..blocks import memory, runs
+from ..blocks import store as run_store
 from ..blocks.cluster import choose_rows_backend, client_context
 from ..blocks.rows import chunk_rows_for
 from ..errors import InputValueError
+from ..rounding import factor_labels
 from ..validation import Interval, Options, check_data
 from . import nlr as nlr_solver
 from . import riemannian as rk
@@ -81,18 +83,34 @@ class _RowChunkEstimator(_Clustering, _Estimator):
                 data = self._row_chunks(X, client)
                 try:
                     self._solve(data, state, None if checkpoints is None else checkpoints.save)
+                    self._finish(data, start)
                 finally:
                     data.close()
 
         # A lost worker's row chunks are rebuilt from X; the run goes on from its last checkpoint.
         self.restarts_ = runs.with_restarts(attempt, store=self.store, resume=resume,
                                             checkpoint_key=f"{self._method}_checkpoint")
+        return self
+
+    def _finish(self, data, start):
+        """The stored result, where the solver left U: in this process (``U_``) or, where
+        ``U_`` is None, in the row chunks' state "U", which write it themselves; on a
+        cluster's workers with a ``store``, ``U_`` is then a dask array over the store,
+        else U gathered."""
+        held = self.U_ is None
+        lazy = held and self.store is not None and data.backend != "local"
         self.fit_seconds_ = time.perf_counter() - start
         if self.store is not None:
-            runs.write_result(self.store, {"labels": self.labels_, "U": self.U_, **self._result_arrays()},
-                              self._summary(),
+            runs.write_result(self.store, {"labels": self.labels_, "U": data.held("U") if held else self.U_,
+                                           **self._result_arrays()},
+                              dict(self._summary(), lazy_arrays=["U"] if lazy else []),
                               self.history_, self.fit_seconds_)
-        return self
+        if lazy:
+            self.U_ = run_store.lazy_rows(self.store, "result/U")
+        elif held:
+            self.U_ = data.get("U")
+        if held:
+            data.drop("U")
 
     def _solver_callback(self):
         """The progress report and the user's ``callback(row)``, as the solvers'
@@ -107,7 +125,8 @@ class _RowChunkEstimator(_Clustering, _Estimator):
         if n > 20000:
             raise InputValueError(f"membership() forms an n x n matrix; n = {n} is too large (at most "
                                   f"20000): use labels_ or U_")
-        return self.U_ @ self.U_.T
+        U = np.asarray(self.U_)                 # U_ may be a dask array over the store
+        return U @ U.T
 
 
 # Parameters a resumed run may change: they do not define the run.
@@ -374,9 +393,13 @@ class NLR(_RowChunkEstimator):
 
     def _memory_parts(self, n, d):
         """What a fit on n rows of d features holds (:func:`dnomad.plan`): X's centred
-        rows, U (n x r) and the multipliers y."""
+        rows, U (n x r) and the multipliers y (the labels once y is dropped), and the best
+        start's U where there are several starts."""
         r = nlr_solver.checked_rank(n, self.n_clusters, self.rank)
-        return memory.MemoryParts(rows={f"U (r = {r})": 8 * r, "the multipliers y": 8},
+        rows = {f"U (r = {r})": 8 * r, "the multipliers y, then the labels": 8}
+        if self.n_init > 1:
+            rows["the best start's U"] = 8 * r
+        return memory.MemoryParts(rows=rows,
                                   x_rows={"X's centred rows": 8 * d},
                            chunk_rows={"temporaries": 8 * (d + 4 * r)}, client=_labels_in_client(n, self.n_clusters),
                            passes={"each iteration": "one pass over X (X^T U, then X B)"})
@@ -426,9 +449,10 @@ class NLR(_RowChunkEstimator):
                                      step=self.step, tol=self.tol,
                                      dual_tol=self.dual_tol, max_iter=self.max_iter,
                                      record_every=self.record_every, callback=self._solver_callback(),
-                                     state=state, checkpoint=checkpoint, checkpoint_every=self.checkpoint_every)
-        self.U_ = best.U
-        self.labels_ = rk.labels_from_u(best.U, self.n_clusters)
+                                     state=state, checkpoint=checkpoint, checkpoint_every=self.checkpoint_every,
+                                     keep_rows=True)
+        self.U_ = None                                      # in the row chunks' state "U"
+        self.labels_ = factor_labels(data, "U", self.n_clusters)
         self.objective_ = best.objective
         self.infeasibility_ = best.history[-1]["infeasibility"]
         self.stop_reason_, self.n_iter_, self.dual_steps_ = best.stop_reason, best.n_iter, best.dual_steps

@@ -10,21 +10,34 @@ import numpy as np
 from ..errors import InputValueError
 
 
-def partition_factor(labels, K, r):
+def partition_factor(labels, K, r, counts=None):
     """The K-means SDP's point of a partition into K nonempty groups: U (n x r) >= 0 with
     U U^T = sum_k 1_k 1_k^T / n_k (each group's indicator over the square root of its
     size), group k spread evenly over the columns k, k + K, k + 2K, ... below r (so no
     column is empty for K <= r); then U U^T 1 = 1 and ||U||_F^2 = K, NLR's feasible set.
-    A group without rows leaves its columns zero and the trace short of K."""
+    A group without rows leaves its columns zero and the trace short of K.  ``counts``:
+    the groups' sizes, where ``labels`` are some of the rows (default: theirs)."""
     labels = np.asarray(labels)
     n = len(labels)
-    counts = np.bincount(labels, minlength=K)
+    counts = np.bincount(labels, minlength=K) if counts is None else counts
     U = np.zeros((n, r))
     for k in range(K):
         columns = np.arange(k, r, K)
         if counts[k]:
             U[np.ix_(labels == k, columns)] = 1.0 / np.sqrt(counts[k] * len(columns))
     return U
+
+
+def put_partition_factor(data, labels, K, r, name):
+    """:func:`partition_factor` of ``labels`` as state ``name`` of the row chunks
+    ``data``, each chunk making its own rows (U is not formed here).  Returns ``name``."""
+    data.put(name, np.asarray(labels)[:, None])
+    data.map(_partition_rows, name, K, r, np.bincount(labels, minlength=K), read_x=False)
+    return name
+
+
+def _partition_rows(chunk, name, K, r, counts):
+    chunk[name] = partition_factor(chunk[name][:, 0], K, r, counts)
 
 
 def split_groups(data, labels, groups, *, x_state=None):

@@ -29,6 +29,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from .._checks import check_numbers
+from ..blocks.rows import random_rows, stream_key
 from ..errors import InputValueError, warn_convergence
 from ..rounding import kmeans_partition
 from . import lloyd, starts
@@ -62,7 +63,7 @@ class NLRResult:
 
 def nlr(data, K, *, rank=None, beta="scale", step=None, tol=1e-6, dual_tol=1e-3, max_iter=100000,
         record_every=1, U0=None, random_state=None, callback=None, state=None, checkpoint=None,
-        checkpoint_every=1000):
+        checkpoint_every=1000, keep_rows=False):
     """Run NLR on the row chunks ``data`` (a :class:`dnomad.blocks.RowChunks`).
 
     ``beta``: the penalty; "scale" is BETA_SCALE ||X||_2^2 / n (X centred), the
@@ -71,7 +72,11 @@ def nlr(data, K, *, rank=None, beta="scale", step=None, tol=1e-6, dual_tol=1e-3,
     ``step`` (alpha): default 1 / (2 (||X||_2^2 + beta n)), a bound on the gradient's
     Lipschitz constant near feasible points (the data term's 2 ||X||_2^2 and the
     augmented term's 2 beta ||U^T 1||^2 = 2 beta n).  ``U0``: a nonnegative n x r start
-    (projected); default |N(0, 1)| entries, projected, as the authors'.  Stops when the
+    (projected), or the name of a state of ``data`` holding one (it becomes the run's
+    iterate); default |N(0, 1)| entries, projected, as the authors', drawn by the chunks
+    (:func:`dnomad.blocks.rows.random_rows`: the same however the rows are chunked).
+    ``keep_rows``: U is left in the chunks' state "U" (the result's U is None) instead
+    of gathered into this process.  Stops when the
     relative change and the infeasibility are both below ``tol`` ("tolerance"), after
     ``max_iter`` iterations ("max_iter", with a ConvergenceWarning), or when
     ``callback(row, current_u)`` returns True (``current_u()`` gathers U after the
@@ -91,23 +96,31 @@ def nlr(data, K, *, rank=None, beta="scale", step=None, tol=1e-6, dual_tol=1e-3,
         step = 1.0 / (2.0 * (top + beta * n))
     if state is not None:
         return _nlr_loop(data, K, r, beta, step, tol, dual_tol, max_iter, record_every, callback, checkpoint,
-                         checkpoint_every, **_resumed(data, state))
+                         checkpoint_every, keep_rows=keep_rows, **_resumed(data, state))
     if U0 is None:
-        U0 = np.abs(np.random.default_rng(random_state).standard_normal((n, r)))
-    U0 = np.asarray(U0, dtype=np.float64)
-    if U0.shape != (n, r) or not np.isfinite(U0).all() or not (U0 > 0).any():
-        raise InputValueError(f"U0 must be a finite (n, rank) = ({n}, {r}) array with a positive entry")
-    data.put("W", np.maximum(U0, 0.0))
-    data.put("y", np.zeros((n, 1)))
+        data.map(_random_factor, stream_key(np.random.default_rng(random_state)), r, read_x=False,
+                 with_span=True)
+    elif isinstance(U0, str):
+        data.map(_renamed, U0, "W", read_x=False)
+    else:
+        U0 = np.asarray(U0, dtype=np.float64)
+        if U0.shape != (n, r) or not np.isfinite(U0).all() or not (U0 > 0).any():
+            raise InputValueError(f"U0 must be a finite (n, rank) = ({n}, {r}) array with a positive entry")
+        data.put("W", np.maximum(U0, 0.0))
+    data.map(_zero_duals, read_x=False)
     passes0 = data.passes
     # The pass of iteration t needs the sums of U_t; the start's come from a first pass
     # that changes nothing (alpha = 0).
     zero = {"scale": 1.0, "s": np.zeros(r), "XtU": np.zeros((data.d, r)), "Uty": np.zeros(r),
             "beta": beta, "alpha": 0.0, "dual": False}
     sums = _totals(data.map(_nlr_kernel, zero))
+    if not sums["ww"] > 0:
+        data.drop("W")
+        data.drop("y")
+        raise InputValueError(f"U0 must be a finite (n, rank) = ({n}, {r}) array with a positive entry")
     return _nlr_loop(data, K, r, beta, step, tol, dual_tol, max_iter, record_every, callback, checkpoint,
                      checkpoint_every, sums=sums, scale=math.sqrt(K / sums["ww"]), history=[], dual_steps=0,
-                     dual_next=False, first=1, passes0=passes0, t0=time.perf_counter())
+                     dual_next=False, first=1, passes0=passes0, t0=time.perf_counter(), keep_rows=keep_rows)
 
 
 def _check_numbers(beta, step, tol, dual_tol):
@@ -154,7 +167,7 @@ def _resumed(data, state):
 
 
 def _nlr_loop(data, K, r, beta, step, tol, dual_tol, max_iter, record_every, callback, checkpoint,
-              checkpoint_every, *, sums, scale, history, dual_steps, dual_next, first, passes0, t0):
+              checkpoint_every, *, sums, scale, history, dual_steps, dual_next, first, passes0, t0, keep_rows):
     n = data.n
     stop, it = "max_iter", first - 1
     for it in range(first, max_iter + 1):
@@ -198,15 +211,17 @@ def _nlr_loop(data, K, r, beta, step, tol, dual_tol, max_iter, record_every, cal
         warn_convergence(f"NLR stopped at max_iter={max_iter} before meeting its tolerance: last relative "
                          f"change {last['change']:.3g} and infeasibility {last['infeasibility']:.3g} "
                          f"(both must fall below tol {tol:g})")
-    U = scale * data.get("W")
-    data.drop("W")
+    data.map(_scaled_state, "W", scale, "U", read_x=False)
     data.drop("y")
+    U = None if keep_rows else data.get("U")
+    if not keep_rows:
+        data.drop("U")
     return NLRResult(U, stop_reason=stop, history=history, n_iter=it, dual_steps=dual_steps,
                      passes=data.passes - passes0, seconds=time.perf_counter() - t0, step=step, beta=beta)
 
 
 def nlr_kmeans(data, K, *, init="kmeans", n_init=1, random_state=None, state=None, checkpoint=None,
-               checkpoint_every=1000, **nlr_kw):
+               checkpoint_every=1000, keep_rows=False, **nlr_kw):
     """:func:`nlr` from ``n_init`` starts drawn from one generator; the largest final
     <X X^T, U U^T> wins.  Returns its :class:`NLRResult` with history rows tagged by
     ``init``.
@@ -219,7 +234,9 @@ def nlr_kmeans(data, K, *, init="kmeans", n_init=1, random_state=None, state=Non
     ``checkpoint(state)`` is called every ``checkpoint_every`` iterations with the
     running start's state (see :func:`nlr`), which start it is, the generator's state,
     the best start so far and the history of every start so far; given back as
-    ``state``, the run goes on from there as if it had not stopped."""
+    ``state``, the run goes on from there as if it had not stopped.  Every start's U and
+    the best one's stay in the row chunks (the best written from there by a checkpoint);
+    ``keep_rows`` as in :func:`nlr`."""
     if init not in INITS:
         raise InputValueError(f"init must be one of {INITS}; got {init!r}")
     rank = nlr_kw.pop("rank", None)
@@ -230,26 +247,40 @@ def nlr_kmeans(data, K, *, init="kmeans", n_init=1, random_state=None, state=Non
     best, done, first, run_state = None, [], 0, None
     if state is not None:
         rng, best, done, first, run_state = _resumed_starts(state)
+        if best is not None:
+            data.put(_BEST, best.U, dtype=np.float64)
+            best = dataclasses.replace(best, U=None)
     for index in range(first, n_init):
         save = None if checkpoint is None else functools.partial(
-            _save_starts, checkpoint, init=index, rng=rng, best=best, done=done)
+            _save_starts, checkpoint, init=index, rng=rng, done=done,
+            best=None if best is None else dataclasses.replace(best, U=data.held(_BEST)))
         U0, before = None, data.passes
         if init == "kmeans" and run_state is None:
             # K nonempty groups (a centre Lloyd's iterations emptied is refilled by a cut).
             groups = lloyd.split_groups(data, kmeans_partition(data, K, rng), K)
-            U0 = lloyd.partition_factor(groups, K, r)
+            U0 = lloyd.put_partition_factor(data, groups, K, r, "nlr_start")
         start_passes = data.passes - before
         res = nlr(data, K, rank=rank, U0=U0, random_state=rng, state=run_state, checkpoint=save,
-                  checkpoint_every=checkpoint_every, **nlr_kw)
+                  checkpoint_every=checkpoint_every, keep_rows=True, **nlr_kw)
         res = dataclasses.replace(res, passes=res.passes + start_passes)      # the k-means start's too
         run_state = None
         res = dataclasses.replace(res, history=[dict(row, init=index) for row in res.history])
         done += res.history
         if best is None or res.objective > best.objective:
             best = res
-    return best
+            data.map(_renamed, "U", _BEST, read_x=False)
+        else:
+            data.drop("U")
+    data.map(_renamed, _BEST, "U", read_x=False)
+    if keep_rows:
+        return best
+    U = data.get("U")
+    data.drop("U")
+    return dataclasses.replace(best, U=U)
 
 
+# The state of the best start's U while later starts run.
+_BEST = "nlr_best_U"
 # The best start's scalars a checkpoint keeps (its U is an array of its own).
 _BEST_FIELDS = ("stop_reason", "n_iter", "dual_steps", "passes", "seconds", "step", "beta")
 
@@ -278,6 +309,23 @@ def _totals(parts):
             total = p[key] if total is None else total + p[key]
         out[key] = total
     return out
+
+
+def _random_factor(chunk, span, key, r):
+    """The authors' start on this chunk's rows: |N(0, 1)| entries."""
+    chunk["W"] = np.abs(random_rows(key, *span, r))
+
+
+def _zero_duals(chunk):
+    chunk["y"] = np.zeros((len(chunk["W"]), 1))
+
+
+def _renamed(chunk, old, new):
+    chunk[new] = chunk.pop(old)
+
+
+def _scaled_state(chunk, name, scale, out):
+    chunk[out] = scale * chunk.pop(name)
 
 
 def _nlr_kernel(chunk, small):

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..blocks import RowState
 from ..errors import InputValueError, warn_convergence
 from ..linalg.indefinite import solve_with_inertia
-from ..rounding import kmeans_partition, kmeans_rows
+from ..rounding import factor_labels, kmeans_partition
 from . import lloyd, starts
 
 INITS = ("kmeans", "random")
@@ -1273,26 +1274,11 @@ def _negative_curvature_step(problem, it, boundary_fraction, min_t=1e-12):
 
 
 def labels_from_u(U, K, method="kmeans", random_state=0):
-    """Group labels from the rows of U.  Lemma 1: at the optimum in the exact-recovery
-    regime Z = U U^T is block diagonal, so rows of one group coincide and rows of
-    different groups are orthogonal, and K representatives picked by farthest-point
-    traversal label every row by the nearest one (``method="farthest"``, O(n r K)).  Off
-    that regime (real data, a large mu) the rows spread, and Lloyd's k-means on them
-    (``"kmeans"``, the default: started from those representatives and from 10
-    k-means++ seedings, the least inertia kept) rounds far better (MNIST 0-4, 2,000
-    points: 9.5% mis-clustered against 36%)."""
-    U = np.asarray(U, dtype=np.float64)
-    reps = [int(np.argmax(np.einsum("ij,ij->i", U, U)))]
-    d2 = np.sum((U - U[reps[0]]) ** 2, axis=1)
-    for _ in range(1, K):
-        reps.append(int(np.argmax(d2)))
-        d2 = np.minimum(d2, np.sum((U - U[reps[-1]]) ** 2, axis=1))
-    if method == "kmeans":
-        return kmeans_rows(U, K, random_state, init=U[reps])
-    if method != "farthest":
-        raise InputValueError(f"method must be 'kmeans' or 'farthest'; got {method!r}")
-    dist = np.stack([np.sum((U - U[i]) ** 2, axis=1) for i in reps], axis=1)
-    return np.argmin(dist, axis=1)
+    """Group labels from the rows of U (n x r) in memory: :func:`dnomad.rounding.factor_labels`
+    (Lemma 1's farthest-point representatives, then k-means by default)."""
+    with RowState(len(U)) as space:
+        space.put("U", np.asarray(U, dtype=np.float64))
+        return factor_labels(space, "U", K, random_state, method)
 
 
 def data_curvature(data):

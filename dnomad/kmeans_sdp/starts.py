@@ -23,7 +23,7 @@ def wrap(run_state, *, tags, rng, done, best, best_fields, best_arrays, **extra)
 
 def unwrap(state, *, match, tag_keys, run_keys):
     """(generator, running run's state with untagged rows, rows done, the best start's
-    saved fields and arrays or None).  ``match``: the tag keys that name the running run
+    saved fields and arrays or None; arrays the row chunks wrote are not read).  ``match``: the tag keys that name the running run
     (its rows are those with the state's values); ``tag_keys``: all the keys ``wrap``
     added to a row; ``run_keys``: the running run's own state keys."""
     rows = [dict(row) for row in state["history"]]
@@ -34,7 +34,8 @@ def unwrap(state, *, match, tag_keys, run_keys):
     done = [row for row, mine in zip(rows, running) if not mine]
     best = None
     if state.get("best_init") is not None:
+        # An array the row chunks wrote (StoredRows) stays unread: the chunks read it back.
         best = dict(state["best"], history=[row for row in done if row["init"] == state["best_init"]],
-                    **{k[len("best_"):]: np.asarray(v) for k, v in state.items()
+                    **{k[len("best_"):]: v if hasattr(v, "rows") else np.asarray(v) for k, v in state.items()
                        if k.startswith("best_") and k != "best_init"})
     return generator_from_state(state["rng"]), run_state, done, best

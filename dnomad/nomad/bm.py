@@ -38,6 +38,7 @@ import numpy as np
 
 from ..errors import InputValueError, warn_convergence
 from .._checks import check_choices, check_solver_params, check_ints, check_numbers
+from ..blocks.rows import random_rows, stream_key
 from .box_optim import STATE_FASTMATH, drop_states, output_buffer, row_blocks, solver_states, work_states
 
 logger = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ def _symnmf_admm(space, rank, *, matmat=None, gram_scale=None, dtype=np.float64,
             products += 1
         # Drawn by the chunks where they live (nothing n x r in this process), the same
         # rows however the rows are chunked (see random_rows).
-        space.map(_random_start, _stream_key(rng), rank, math.sqrt(max(scale, 1e-12) / rank), read_x=False,
+        space.map(_random_start, stream_key(rng), rank, math.sqrt(max(scale, 1e-12) / rank), read_x=False,
                   with_span=True)
     else:
         H = np.array(W0, dtype=np.float64)
@@ -152,29 +153,6 @@ def _symnmf_admm(space, rank, *, matmat=None, gram_scale=None, dtype=np.float64,
                          f"last ||W - H||_F / ||W||_F {history[-1]['split_gap']:.3g} > tol {tol:g}")
     return AdmmResult(W=None, n_iter=len(history), history=history, converged=converged, products=products,
                       passes=space.passes - passes0, seconds=time.perf_counter() - t0)
-
-
-# Random rows are drawn in fixed blocks of this many rows, each from its own stream, so that
-# row i's values do not depend on how the rows are chunked.
-RANDOM_BLOCK_ROWS = 4096
-
-
-def _stream_key(rng):
-    return int(rng.integers(2**63))
-
-
-def random_rows(key, r0, r1, width, draw="standard_normal"):
-    """Rows r0..r1 of an n x ``width`` random matrix (``draw``: "standard_normal" or
-    "random", uniform in [0, 1)) whose block of RANDOM_BLOCK_ROWS rows b comes from
-    ``np.random.default_rng([key, b])``: any chunk draws its own rows, and the matrix is
-    the same whatever the chunks."""
-    out = np.empty((r1 - r0, width))
-    for b in range(r0 // RANDOM_BLOCK_ROWS, -(-r1 // RANDOM_BLOCK_ROWS)):
-        b0 = b * RANDOM_BLOCK_ROWS
-        rows = getattr(np.random.default_rng([key, b]), draw)((RANDOM_BLOCK_ROWS, width))
-        lo, hi = max(r0, b0), min(r1, b0 + RANDOM_BLOCK_ROWS)
-        out[lo - r0:hi - r0] = rows[lo - b0:hi - b0]
-    return out
 
 
 # Per-chunk kernels of the ADMM (module level: workers import them).
@@ -735,7 +713,7 @@ def _burer_monteiro(D, params, *, Y0=None, callback=None, state=None, checkpoint
         space.put("Y", state["Y"], dtype=np.float64)    # read by the chunks, where they live
     else:
         if Y0 is None and params.start == "random":
-            space.map(_random_y, _stream_key(np.random.default_rng(params.random_state)), r, math.sqrt(K / (n * r)),
+            space.map(_random_y, stream_key(np.random.default_rng(params.random_state)), r, math.sqrt(K / (n * r)),
                       read_x=False, with_span=True)
         elif Y0 is None:
             # Symmetric NMF in the row space; in float32 in data mode (the start needs no
