@@ -29,6 +29,7 @@ import os
 import platform
 import sys
 import tempfile
+import textwrap
 import time
 import warnings
 
@@ -257,19 +258,22 @@ def plot(result, path):
     import matplotlib.pyplot as plt
 
     rows = result["rows"]
-    fig, ax = plt.subplots(figsize=(8, 0.8 * len(rows) + 1.5))
+    fig, ax = plt.subplots(figsize=(11, 0.75 * len(rows) + 2.0))
     y = np.arange(len(rows))
     peaks = [max(r["worker_peaks_mib"]) if r["worker_peaks_mib"] else 1 for r in rows]     # none: a killed row
     ax.barh(y, peaks, color=["tab:blue" if r["status"] == "ok" else "tab:red" for r in rows],
             label="largest worker peak")
     ax.scatter([TERMINATE_FRACTION * r["worker_limit_mib"] for r in rows], y, marker="|", s=400, color="black",
                label="95% of the limit (the nanny restarts the worker)")
-    ax.set_yticks(y, [f"{r['name']}\nblock {_block(r)}, {r['status']}" for r in rows], fontsize=8)
+    ax.scatter([max(r["client_rise_mib"], 1) for r in rows], y, marker="x", color="tab:orange",
+               label="the client's rise over its start")
+    ax.set_yticks(y, [textwrap.fill(r["name"], 55) + f"\nblock {_block(r)}, {r['status']}" for r in rows],
+                  fontsize=7)
     ax.set_xscale("log")
     ax.set_xlabel("MiB")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
-    ax.set_title(f"graphs/scale.py: NOMAD (two rings, n = 6,000; bm and NLR: trefoil, n = 10^6), SymNMF (blobs, n = 8,000)\n"
-                 f"backend 'zarr', 2 workers "
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=3)
+    ax.set_title("graphs/scale.py: NOMAD (two rings, n = 6,000; bm and NLR: trefoil, n = 10^6),\n"
+                 "SymNMF (blobs, n = 8,000); backend 'zarr' (bm, NLR: row chunks), 2 workers "
                  f"({result['environment']['machine']}, at {result['environment']['commit']})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
