@@ -235,14 +235,19 @@ def gaussian_affinity(X, bandwidth=1.0, *, scales=None, name="A", **group_kw):
     return BlockMatrix(group, name)
 
 
-def neighbour_distances(X, n_neighbors, *, max_bytes=1 << 28):
+# The rows x n block of squared distances a neighbour table takes at a time (with a
+# partition's copy beside it: the client's memory for the table, on top of n x m).
+NEIGHBOUR_BLOCK_BYTES = 1 << 26
+
+
+def neighbour_distances(X, n_neighbors, *, max_bytes=NEIGHBOUR_BLOCK_BYTES):
     """The distance from each row of X to its ``n_neighbors``-th nearest other row (a row's
     duplicates count, at distance 0).  Exact, over row chunks in this process: O(n^2 d)
     work, as one pass building a Gaussian affinity, in chunks of at most ``max_bytes``."""
     return neighbour_distance_table(X, n_neighbors, max_bytes=max_bytes, sort=False)[:, -1]
 
 
-def neighbour_distance_table(X, n_neighbors, *, max_bytes=1 << 28, sort=True):
+def neighbour_distance_table(X, n_neighbors, *, max_bytes=NEIGHBOUR_BLOCK_BYTES, sort=True):
     """(n, n_neighbors): row i holds the distances from x_i to its 1st, ..., its
     ``n_neighbors``-th nearest other row, ascending (with ``sort=False`` only the last
     column is in place).  One pass as :func:`neighbour_distances`; O(n n_neighbors)
@@ -258,8 +263,9 @@ def neighbour_distance_table(X, n_neighbors, *, max_bytes=1 << 28, sort=True):
         r1 = min(n, r0 + step)
         sq = kernels.squared_distances(F[r0:r1], F, norms[r0:r1], norms)
         sq[np.arange(r1 - r0), np.arange(r0, r1)] = np.inf          # not its own neighbour
-        near = np.partition(sq, n_neighbors - 1, axis=1)[:, :n_neighbors]
-        out[r0:r1] = np.sort(near, axis=1) if sort else near
+        sq.partition(n_neighbors - 1, axis=1)                        # in place: no copy
+        out[r0:r1] = np.sort(sq[:, :n_neighbors], axis=1) if sort else sq[:, :n_neighbors]
+        del sq                                  # before the next block is made: one at a time
     return np.sqrt(out)
 
 

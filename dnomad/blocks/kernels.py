@@ -116,7 +116,10 @@ def squared_distances(A, B, a2=None, b2=None):
     - 2 a.b clipped at 0 (round-off); ``a2``, ``b2``: the rows' squared norms, if known."""
     a2 = (A * A).sum(1) if a2 is None else a2
     b2 = (B * B).sum(1) if b2 is None else b2
-    sq = a2[:, None] + b2[None, :] - 2.0 * (A @ B.T)
+    sq = A @ B.T                    # then in place: one rows x columns array, not four
+    sq *= -2.0
+    sq += a2[:, None]
+    sq += b2[None, :]
     return sq.clip(0.0, None, out=sq)
 
 
