@@ -124,7 +124,8 @@ def plan(data, method="nomad", *, n_workers=None, worker_memory=None, threads_pe
     share = memory.worker_share(parts, n, n_workers, worker_memory, chunk_rows, d=d,
                                 x_in_zarr=meta["kind"] == "zarr",
                                 x_itemsize=np.dtype(meta["dtype"] or np.float64).itemsize,
-                                threads=int(threads_per_worker))
+                                threads=int(threads_per_worker), backend=getattr(est, "backend", None),
+                                block_size=getattr(est, "block_size", None))
     notes = []
     if parts.matrices and not share.matrices_in_memory and getattr(est, "store", None) is None:
         notes.append("the matrices exceed half of the workers' memory: the fit needs store= (out of core)")

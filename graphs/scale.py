@@ -181,6 +181,10 @@ def chunks_plan(method, n, limit_mib):
         params = {"solver": "bm"} if method == "nomad_bm" else {}
         plan = dnomad.plan(path, "nlr" if method == "nlr" else "nomad", n_clusters=8,
                            store=os.path.join(tmp, "run.zarr"), n_workers=2, worker_memory=limit_mib * 2**20, **params)
+    return _plan_fields(plan)
+
+
+def _plan_fields(plan):
     return {"plan_worker_mib": plan.worker_total / 2**20, "plan_client_mib": plan.client_total / 2**20}
 
 
@@ -213,6 +217,9 @@ def run_row(name, method, n, limit_mib, block_size):
         peaks = client.run(_worker_peak_rss)
     row["worker_peaks_mib"] = sorted(v / 2**20 for v in peaks.values())
     row["client_rise_mib"] = client_peak.peak_above_start / 2**20
+    # the plan of this fit (its estimator's parameters) on these workers
+    row.update(_plan_fields(dnomad.plan(X, method, n_workers=2, worker_memory=limit_mib * 2**20,
+                                        **est.get_params(deep=False))))
     return row
 
 
@@ -221,15 +228,17 @@ def _block(row):
 
 
 def table(result):
-    lines = ["| run | n | worker limit | block | status | seconds | worker peaks (MiB) | of the 95% bound | client rise |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | n | worker limit | block | status | seconds | worker peaks (MiB) | of the 95% bound | client rise | "
+             "plan: worker / client (MiB) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     chunked = [r for r in result["rows"] if r["method"] in ROW_CHUNK_METHODS]
     for r in result["rows"]:
         peak = max(r["worker_peaks_mib"]) if r["worker_peaks_mib"] else float("nan")
         seconds = "-" if r["seconds"] is None else f"{r['seconds']:.1f}"
         lines.append(f"| {r['name']} | {r['n']} | {r['worker_limit_mib']} MiB | {_block(r)} | "
                      f"{r['status']} | {seconds} | {', '.join(f'{p:.0f}' for p in r['worker_peaks_mib'])} | "
-                     f"{peak / (TERMINATE_FRACTION * r['worker_limit_mib']):.2f} | {r['client_rise_mib']:.0f} MiB |")
+                     f"{peak / (TERMINATE_FRACTION * r['worker_limit_mib']):.2f} | {r['client_rise_mib']:.0f} MiB | "
+                     f"{_pair(r.get('plan_worker_mib'), r.get('plan_client_mib'))} |")
     if chunked:
         lines += ["", "| row-chunk run | stop | steps | evaluations | row-sum violation | start (s) | labels | "
                       "result (s) | worker peak / plan (MiB) | client rise / plan (MiB) |",

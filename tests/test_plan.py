@@ -123,6 +123,33 @@ def test_block_methods_keep_their_matrices_in_memory_or_in_the_store():
     assert side < roomy.block_size                           # less room under 512 MiB: smaller blocks
 
 
+def test_symnmf_declares_its_local_scales_and_its_matrix_follows_the_backend():
+    """SymNMF's client parts for its local scales (the neighbour table and the larger of
+    a block of squared distances and the calibration's sample) cover what making them
+    holds, traced, within 1.5x; P is one matrix, in the store under backend="zarr" (in
+    the given blocks) and in the workers' memory where it fits otherwise."""
+    import tracemalloc
+
+    from dnomad.symnmf.estimator import calibrated_scales
+
+    X = gaussian_blobs(3000, n_centers=4, n_features=5, random_state=0)[0]
+    tracemalloc.start()
+    try:
+        calibrated_scales(X, 4)
+        traced = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    client = dnomad.SymNMF(4)._memory_parts(*X.shape).client
+    declared = sum(v for k, v in client.items() if "neighbour table" in k or "squared distances" in k)
+    assert traced <= declared <= 1.5 * traced
+    zarr_plan = dnomad.plan(X, "symnmf", n_clusters=4, backend="zarr", block_size=500, store="run.zarr",
+                            n_workers=2, worker_memory="2 GiB")
+    assert zarr_plan.where.endswith("in Zarr (the store)") and zarr_plan.block_size == 500
+    assert zarr_plan.disk["1 n x n matrices' upper blocks"] == int(3000 * 3000 / 2 * 4)       # float32
+    assert dnomad.plan(X, "symnmf", n_clusters=4, n_workers=2, worker_memory="2 GiB").where.endswith(
+        "in the workers' memory")
+
+
 @pytest.mark.parametrize("call,message", [
     (lambda: dnomad.plan((100, 3), "nomad", n_clusters=2, worker_memory="lots"), "worker_memory must be"),
     (lambda: dnomad.plan((100, 3), "nomad", n_clusters=2, n_workers=0), "n_workers must be a positive"),
@@ -130,6 +157,7 @@ def test_block_methods_keep_their_matrices_in_memory_or_in_the_store():
     (lambda: dnomad.plan(np.zeros(5), "nomad", n_clusters=2), "data must be X"),
     (lambda: dnomad.plan((100, 3), "kmeans", n_clusters=2), "method must be one of"),
     (lambda: dnomad.plan((100, 3), "hottopixx", rank=2), "does not cover method 'hottopixx'"),
+    (lambda: dnomad.plan((100, 3), "bregman", n_clusters=2), "does not cover method 'bregman'"),
     (lambda: dnomad.plan((100, 3), "nomad", n_clusters=2, solver="cgm", rank=4), "rank is the Burer-Monteiro"),
     (lambda: dnomad.plan((100, 3), "nlr", n_clusters=200), "at most the number of samples"),
 ])

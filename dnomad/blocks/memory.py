@@ -61,12 +61,15 @@ class WorkerShare:
 
 
 def worker_share(parts, n, n_workers, worker_memory, chunk_rows=None, *, d=0, x_in_zarr=False, x_itemsize=8,
-                 threads=1):
+                 threads=1, backend=None, block_size=None):
     """:class:`WorkerShare` of a fit whose method declared ``parts``, on ``n_workers``
     workers of ``worker_memory`` bytes running ``threads`` tasks at once; ``chunk_rows``:
     the row chunks' rows, of X's d features of ``x_itemsize`` bytes: in memory, a
     worker keeps its rows of X as given beside the chunks' centred copies (``x_rows``);
-    in Zarr (``x_in_zarr``) each task reads and centres its chunk instead."""
+    in Zarr (``x_in_zarr``) each task reads and centres its chunk instead.  The n x n
+    matrices' place follows the fit's ``backend`` ("zarr": the store; "local" or
+    "distributed": memory; else the engine's rule) and their blocks ``block_size``
+    where it is given."""
     worker, disk = {"a worker's own footprint": cluster.WORKER_FOOTPRINT_BYTES}, {}
     share = WorkerShare(where="", worker=worker, disk=disk)
     if parts.rows:
@@ -85,9 +88,10 @@ def worker_share(parts, n, n_workers, worker_memory, chunk_rows=None, *, d=0, x_
             worker[f"{name} ({tasks}, a chunk of {chunk_rows:,} rows each)"] = int(per_row * chunk_rows * threads)
     if parts.matrices:
         upper = parts.matrices * n * n / 2 * parts.itemsize
-        share.matrices_in_memory = upper <= 0.5 * n_workers * worker_memory       # as cluster.choose_backend
+        share.matrices_in_memory = backend in ("local", "distributed") or (
+            backend != "zarr" and upper <= 0.5 * n_workers * worker_memory)      # as cluster.choose_backend
         room = cluster.TERMINATE_FRACTION * worker_memory - cluster.WORKER_FOOTPRINT_BYTES
-        share.block_size = builders.choose_block_size(
+        share.block_size = min(int(block_size), n) if block_size else builders.choose_block_size(
             n, np.dtype(f"f{parts.itemsize}"),
             target_bytes=min(builders.TARGET_BLOCK_BYTES, max(room, 1) / cluster.TASK_BLOCKS))
         if share.matrices_in_memory:

@@ -9,7 +9,7 @@ import numpy as np
 from .. import blocks
 from ..base import (_NONNEGATIVE, _OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONSTRAINTS, _Clustering,
                     _Estimator, _gated)
-from ..blocks import runs
+from ..blocks import memory, runs
 from ..blocks import store as run_store
 from ..blocks.cluster import BACKEND_CHOICES, choose_backend, client_context
 from ..blocks.inputs import InputSource, is_precomputed
@@ -173,6 +173,30 @@ class SymNMF(_Clustering, _Estimator):
         self.checkpoint_every = checkpoint_every
         self.callback = callback
         self.verbose = verbose
+
+    def _memory_parts(self, n, d):
+        """What a fit on n rows of d features holds (:func:`dnomad.plan`): P in blocks;
+        in the client, the iterate W and the step's n x k arrays, the k-means start's
+        distances, and, for local scaling, the neighbour table (n x m, m <= 256) with
+        the larger of a block of squared distances and the scale calibration's sample
+        of distances (500 rows, with the temporaries of its trials)."""
+        from ..blocks.builders import NEIGHBOUR_BLOCK_BYTES
+
+        k = self.n_clusters
+        client = {f"W, P W and the step's n x {k} arrays (about 6)": 6 * 8 * n * k}
+        if self.affinity != "precomputed" and self.init in (None, "auto", "kmeans"):
+            client["the k-means start's distances (n x k, with temporaries)"] = 4 * 8 * n * k
+        if self.affinity != "precomputed" and self.bandwidth is None:
+            m = min(n - 1, MAX_SCALING_NEIGHBOUR if self.n_neighbors == "auto" else int(self.n_neighbors))
+            client[f"the local scales' neighbour table (n x {m}) and its square roots"] = 2 * 8 * n * m
+            # the trials' distances and about two temporaries (traced: 2.5 at n = 8,000)
+            sample = 3 * 8 * MASS_SAMPLE_ROWS * min(n, MASS_SAMPLE_COLUMNS) if self.n_neighbors == "auto" else 0
+            client["a block of squared distances, or the calibration's sample (the larger)"] = max(
+                min(NEIGHBOUR_BLOCK_BYTES, 8 * n * n), sample)
+        passes = {"the affinity": "one pass writing P's blocks from X's panels",
+                  "each iteration": "a pass over P's blocks (P W), and the line search's products"}
+        return memory.MemoryParts(matrices=1, itemsize=blocks.check_dtype(self.dtype).itemsize, client=client,
+                                  passes=passes)
 
     def _params(self, n):
         max_iter = self.max_iter if self.max_iter is not None else (
