@@ -4,8 +4,6 @@ import os
 import sys
 import warnings
 
-import sklearn.exceptions
-
 
 class DnomadError(Exception):
     """Base class of every error dnomad raises on purpose."""
@@ -42,9 +40,25 @@ class NotPicklableError(DnomadError, TypeError):
     workers): pickling it would not carry what it stands for."""
 
 
-class ConvergenceWarning(sklearn.exceptions.ConvergenceWarning):
-    """A solver stopped at max_iter before meeting its tolerance (scikit-learn's
-    ConvergenceWarning, so its filters apply)."""
+def _convergence_warning():
+    import sklearn.exceptions
+
+    class ConvergenceWarning(sklearn.exceptions.ConvergenceWarning):
+        """A solver stopped at max_iter before meeting its tolerance (scikit-learn's
+        ConvergenceWarning, so its filters apply)."""
+
+    ConvergenceWarning.__module__, ConvergenceWarning.__qualname__ = __name__, "ConvergenceWarning"
+    return ConvergenceWarning
+
+
+def __getattr__(name):
+    # Made on first use: scikit-learn's import (with SciPy's stats and pandas) is ~80 MiB
+    # that a dask worker running dnomad's kernels would otherwise hold.
+    if name == "ConvergenceWarning":
+        global ConvergenceWarning
+        ConvergenceWarning = _convergence_warning()
+        return ConvergenceWarning
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class MissingDataError(DnomadError, ImportError):
@@ -79,7 +93,7 @@ def warn_convergence(message):
     started the fit (the first frame outside dnomad), however deep the solver runs."""
     # find_stack_level counts its own frame and this one: from here, that count is the
     # stacklevel of the first frame outside the package.
-    warnings.warn(message, ConvergenceWarning, stacklevel=find_stack_level())
+    warnings.warn(message, sys.modules[__name__].ConvergenceWarning, stacklevel=find_stack_level())
 
 
 class TimeLimitError(DnomadError, RuntimeError):

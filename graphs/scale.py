@@ -119,6 +119,7 @@ def _chunks_child(name, method, n, limit_mib, max_iter, queue):
     from distributed import Client, LocalCluster
 
     import dnomad
+    import dnomad.api  # noqa: F401 - the estimators (dnomad imports them on first use), before the client is measured
     from dnomad.blocks.engine import _worker_peak_rss
     from dnomad.data import trefoil_knot
 
@@ -193,6 +194,7 @@ def run_row(name, method, n, limit_mib, block_size):
     from distributed import Client, LocalCluster
 
     import dnomad
+    import dnomad.api  # noqa: F401 - the estimators (dnomad imports them on first use), before the client is measured
     from dnomad.blocks.engine import _worker_peak_rss
     from dnomad.data import gaussian_blobs, two_rings
 
@@ -324,8 +326,9 @@ def main(argv=None):
     p.add_argument("--bm-timeout", type=float, default=3600.0,
                    help="seconds a nomad_bm or nlr row may take before it is recorded as not finished (default 3600)")
     p.add_argument("--baseline", metavar="PATH",
-                   help="also run the nomad_bm and nlr rows with the dnomad package of the checkout at PATH (an earlier "
-                        "commit: git worktree add PATH <commit>), as rows named '<row> (dnomad at <commit>)'")
+                   help="also run the nomad_bm and nlr rows with the dnomad package of the checkout at PATH "
+                        "(an earlier commit: git worktree add PATH <commit>), as rows named '<row> (dnomad at "
+                        "<commit>)'")
     args = p.parse_args(argv)
     path = os.path.join(HERE, "scale.json")
     if args.plot_only:

@@ -36,14 +36,21 @@ def session_cluster():
 
 
 def _only_default_client(monkeypatch, client=None):
+    """Make ``client`` (None: no client) the one default dask.distributed client until
+    the test's teardown: distributed's registry of default clients, the current-client
+    context and dask's scheduler setting (a client that closes while another is the
+    default leaves "dask.distributed" set) are restored after it."""
     import weakref
 
+    import dask
     from distributed import client as distributed_client
 
     monkeypatch.setattr(distributed_client, "_global_clients", weakref.WeakValueDictionary())
-    assert distributed_client._current_client.get() is None
+    monkeypatch.setitem(dask.config.config, "scheduler", None)
+    token = distributed_client._current_client.set(None)
     if client is not None:
         distributed_client._set_global_client(client)
+    return lambda: distributed_client._current_client.reset(token)
 
 
 @pytest.fixture
@@ -51,15 +58,18 @@ def cluster_client(session_cluster, monkeypatch):
     """The session's cluster, the connected client for this test only: as the session's
     default client it would send every later test's "auto" paths (on its xdist worker)
     to its workers, whichever files ran first."""
-    _only_default_client(monkeypatch, session_cluster)
-    return session_cluster
+    restore = _only_default_client(monkeypatch, session_cluster)
+    yield session_cluster
+    restore()
 
 
 @pytest.fixture
 def no_default_client(monkeypatch):
     """No connected dask.distributed client for the test's duration (a module-scoped
     fixture's client would otherwise be its tests' default)."""
-    _only_default_client(monkeypatch)
+    restore = _only_default_client(monkeypatch)
+    yield
+    restore()
 
 
 @pytest.fixture

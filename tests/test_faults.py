@@ -332,6 +332,28 @@ def test_full_or_read_only_store_fails_clearly_and_keeps_the_last_checkpoint(fau
     np.testing.assert_allclose(np.asarray(resumed.Q_), Q_ref, rtol=0, atol=1e-12)
 
 
+def test_a_build_on_a_full_disk_is_a_store_error_and_adds_no_matrix(small_filesystem):
+    """The Zarr backend's block builds (a run's working matrices) on a full disk: a
+    StoreError naming the store and the pass, and the group lists only the matrices it
+    holds."""
+    from dnomad import blocks
+
+    group = blocks.new_group(600, block_size=100, dtype=np.float64, backend="zarr",
+                             store=str(small_filesystem / "run.zarr"))
+
+    def ones(key, *names):
+        return {name: np.ones(group.layout.block_shape(key)) for name in names}
+
+    group.build(["A"], ones, lambda key: ("A",))
+    free = os.statvfs(small_filesystem).f_bavail * os.statvfs(small_filesystem).f_frsize
+    with open(small_filesystem / "filler", "wb") as f:
+        f.write(b"\0" * max(free - 64 * 1024, 0))
+    with pytest.raises(StoreError, match=r"of pass 'build:B,C'.*no space left") as err:
+        group.build(["B", "C"], ones, lambda key: ("B", "C"))
+    assert "run.zarr" in str(err.value)
+    assert group.names == ["A"]
+
+
 def test_full_disk_during_the_out_of_core_first_pass_is_a_store_error(small_filesystem):
     """The Zarr backend's first pass on a disk with room for the run's record but not for
     its working matrices: a StoreError naming the store and the pass, not a raw OSError."""

@@ -516,7 +516,7 @@ def test_clean_epoch_same_for_dense_sparse_and_zarr(tmp_path):
 def one_worker_client():
     from conftest import local_cluster_client
 
-    yield from local_cluster_client(1)
+    yield from local_cluster_client(1, set_as_default=False)          # its test passes it explicitly
 
 
 def test_same_c_out_of_core_on_one_or_two_workers_or_threads(tmp_path, cluster_client, one_worker_client):

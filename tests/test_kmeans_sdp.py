@@ -184,6 +184,20 @@ def test_nlr_on_workers_leaves_u_in_the_store_and_gathers_only_labels(tmp_path, 
     assert run_store.read_result(str(tmp_path / "here.zarr"))["lazy_arrays"] == []
 
 
+def test_the_chunks_make_the_partition_factor_from_the_whole_partition(rng):
+    """Each chunk makes its rows of the K-means SDP's point of a partition with the
+    groups' sizes over all rows: the same factor as made whole, U U^T 1 = 1."""
+    from dnomad.blocks import RowState
+    from dnomad.kmeans_sdp import lloyd
+
+    labels = rng.integers(0, 3, 50)
+    with RowState(50, chunk_rows=7) as space:
+        lloyd.put_partition_factor(space, labels, 3, 5, "U0")
+        U = space.get("U0")
+    np.testing.assert_array_equal(U, lloyd.partition_factor(labels, 3, 5))
+    np.testing.assert_allclose(U @ (U.T @ np.ones(50)), 1.0, rtol=1e-12)
+
+
 def test_factor_labels_are_the_same_however_the_rows_are_chunked(rng):
     """Farthest-point representatives then k-means over row chunks of U: the same labels
     from one chunk in this process as from 7-row chunks; on a planted factor (rows of a

@@ -119,11 +119,12 @@ def _has_dashboard():
 
 # distributed's nanny restarts a worker whose memory passes this fraction of its limit.
 TERMINATE_FRACTION = 0.95
-# A worker that has run dnomad's passes holds about 310 MiB before any block (the
-# interpreter, dask, NumPy/SciPy/Zarr and the kernels' compiled code), and one task of a
-# pass over blocks up to about 2 blocks more (on workers of 400 MiB: NOMAD's default
+# A worker that has run dnomad's passes holds about 245 MiB before any block (the
+# interpreter, dask, NumPy/SciPy/Zarr, numba and the kernels' compiled code; not the
+# estimators or scikit-learn, which it does not import: 310 MiB when it did), and one task
+# of a pass over blocks up to about 2 blocks more (on workers of 400 MiB: NOMAD's default
 # path 1.5, SymNMF's affinity and Frank-Wolfe passes 2.1); 3 leaves a block of headroom.
-WORKER_FOOTPRINT_BYTES = 320 << 20
+WORKER_FOOTPRINT_BYTES = 256 << 20
 TASK_BLOCKS = 3
 
 

@@ -409,6 +409,19 @@ class BlockGroup:
         new = [n for n in names if n not in self.names]
         self.names.extend(new)
         t0 = time.perf_counter()
+        try:
+            self._build(names, new, builder, args_for)
+        except BaseException:
+            # A failed build adds no matrix: the group lists only what it holds.
+            self.names = [n for n in self.names if n not in new]
+            for name in new:
+                self._locs.pop(name, None)
+            raise
+        nbytes = self.matrix_nbytes * len(names)
+        self.passes.add(PassRecord(f"build:{','.join(names)}", len(self.layout.keys), 0, nbytes,
+                                   time.perf_counter() - t0))
+
+    def _build(self, names, new, builder, args_for):
         if self.backend == "local":
             def run(key):
                 bundle = builder(key, *args_for(key))
@@ -424,15 +437,13 @@ class BlockGroup:
         else:
             from .store import writing
 
-            with writing(self.store, f"the working matrices {sorted(names)} (under {self.prefix}/)",
-                         keep="checkpoints already written are intact", store_errors_only=True):
+            with writing(self.store, f"the working matrices {sorted(names)} of pass 'build:{','.join(names)}' "
+                         f"(under {self.prefix}/)", keep="checkpoints already written are intact",
+                         store_errors_only=True):
                 for name in new:
                     self._new_zarr(name)
                 locs = dict(self._locs)
                 self._run_tasks(_zarr_build_task, lambda key: (locs, self.layout, key, builder, args_for(key)))
-        nbytes = self.matrix_nbytes * len(names)
-        self.passes.add(PassRecord(f"build:{','.join(names)}", len(self.layout.keys), 0, nbytes,
-                                   time.perf_counter() - t0))
 
     def _run_tasks(self, fn, args_for_key, name=None):
         """Run ``fn(*args_for_key(key))`` for every key, on the cluster or the thread pool;

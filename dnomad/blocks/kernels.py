@@ -113,7 +113,8 @@ def gram_block(Xi, Xj, dtype):
 
 def squared_distances(A, B, a2=None, b2=None):
     """||a_r - b_c||^2 for the rows of two panels (NumPy or CuPy), as ||a||^2 + ||b||^2
-    - 2 a.b clipped at 0 (round-off); ``a2``, ``b2``: the rows' squared norms, if known."""
+    - 2 a.b clipped at 0 (round-off), in A B^T's dtype; ``a2``, ``b2``: the rows'
+    squared norms, if known."""
     a2 = (A * A).sum(1) if a2 is None else a2
     b2 = (B * B).sum(1) if b2 is None else b2
     sq = A @ B.T                    # then in place: one rows x columns array, not four

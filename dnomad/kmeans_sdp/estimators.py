@@ -379,14 +379,17 @@ class NLR(_RowChunkEstimator):
     chunk_rows, backend, random_state, store, overwrite, callback
         As :class:`RiemannianKMeans`.
     checkpoint_every : int, default 1000
-        Iterations between checkpoints to ``store`` (U and y, O(n r) numbers).
+        Iterations between checkpoints to ``store`` (U and y, and the best start's U when
+        ``n_init`` > 1: O(n r) numbers, written by the row chunks where they are held).
     verbose : int, default 0
         Progress on stderr: 0 none, 1 a live line, 2 a line per iteration (:mod:`dnomad.progress`).
 
     Attributes
     ----------
     labels_, U_, objective_ (<X X^T, U U^T>, X centred), infeasibility_, stop_reason_,
-    n_iter_, dual_steps_, history_, passes_, fit_seconds_, beta_ (the penalty used), restarts_
+    n_iter_, dual_steps_, history_, passes_, fit_seconds_, beta_ (the penalty used), restarts_.
+    ``U_`` (n x r) is an ndarray, or, fitted on a cluster's workers with a ``store``, a dask
+    array over the store (the row chunks wrote it; read when computed).
     """
 
     _method = "nlr"

@@ -41,7 +41,8 @@ BETA_SCALE = 10.0
 
 @dataclass(frozen=True, eq=False)
 class NLRResult:
-    """U (n x r), the stop reason, history rows (iteration, loss = -<XX^T, UU^T>,
+    """U (n x r; None where it was left in the row chunks' state "U"), the stop reason,
+    history rows (iteration, loss = -<XX^T, UU^T>,
     infeasibility ||UU^T 1 - 1|| / sqrt(n), change, seconds, passes), iterations,
     dual steps, passes over X, seconds, the step alpha and the penalty beta."""
 

@@ -23,9 +23,10 @@ def wrap(run_state, *, tags, rng, done, best, best_fields, best_arrays, **extra)
 
 def unwrap(state, *, match, tag_keys, run_keys):
     """(generator, running run's state with untagged rows, rows done, the best start's
-    saved fields and arrays or None; arrays the row chunks wrote are not read).  ``match``: the tag keys that name the running run
-    (its rows are those with the state's values); ``tag_keys``: all the keys ``wrap``
-    added to a row; ``run_keys``: the running run's own state keys."""
+    saved fields and arrays or None; arrays the row chunks wrote are not read).
+    ``match``: the tag keys that name the running run (its rows are those with the
+    state's values); ``tag_keys``: all the keys ``wrap`` added to a row; ``run_keys``:
+    the running run's own state keys."""
     rows = [dict(row) for row in state["history"]]
     running = [all(row[k] == state[k] for k in match) for row in rows]
     run_state = {k: state[k] for k in run_keys}
