@@ -99,9 +99,11 @@ def plan(data, method="nomad", *, n_workers=None, worker_memory=None, threads_pe
     temporaries.  NOMAD's ``solver="cgm"`` stores n x n matrices in blocks, in the
     workers' memory or, where they do not fit in half of it, in Zarr (the store): a
     worker holds its share of the blocks or, out of core, the blocks a task reads; the
-    block side follows the workers' limit as a fit's does.  Its client part counts the
-    block step's first eigenvectors only (their number grows with Q's rank).  The
-    other methods are not covered yet.
+    block side follows the workers' limit as a fit's does (or the fit's ``backend`` and
+    ``block_size`` where given).  Its client part counts the block step's first
+    eigenvectors only (their number grows with Q's rank).  SymNMF stores P so, and its
+    client holds the local scales' neighbour table.  HOTTOPIXX and Bregman clustering
+    are not covered yet.
     """
     if method not in ESTIMATORS:
         raise InputValueError(f"method must be one of {sorted(ESTIMATORS)}; got {method!r}")

@@ -55,14 +55,15 @@ def test_nomad_runs_out_of_core_with_bounded_worker_memory(small_memory_client, 
 
 
 def test_default_blocks_follow_the_workers_memory_limit(tmp_path):
-    """NOMAD with its default blocks on workers of 400 MiB: 6,000 rows, whose 64 MiB
-    default blocks (3,000^2 float32; three matrices of 72 MB upper blocks each) had every
-    task killed; the block side now follows the workers' limit and the run ends on them,
-    under the nanny's bound.  Workers too small for any block are refused before a pass,
-    with the memory limit they would need."""
+    """NOMAD with its default blocks on workers of 350 MiB: 6,000 rows, whose blocks at
+    the 64 MiB target would be 3,000^2 float32 (three matrices of 72 MB upper blocks each;
+    with every worker importing the estimators, those had every task killed on 400 MiB
+    workers); the block side follows the room the workers' limit leaves beyond a worker's
+    footprint and the run ends on them, under the nanny's bound.  Workers too small for
+    any block are refused before a pass, with the memory limit they would need."""
     from dnomad.blocks import cluster as engine_cluster
 
-    limit = 400 * 2**20
+    limit = 350 * 2**20
     cfg = {"distributed.worker.memory.pause": False, "distributed.worker.memory.spill": False,
            "distributed.worker.memory.target": False, "distributed.scheduler.allowed-failures": 0}
     with dask.config.set(cfg), LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=limit,

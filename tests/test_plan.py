@@ -113,14 +113,14 @@ def test_block_methods_keep_their_matrices_in_memory_or_in_the_store():
     roomy = dnomad.plan((n, 10), "nomad", n_clusters=4, n_workers=4, worker_memory="4 GiB")
     assert roomy.where.endswith("in the workers' memory") and not roomy.disk
     assert roomy.worker["3 n x n matrices' blocks (a share)"] == int(upper / 4)
-    tight = dnomad.plan((n, 10), "nomad", n_clusters=4, n_workers=2, worker_memory="512 MiB")
+    tight = dnomad.plan((n, 10), "nomad", n_clusters=4, n_workers=2, worker_memory="384 MiB")
     assert tight.where.endswith("in Zarr (the store)") and tight.disk["3 n x n matrices' upper blocks"] == int(upper)
     assert any("needs store=" in note for note in tight.notes)
     assert not any("store" in note for note in dnomad.plan((n, 10), "nomad", n_clusters=4, n_workers=2,
-                                                           worker_memory="512 MiB", store="run.zarr").notes)
+                                                           worker_memory="384 MiB", store="run.zarr").notes)
     side = tight.block_size
     assert tight.worker[f"one task's blocks ({engine_cluster.TASK_BLOCKS})"] == engine_cluster.TASK_BLOCKS * side**2 * 4
-    assert side < roomy.block_size                           # less room under 512 MiB: smaller blocks
+    assert side < roomy.block_size                           # less room under 384 MiB: smaller blocks
 
 
 def test_symnmf_declares_its_local_scales_and_its_matrix_follows_the_backend():
@@ -186,14 +186,14 @@ def test_dnomad_plan_prints_the_plan(tmp_path, capsys):
 
 @pytest.mark.parametrize("make,more", [
     (lambda: dnomad.NOMAD(n_clusters=8, solver="bm", backend="distributed"),         # one chunk is too much
-     "or X rechunked to at most 3,125 rows a chunk (it has 50,000) and more workers"),
-    (lambda: dnomad.NLR(n_clusters=8, backend="distributed"), "or 20 workers of this limit")], ids=["bm", "nlr"])
+     "or X rechunked to at most 6,250 rows a chunk (it has 50,000) and more workers"),
+    (lambda: dnomad.NLR(n_clusters=8, backend="distributed"), "or 6 workers of this limit")], ids=["bm", "nlr"])
 def test_workers_too_small_for_their_share_are_refused_before_any_pass(make, more, tmp_path):
     """A Zarr X of 4 x 10^6 rows in chunks of 50,000 whose chunks were never written: a
     fit on 2 workers of 400 MiB is refused before it reads a row (an unwritten chunk
     would read as zeros, a constant X), naming the limit its workers would need, the
     plan's, and how many workers of 400 MiB would do where some number would (chunks
-    go to workers whole: NLR's hold 4 chunks each on 20 workers), else the chunk rows
+    go to workers whole: NLR's hold 14 chunks each on 6 workers), else the chunk rows
     that would let more share it (BM: one 50,000-row chunk's state is more than 400 MiB)."""
     from distributed import Client, LocalCluster
 
