@@ -321,14 +321,16 @@ class _BoxQuadratic:
         return f
 
 
-@pytest.mark.parametrize("method", ["spg", "lbfgs", "lbfgs-identity", "lbfgs-preconditioned"])
+@pytest.mark.parametrize("method", ["spg", "lbfgs", "lbfgs-identity", "lbfgs-preconditioned", "lbfgs-float32",
+                                    "lbfgs-preconditioned-float32"])
 @pytest.mark.parametrize("chunk_rows", [None, 7])
 def test_row_space_optimizers_find_the_box_constrained_minimizer(method, chunk_rows):
     """SPG and projected L-BFGS over a row space (one chunk or uneven chunks of 7 rows)
     end at SciPy L-BFGS-B's minimizer of a convex quadratic over [0, 1]^{n x r} with
     about a third of the entries at a bound; L-BFGS also with a row preconditioner (the
     identity, or any SPD r x r matrix: restricted to a row's free entries it stays SPD,
-    so the directions descend)."""
+    so the directions descend), and with its pairs stored in float32 (the minimizer to
+    the same 1e-6: the pairs shape the steps, not the point they converge to)."""
     from scipy.optimize import Bounds, minimize
 
     from dnomad.blocks import RowState
@@ -352,22 +354,29 @@ def test_row_space_optimizers_find_the_box_constrained_minimizer(method, chunk_r
     assert 0.2 <= at_bound <= 0.8
     space.put("x", np.full((n, r), 0.5))
     kw = {"lbfgs-identity": {"precondition": np.eye(r)},
-          "lbfgs-preconditioned": {"precondition": np.array([[2.0, 0.5, 0.0], [0.5, 1.0, 0.2], [0.0, 0.2, 0.3]])},
-          }.get(method, {})
+          }.get(method.replace("-float32", ""), {})
+    if "preconditioned" in method:
+        kw["precondition"] = np.array([[2.0, 0.5, 0.0], [0.5, 1.0, 0.2], [0.0, 0.2, 0.3]])
+    if method.endswith("float32"):
+        kw["pair_dtype"] = "float32"
     res = getattr(box_optim, method.split("-")[0])(space, problem, "x", lo=0.0, hi=1.0, max_iter=5000, ftol=1e-15,
-                                                   gtol=1e-9, **kw)
+                                                   gtol=1e-9, release=False, **kw)
     assert res.reason in ("gtol", "ftol"), res
+    if method.startswith("lbfgs"):
+        assert {space.get(f"_s{i}").dtype for i in range(5)} == {np.dtype(kw.get("pair_dtype", "float64"))}
     x = space.get(res.x)
     assert x.min() >= 0 and x.max() <= 1
     np.testing.assert_allclose(x, ref, atol=1e-6)
     assert res.f == pytest.approx(problem.dense_value_and_grad(ref)[0], rel=1e-10)
 
 
-def test_preconditioned_two_loop_equals_the_dense_recursion(rng):
+@pytest.mark.parametrize("pair_dtype", ["float64", "float32"])
+def test_preconditioned_two_loop_equals_the_dense_recursion(pair_dtype, rng):
     """The vector-free two-loop recursion with H0 = gamma P on every row (P an r x r SPD
     matrix; gamma = s'y / y'H0y of the newest pair) gives the direction the textbook
     recursion gives on the dense vectors, with the pairs in ring order (to the float32
-    round-off of the products with P)."""
+    round-off of the products with P); with the pairs stored in float32, the recursion
+    of those stored pairs, each dot accumulated in float64."""
     from dnomad.blocks import RowState
     from dnomad.nomad import box_optim
 
@@ -378,15 +387,16 @@ def test_preconditioned_two_loop_equals_the_dense_recursion(rng):
         space.put(name, value)
     A = rng.standard_normal((n * r, n * r))
     A = A @ A.T / (n * r) + np.eye(n * r)
-    S = [rng.standard_normal((n, r)) for _ in range(3)]
-    Yp = [(A @ s.ravel()).reshape(n, r) for s in S]
+    S = [rng.standard_normal((n, r)).astype(pair_dtype) for _ in range(3)]
+    Yp = [(A @ s.ravel()).reshape(n, r).astype(pair_dtype) for s in S]
     slots = [2, 0, 1]                   # the ring's slots, oldest pair first
     SY = np.zeros((memory, memory))     # SY[i, j] = s_i'y_j by slot
     for a, i in enumerate(slots):
         space.put(f"_s{i}", S[a])
         space.put(f"_y{i}", Yp[a])
         for b, j in enumerate(slots):
-            SY[i, j] = np.vdot(S[a], Yp[b])
+            SY[i, j] = np.vdot(S[a].astype(float), Yp[b].astype(float))
+    S, Yp = [s.astype(float) for s in S], [y.astype(float) for y in Yp]     # the stored values, in float64
     dots = [np.vdot(g, s) for s in S] + [np.vdot(g, y) for y in Yp] + [np.vdot(g, g)]
     P = rng.standard_normal((r, r))
     P = P @ P.T + np.eye(r)

@@ -186,7 +186,7 @@ def test_dnomad_plan_prints_the_plan(tmp_path, capsys):
 
 @pytest.mark.parametrize("make,more", [
     (lambda: dnomad.NOMAD(n_clusters=8, solver="bm", backend="distributed"),         # one chunk is too much
-     "or X rechunked to at most 6,250 rows a chunk (it has 50,000) and more workers"),
+     "or X rechunked to at most 12,500 rows a chunk (it has 50,000) and more workers"),
     (lambda: dnomad.NLR(n_clusters=8, backend="distributed"), "or 6 workers of this limit")], ids=["bm", "nlr"])
 def test_workers_too_small_for_their_share_are_refused_before_any_pass(make, more, tmp_path):
     """A Zarr X of 4 x 10^6 rows in chunks of 50,000 whose chunks were never written: a

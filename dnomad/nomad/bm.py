@@ -39,7 +39,8 @@ import numpy as np
 from ..errors import InputValueError, warn_convergence
 from .._checks import check_choices, check_solver_params, check_ints, check_numbers
 from ..blocks.rows import random_rows, stream_key
-from .box_optim import STATE_FASTMATH, drop_states, output_buffer, row_blocks, solver_states, work_states
+from .box_optim import (PAIR_DTYPES, STATE_FASTMATH, drop_states, output_buffer, pair_states, row_blocks, solver_states,
+                        work_states)
 
 logger = logging.getLogger(__name__)
 
@@ -266,7 +267,8 @@ class BurerMonteiroParams:
     tol: float = 1e-5                # stop: ||Y - Y_prev||_F <= tol ||Y_prev||_F ...
     feasibility_tol: float = 1e-4    # ... and the constraints met to this (relative) level
     optimizer: str = "lbfgs"         # inner solver: "lbfgs", "spg" or "scipy" (L-BFGS-B)
-    memory: int = 5                  # pairs kept by "lbfgs"
+    memory: int = 5                  # pairs kept by "lbfgs" ...
+    pair_dtype: str = "float32"      # ... in this precision (see box_optim.lbfgs)
     inner_max_iter: int = 15000      # inner iterations per outer step (SciPy's default) ...
     inexact_max_iter: int = 150      # ... and per inexact step (see _step_rtol)
     inner_tol: float = 1e-10         # the inner ftol and gtol (D normalized: entries ~ 1/n)
@@ -304,7 +306,7 @@ class BurerMonteiroParams:
         check_numbers(self, ("inner_rtol",), positive=False)
         if self.precondition is not None:
             check_numbers(self, ("precondition",), positive=True)
-        check_choices(self, {"start": ("symnmf", "random"), "optimizer": BM_OPTIMIZERS,
+        check_choices(self, {"start": ("symnmf", "random"), "optimizer": BM_OPTIMIZERS, "pair_dtype": PAIR_DTYPES,
                              "increments": (True, False), "balance": (True, False)})
 
 
@@ -312,16 +314,22 @@ class BurerMonteiroParams:
 # checked against the chunks' states by the tests: X's centred rows in float64 (the
 # multiplier steps) and float32 (the start) where X is in memory, Y and Y_prev, mu, and
 # the optimizer's states
-# (box_optim.solver_states: 6 + 2 memory for "lbfgs", 4 for "spg"; the start's fit
-# inside them).  A task holds TASK_ROW_TEMPORARIES more n_chunk x r arrays while it runs.
+# (box_optim.solver_states: 6 + 2 memory for "lbfgs", the pairs in pair_dtype, 4 for
+# "spg"; the start's fit inside them).  A task holds TASK_ROW_TEMPORARIES more
+# n_chunk x r arrays while it runs.
 TASK_ROW_TEMPORARIES = 4
 
 
 def row_state_bytes(params, r):
     """{part: bytes per row} that a run holds in X's row chunks at its peak, beside X."""
-    work = len(solver_states("Y", params.optimizer, params.memory))
-    return {"Y and the last outer step's Y": 16 * r, f"the optimizer's {work} states of r columns": 8 * r * work,
-            "the row-sum multipliers mu": 8}
+    states = solver_states("Y", params.optimizer, params.memory)
+    pairs = sum(states.count(name) for name in sum(pair_states(params.memory), []))
+    work = len(states) - pairs
+    parts = {"Y and the last outer step's Y": 16 * r, f"the optimizer's {work} states of r columns": 8 * r * work,
+             "the row-sum multipliers mu": 8}
+    if pairs:
+        parts[f"L-BFGS's {pairs} pair states ({params.pair_dtype})"] = np.dtype(params.pair_dtype).itemsize * r * pairs
+    return parts
 
 
 def x_copy_bytes(d):
@@ -869,7 +877,7 @@ def _minimize(space, problem, params, n, r, rtol=0.0, scale0=None):
         space.map(drop_states, ["_x", "_gx"], read_x=False)
         return int(res.nit), int(res.nfev), float(res.fun), last["objective"], None, _scipy_stop(res)
     method = box_optim.spg if params.optimizer == "spg" else box_optim.lbfgs
-    kw = {} if params.optimizer == "spg" else {"memory": params.memory}
+    kw = {} if params.optimizer == "spg" else {"memory": params.memory, "pair_dtype": params.pair_dtype}
     if params.precondition is not None and params.optimizer == "lbfgs":
         # H0 = (Y^T Y + eta I)^-1 on every row (as PrecGD, Zhang et al. 2021), fixed for
         # the solve: with r = 8K a cluster is spread over several similar columns, and

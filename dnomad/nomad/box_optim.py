@@ -40,7 +40,8 @@ The first step has unit length, or the scale ``scale0`` a previous solve returne
 that is shorter (a sequence of nearby problems).
 States are 2-D (rows x columns) and the bounds lo, hi scalars (possibly infinite).
 Float64 throughout (the multipliers' updates difference nearly equal sums), except the
-products with a preconditioner (see :func:`_precondition`).
+products with a preconditioner (see :func:`_precondition`) and, with
+``lbfgs(pair_dtype="float32")``, L-BFGS's stored pairs (see :func:`lbfgs`).
 """
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ SPG_MEMORY = 10                 # M: the nonmonotone line search's window
 ARMIJO = 1e-4                   # sufficient decrease constant (both methods)
 MAX_BACKTRACKS = 40
 STEP_BOUNDS = (1e-30, 1e30)     # BB steps are clipped to this range (SPG2)
+PAIR_DTYPES = ("float64", "float32")    # lbfgs's stored pairs
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,6 +124,24 @@ def _add_scaled(out, c, A, first):
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
             out[i, j] = c * A[i, j] if first else out[i, j] + c * A[i, j]
+
+
+@numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
+def _mixed_dot(A, B):
+    """sum(A * B) of two 2-D blocks, accumulated in float64 whatever their dtypes (no
+    upcast copy of either)."""
+    total = 0.0
+    for i in range(A.shape[0]):
+        for j in range(A.shape[1]):
+            total += float(A[i, j]) * float(B[i, j])
+    return total
+
+
+def _block_dot(A, B):
+    """<A, B> of two blocks: BLAS where both are float64, else :func:`_mixed_dot`."""
+    if A.dtype == np.float64 and B.dtype == np.float64:
+        return float(np.vdot(A, B))
+    return _mixed_dot(A, B)
 
 
 def _combine_into(out, terms, b):
@@ -244,7 +264,7 @@ def _free_gradient(chunk, x, g, lo, hi, out, names):
         hh, pg = _free_block(X[b], G[b], lo, hi, GH[b])
         gh = GH[b]
         for k, other in enumerate(others):
-            dots[k] += float(np.vdot(gh, other[b]))
+            dots[k] += _block_dot(gh, other[b])
         dots[-1] += hh
         pginf = max(pginf, pg)
     return dots, pginf
@@ -323,7 +343,7 @@ def _precondition(chunk, x, g, lo, hi, terms, P, out, y_names, last):
         np.matmul(q32, P32, out=r32)
         _masked_copy(Xb, Gb, lo, hi, r32, Rb)
         for k, y in enumerate(ys):
-            dots[k] += np.vdot(y[b], Rb)
+            dots[k] += _block_dot(y[b], Rb)
         dots[-2] += np.vdot(Rb, Rb)
         if Ylast is not None:
             _masked_copy(Xb, Gb, lo, hi, Ylast[b], q32)
@@ -342,27 +362,29 @@ def _arc(chunk, x, g, d, step, lo, hi, xt):
 
 @numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
 def _difference_block(xn, xo, gn, go, S, Y):
-    """S = xn - xo, Y = gn - go; (s's, s'y, y'y)."""
+    """S = xn - xo, Y = gn - go (in S's and Y's dtype); (s's, s'y, y'y) of the stored
+    values."""
     ss = sy = yy = 0.0
     for i in range(S.shape[0]):
         for j in range(S.shape[1]):
-            s = xn[i, j] - xo[i, j]
-            y = gn[i, j] - go[i, j]
-            S[i, j] = s
-            Y[i, j] = y
+            S[i, j] = xn[i, j] - xo[i, j]
+            Y[i, j] = gn[i, j] - go[i, j]
+            s = float(S[i, j])
+            y = float(Y[i, j])
             ss += s * s
             sy += s * y
             yy += y * y
     return ss, sy, yy
 
 
-def _pair(chunk, x_new, x_old, g_new, g_old, s, y, others, lo, hi, gh):
-    """s = x_new - x_old, y = g_new - g_old; their dots with each other and ``others``;
-    and the next iteration's free gradient (as :func:`_free_gradient` at x_new, into
-    ``gh``) with its dots with ``others``, s, y and itself, and ||P(x - g) - x||_inf
-    there.  One pass by row blocks: the stored pairs are read once for all their dots."""
-    S = output_buffer(chunk, s, chunk[x_new])
-    Y = output_buffer(chunk, y, chunk[g_new])
+def _pair(chunk, x_new, x_old, g_new, g_old, s, y, others, lo, hi, gh, pair_dtype="float64"):
+    """s = x_new - x_old, y = g_new - g_old, stored in ``pair_dtype``; their dots with
+    each other and ``others``; and the next iteration's free gradient (as
+    :func:`_free_gradient` at x_new, into ``gh``) with its dots with ``others``, s, y and
+    itself, and ||P(x - g) - x||_inf there.  One pass by row blocks: the stored pairs
+    are read once for all their dots."""
+    S = output_buffer(chunk, s, chunk[x_new], dtype=pair_dtype)
+    Y = output_buffer(chunk, y, chunk[g_new], dtype=pair_dtype)
     xn, xo, gn, go = chunk[x_new], chunk[x_old], chunk[g_new], chunk[g_old]
     GH = output_buffer(chunk, gh, gn)
     rest = [chunk[o] for o in others]
@@ -376,10 +398,10 @@ def _pair(chunk, x_new, x_old, g_new, g_old, s, y, others, lo, hi, gh):
         pginf = max(pginf, pg)
         for k, other in enumerate(rest):
             ob = other[b]
-            dots[3 + k] += np.vdot(Sb, ob)
-            dots[3 + m + k] += np.vdot(Yb, ob)
-            dots[3 + 2 * m + k] += np.vdot(Hb, ob)
-        dots[-3:] += (np.vdot(Hb, Sb), np.vdot(Hb, Yb), hh)
+            dots[3 + k] += _block_dot(Sb, ob)
+            dots[3 + m + k] += _block_dot(Yb, ob)
+            dots[3 + 2 * m + k] += _block_dot(Hb, ob)
+        dots[-3:] += (_block_dot(Hb, Sb), _block_dot(Hb, Yb), hh)
     return [float(v) for v in dots], pginf
 
 
@@ -484,14 +506,19 @@ def drop_states(chunk, names):
 
 # ------------------------------------------------------------ projected L-BFGS
 def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=1e-10, rtol=0.0,
-          scale0=None, memory=5, precondition=None, release=True):
+          scale0=None, memory=5, precondition=None, release=True, pair_dtype="float64"):
     """Minimize ``problem`` over lo <= x <= hi from state ``x`` (feasible) by projected
     L-BFGS in vector-free form (see the module docstring); ``memory`` pairs (s, y) kept
-    as states ``"_s0"``, ``"_y0"``, ...; ``precondition``: an r x r SPD matrix P, the
+    as states ``"_s0"``, ``"_y0"``, ... in ``pair_dtype`` ("float32" halves their bytes
+    and the passes that read them; every dot is taken of the stored values with a
+    float64 accumulator, so the recursion is exact L-BFGS for the rounded pairs, whose
+    curvature s'y > 0 is checked as for any pair); ``precondition``: an r x r SPD matrix P, the
     initial inverse Hessian gamma P on each row (None: gamma I; the returned ``scale``
     is then gamma relative to P); ``release`` as for :func:`spg` (on 10^6 rows, r = 64,
     the pair pass took 3-4x as long while its buffers were new).  Returns an
     :class:`OptimResult`."""
+    if pair_dtype not in PAIR_DTYPES:
+        raise ValueError(f"pair_dtype must be one of {PAIR_DTYPES}; got {pair_dtype!r}")
     xt, g, gt, gh, d, r0 = work_states(x)
     s_names, y_names = pair_states(memory)
     slots = []                          # ring of slot indices, oldest first
@@ -554,7 +581,8 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
         others_s = [s_names[i] for i in slots if i != slot]
         others_y = [y_names[i] for i in slots if i != slot]
         others = others_s + others_y
-        parts = space.map(_pair, xt, x, gt, g, s_names[slot], y_names[slot], others, lo, hi, gh, read_x=False)
+        parts = space.map(_pair, xt, x, gt, g, s_names[slot], y_names[slot], others, lo, hi, gh, pair_dtype,
+                          read_x=False)
         out = _sum([p[0] for p in parts])
         sts, sty, yty = out[:3]
         m = len(others_s)

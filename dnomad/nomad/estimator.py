@@ -82,7 +82,9 @@ class NOMAD(_Clustering, _Estimator):
         changes by less, relative, and the constraints hold to feasibility_tol, 1e-4),
         optimizer of each multiplier step ("lbfgs": projected L-BFGS over Y's row
         chunks, the default; "spg": spectral projected gradient; "scipy": SciPy's
-        L-BFGS-B in this process), memory (5 pairs, lbfgs), precondition (0.1:
+        L-BFGS-B in this process), memory (5 pairs, lbfgs), pair_dtype ("float32":
+        the pairs' precision, a quarter less state a row than "float64"),
+        precondition (0.1:
         lbfgs starts each recursion from (Y^T Y + eta I)^-1 on every row, eta = 0.1
         Tr(Y^T Y) / r; None: the identity), inner_max_iter (15000),
         inner_tol (1e-10: ftol and gtol), inner_rtol (0.1: a multiplier step stops
@@ -742,7 +744,7 @@ CGM_MAX_ITER = 2000
 CGM_CHECKPOINT_EVERY = 20
 BM_MAX_ITER = 1000
 # Burer-Monteiro settings passed through ``solver_options`` (see BurerMonteiroParams).
-BM_OPTIONS = ("sigma", "phi", "eta", "tol", "feasibility_tol", "optimizer", "memory", "inner_max_iter",
+BM_OPTIONS = ("sigma", "phi", "eta", "tol", "feasibility_tol", "optimizer", "memory", "pair_dtype", "inner_max_iter",
               "inexact_max_iter", "inner_tol", "inner_rtol", "start", "start_tol", "start_max_iter", "balance",
               "increments", "precondition")
 
