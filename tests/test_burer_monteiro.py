@@ -363,7 +363,8 @@ def test_row_space_optimizers_find_the_box_constrained_minimizer(method, chunk_r
                                                    gtol=1e-9, release=False, **kw)
     assert res.reason in ("gtol", "ftol"), res
     if method.startswith("lbfgs"):
-        assert {space.get(f"_s{i}").dtype for i in range(5)} == {np.dtype(kw.get("pair_dtype", "float64"))}
+        assert {space.get(f"_{v}{i}").dtype for v in "sy" for i in range(5)} == {np.dtype(kw.get("pair_dtype",
+                                                                                                   "float64"))}
     x = space.get(res.x)
     assert x.min() >= 0 and x.max() <= 1
     np.testing.assert_allclose(x, ref, atol=1e-6)
@@ -417,6 +418,40 @@ def test_preconditioned_two_loop_equals_the_dense_recursion(pair_dtype, rng):
     # term, not float64's; an error in the recursion would be O(1).
     assert gamma == pytest.approx(gamma_ref, rel=1e-6)
     np.testing.assert_allclose(d, -h, rtol=1e-5, atol=1e-6 * np.abs(h).max())
+
+
+def test_float32_pairs_dots_are_the_stored_values_dots_in_float64(rng):
+    """With pairs stored in float32, the pair pass's dots (s's, s'y, y'y, with the other
+    pairs and with the free gradient) are those of the stored values, summed in float64
+    (to 1e-13 of the sum of the products' magnitudes, against exact sums): a product
+    rounded to float32 before the sum would be off by ~1e-8 of it, which is what ignoring
+    the rounding costs too.  s and y are made nearly orthogonal, so s'y cancels."""
+    import math
+
+    from dnomad.nomad import box_optim
+
+    n, r = 700, 6
+    x_old, g_old = rng.random((n, r)), rng.standard_normal((n, r))
+    s_true = rng.standard_normal((n, r)) * 1e-3
+    y_true = rng.standard_normal((n, r))
+    y_true -= np.vdot(y_true, s_true) / np.vdot(s_true, s_true) * s_true * (1 - 1e-6)
+    chunk = {"x": x_old, "xt": x_old + s_true, "g": g_old, "gt": g_old + y_true,
+             "_s1": rng.standard_normal((n, r)).astype(np.float32),
+             "_y1": rng.standard_normal((n, r)).astype(np.float32)}
+    dots, _ = box_optim._pair(chunk, "xt", "x", "gt", "g", "_s0", "_y0", ["_s1", "_y1"], -np.inf, np.inf, "_gh",
+                              "float32")
+    S, Y, GH = chunk["_s0"], chunk["_y0"], chunk["_gh"]
+    assert S.dtype == Y.dtype == np.float32 and GH.dtype == np.float64
+
+    def exact(a, b):
+        products = (a.astype(np.float64) * b.astype(np.float64)).ravel()
+        return math.fsum(products), math.fsum(np.abs(products))
+
+    others = [chunk["_s1"], chunk["_y1"]]
+    want = ([exact(S, S), exact(S, Y), exact(Y, Y)] + [exact(S, o) for o in others] + [exact(Y, o) for o in others]
+            + [exact(GH, o) for o in others] + [exact(GH, S), exact(GH, Y), exact(GH, GH)])
+    value, magnitude = np.array(want).T
+    assert np.all(np.abs(np.asarray(dots) - value) <= 1e-13 * magnitude), (dots, value)
 
 
 @pytest.mark.parametrize("method", ["spg", "lbfgs"])

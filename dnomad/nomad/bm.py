@@ -39,8 +39,7 @@ import numpy as np
 from ..errors import InputValueError, warn_convergence
 from .._checks import check_choices, check_solver_params, check_ints, check_numbers
 from ..blocks.rows import random_rows, stream_key
-from .box_optim import (PAIR_DTYPES, STATE_FASTMATH, drop_states, output_buffer, pair_states, row_blocks, solver_states,
-                        work_states)
+from .box_optim import PAIR_DTYPES, STATE_FASTMATH, drop_states, output_buffer, row_blocks, solver_states, work_states
 
 logger = logging.getLogger(__name__)
 
@@ -323,8 +322,8 @@ TASK_ROW_TEMPORARIES = 4
 def row_state_bytes(params, r):
     """{part: bytes per row} that a run holds in X's row chunks at its peak, beside X."""
     states = solver_states("Y", params.optimizer, params.memory)
-    pairs = sum(states.count(name) for name in sum(pair_states(params.memory), []))
-    work = len(states) - pairs
+    pairs = 2 * params.memory if params.optimizer == "lbfgs" else 0
+    work = len(states) - (2 * params.memory if params.optimizer != "spg" else 0)
     parts = {"Y and the last outer step's Y": 16 * r, f"the optimizer's {work} states of r columns": 8 * r * work,
              "the row-sum multipliers mu": 8}
     if pairs:

@@ -101,7 +101,8 @@ def output_buffer(chunk, name, like, dtype=None):
 # The elementwise work of each kernel is one numba loop over a row block (no numpy
 # temporaries: at r = 64 and 500,000 rows a chunk, the masks, clips and products as
 # numpy expressions made the kernels 2-4x slower than the memory traffic they need);
-# the dots with the stored pairs stay BLAS calls on the block while it is in cache.
+# the dots with the stored pairs stay BLAS calls on the block while it is in cache
+# (float32 pairs: numba loops with a float64 accumulator, :func:`_block_dot`).
 # Not full fast-math: the bounds may be infinite.
 STATE_FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 
@@ -133,7 +134,7 @@ def _mixed_dot(A, B):
     total = 0.0
     for i in range(A.shape[0]):
         for j in range(A.shape[1]):
-            total += float(A[i, j]) * float(B[i, j])
+            total += np.float64(A[i, j]) * np.float64(B[i, j])    # float() of a float32 stays float32 in numba
     return total
 
 
@@ -369,8 +370,8 @@ def _difference_block(xn, xo, gn, go, S, Y):
         for j in range(S.shape[1]):
             S[i, j] = xn[i, j] - xo[i, j]
             Y[i, j] = gn[i, j] - go[i, j]
-            s = float(S[i, j])
-            y = float(Y[i, j])
+            s = np.float64(S[i, j])
+            y = np.float64(Y[i, j])
             ss += s * s
             sy += s * y
             yy += y * y
@@ -510,8 +511,8 @@ def lbfgs(space, problem, x, *, lo=0.0, hi=1.0, max_iter=1000, ftol=1e-10, gtol=
     """Minimize ``problem`` over lo <= x <= hi from state ``x`` (feasible) by projected
     L-BFGS in vector-free form (see the module docstring); ``memory`` pairs (s, y) kept
     as states ``"_s0"``, ``"_y0"``, ... in ``pair_dtype`` ("float32" halves their bytes
-    and the passes that read them; every dot is taken of the stored values with a
-    float64 accumulator, so the recursion is exact L-BFGS for the rounded pairs, whose
+    and their share of the passes that read them; every dot is taken of the stored
+    values in float64, so the recursion is L-BFGS for the rounded pairs, whose
     curvature s'y > 0 is checked as for any pair); ``precondition``: an r x r SPD matrix P, the
     initial inverse Hessian gamma P on each row (None: gamma I; the returned ``scale``
     is then gamma relative to P); ``release`` as for :func:`spg` (on 10^6 rows, r = 64,
