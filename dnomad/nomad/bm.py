@@ -321,9 +321,8 @@ TASK_ROW_TEMPORARIES = 4
 
 def row_state_bytes(params, r):
     """{part: bytes per row} that a run holds in X's row chunks at its peak, beside X."""
-    states = solver_states("Y", params.optimizer, params.memory)
+    work = len(solver_states("Y", params.optimizer))          # less the pairs, counted apart
     pairs = 2 * params.memory if params.optimizer == "lbfgs" else 0
-    work = len(states) - (2 * params.memory if params.optimizer != "spg" else 0)
     parts = {"Y and the last outer step's Y": 16 * r, f"the optimizer's {work} states of r columns": 8 * r * work,
              "the row-sum multipliers mu": 8}
     if pairs:
