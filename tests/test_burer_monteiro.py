@@ -601,14 +601,20 @@ def test_the_start_is_scaled_onto_the_row_sums(where, rng):
     np.testing.assert_allclose(Y[live], d[:, None] * Y0[live], rtol=1e-12)
 
 
+@pytest.mark.parametrize("block_entries", [None, 30], ids=["chunk-blocks", "5-row-blocks"])
 @pytest.mark.parametrize("where", ["chunks", "operator"])
-def test_row_space_lagrangian_equals_the_dense_formula(where, rng):
+def test_row_space_lagrangian_equals_the_dense_formula(where, block_entries, rng, monkeypatch):
     """The augmented Lagrangian and its gradient as the optimizers see them -- summed over
     row chunks of uneven size (data mode) or from an operator's D Y -- equal (32) and its
     gradient computed densely (which test_lagrangian_gradient_has_taylor_slope_two checks
-    against finite differences)."""
+    against finite differences); also where the kernels take each chunk's rows in
+    blocks of 5 (X B and the sums a block at a time, a last block of 2 rows)."""
     from dnomad.blocks import RowChunks, RowState
+    from dnomad.nomad import box_optim
     from dnomad.nomad.bm import _AugmentedLagrangian
+
+    if block_entries is not None:
+        monkeypatch.setattr(box_optim, "BLOCK_ENTRIES", block_entries)
 
     X = rng.standard_normal((90, 4)) + 2.0
     n, r, K = 90, 6, 3
@@ -627,20 +633,24 @@ def test_row_space_lagrangian_equals_the_dense_formula(where, rng):
     assert problem.objective["Y"] == pytest.approx(np.sum(Y * (D @ Y)), rel=1e-12)
 
 
-@pytest.mark.parametrize("where", ["here", "workers"])
-def test_float32_increments_give_the_float64_evaluations(where, rng, request):
+@pytest.mark.parametrize("where", ["here", "here, 4-row blocks", "workers"])
+def test_float32_increments_give_the_float64_evaluations(where, rng, request, monkeypatch):
     """Evaluations by increments (D Y_x = D Y_b + F (F^T (Y_x - Y_b)) / scale, the
     step's two products in float32, D Y_b kept in float64) equal float64 evaluations to
     float32's round-off relative to the step, not to D Y: the value difference
     f(x) - f(b) and the gradient change to 1e-5 of themselves (float32's 6e-8 times
     the lengths of the sums, d = 6 and chunks of 40 rows, with room), for steps from
     1e-1 to 1e-6 of Y, alternating the base as the line searches do; in row chunks here
-    and on a 2-worker cluster.  A base changed after its evaluation is not stepped from:
+    (whole or in blocks of 4 rows) and on a 2-worker cluster.  A base changed after its evaluation is not stepped from:
     that evaluation is made afresh in float64."""
     from dnomad.blocks import RowChunks
     from dnomad.nomad.bm import _AugmentedLagrangian
 
+    from dnomad.nomad import box_optim
+
     client = request.getfixturevalue("cluster_client") if where == "workers" else None
+    if where == "here, 4-row blocks":                     # X's products a row block at a time
+        monkeypatch.setattr(box_optim, "BLOCK_ENTRIES", 20)
     n, r, K = 150, 5, 3
     X = rng.standard_normal((n, 6)) * 3.0 + 100.0          # far from the origin: centring matters
     with RowChunks(X, chunk_rows=40, client=client) as space:

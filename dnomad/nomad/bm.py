@@ -471,9 +471,20 @@ def _ordered_sum(parts):
 
 
 # Per-chunk kernels (module level: workers import them).
+# Those that read X take the chunk's rows in blocks (box_optim.row_blocks), as the
+# optimizer's kernels do: with whole-chunk temporaries (X B is 32 MiB on a 62,500-row
+# chunk at r = 64) and a separate pass over Y for each sum, an evaluation's passes over X
+# took 0.79 s of its 2.2 s on 10^6 rows in such chunks, 0.58 s by blocks
+# (docs/benchmark_notes.md, "Scale on a cluster").
 def _ft_y(chunk, x):
-    Y = chunk[x]
-    return chunk["X"].T @ Y, Y.sum(axis=0), float(np.vdot(Y, Y))
+    Y, X = chunk[x], chunk["X"]
+    FtY, c, trace = np.zeros((X.shape[1], Y.shape[1])), np.zeros(Y.shape[1]), 0.0
+    for b in row_blocks(Y):
+        Yb = Y[b]
+        FtY += X[b].T @ Yb
+        c += Yb.sum(axis=0)
+        trace += float(np.vdot(Yb, Yb))
+    return FtY, c, trace
 
 
 def _gram(chunk, x):
@@ -489,34 +500,58 @@ def _column_stats(chunk, x):
 def _ft_step(chunk, x, base):
     """F^T (Y - Y_base) in X's precision (float32: an increment), c = Y^T 1, ||Y||^2,
     and ||Y_base||^2 (the caller checks that the base is the point it evaluated)."""
-    Y, Yb = chunk[x], chunk[base]
-    X = chunk["X"]
-    return X.T @ (Y - Yb).astype(X.dtype), Y.sum(axis=0), float(np.vdot(Y, Y)), float(np.vdot(Yb, Yb))
+    Y, Y_base, X = chunk[x], chunk[base], chunk["X"]
+    FtS, c, trace, trace_base = np.zeros((X.shape[1], Y.shape[1]), dtype=X.dtype), np.zeros(Y.shape[1]), 0.0, 0.0
+    for b in row_blocks(Y):
+        Yb, Bb = Y[b], Y_base[b]
+        FtS += X[b].T @ (Yb - Bb).astype(X.dtype)
+        c += Yb.sum(axis=0)
+        trace += float(np.vdot(Yb, Yb))
+        trace_base += float(np.vdot(Bb, Bb))
+    return FtS, c, trace, trace_base
 
 
 def _lagrangian_rows(chunk, x, g, B, c, sigma, trace_coef, step=None, keep=None, drop=()):
     """The rows' share of L and of its gradient, less the gradient's rank-one term
     1 (w^T Y) (added when w^T Y is summed: :func:`_add_to_rows`).  D Y is F B, or,
-    with ``step`` = (base, dB), D Y_base + F dB in X's precision (an increment); kept
-    as state ``keep`` when given (always, with ``step``); the states ``drop`` are
-    forgotten."""
+    with ``step`` = (base, dB), D Y_base + F dB in X's precision (an increment), made
+    a row block at a time; kept whole as state ``keep`` when given (always, with
+    ``step``); the states ``drop`` are forgotten."""
     Y, mu = chunk[x], chunk["mu"]
     for name in drop:
         chunk.pop(name, None)
-    if step is not None:
-        DY = output_buffer(chunk, keep, Y)
-        np.add(chunk["_DY@" + step[0]], chunk["X"] @ step[1], out=DY)
-    else:
-        DY = chunk["X"] @ B if B is not None else chunk["_DY"]
+    X = chunk.get("X")
+    if B is None and step is None:      # operator mode: D Y given
+        DY = chunk["_DY"]
         if keep is not None:
             chunk[keep] = DY
-    s = Y @ c - 1.0
-    w = sigma * s - mu
+    elif keep is not None:              # D Y kept whole for the next increment
+        DY = output_buffer(chunk, keep, Y)
+    else:                               # D Y = X B a block at a time
+        DY = None
+    blocks = row_blocks(Y)
+    scratch = np.empty((blocks[0].stop - blocks[0].start, Y.shape[1])) if DY is None and blocks else None
     G = output_buffer(chunk, g, Y)
-    ydy = 0.0
-    for b in row_blocks(Y):
-        ydy += _gradient_block(DY[b], Y[b], w[b], c, 2.0 * trace_coef, G[b])
-    return ydy, float(s @ s), float(mu @ s), w @ Y
+    ydy = ss = mus = 0.0
+    wy = np.zeros(Y.shape[1])
+    for b in blocks:
+        Yb = Y[b]
+        if DY is None:
+            DYb = scratch[:Yb.shape[0]]
+            np.matmul(X[b], B, out=DYb)
+        else:
+            DYb = DY[b]
+            if step is not None:
+                np.add(chunk["_DY@" + step[0]][b], X[b] @ step[1], out=DYb)
+            elif B is not None:
+                np.matmul(X[b], B, out=DYb)
+        sb = Yb @ c - 1.0
+        wb = sigma * sb - mu[b]
+        ydy += _gradient_block(DYb, Yb, wb, c, 2.0 * trace_coef, G[b])
+        ss += float(sb @ sb)
+        mus += float(mu[b] @ sb)
+        wy += wb @ Yb
+    return ydy, ss, mus, wy
 
 
 @numba.njit(nogil=True, cache=True, fastmath=STATE_FASTMATH)
