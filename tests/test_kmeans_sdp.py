@@ -396,3 +396,22 @@ def test_an_nlr_checkpoint_of_plain_arrays_still_resumes_to_the_same_run(tmp_pat
             resumed = nlr(data, 3, random_state=0, max_iter=60, state=ck.load())
         np.testing.assert_allclose(resumed.U, whole.U, rtol=0, atol=1e-12)
         assert resumed.n_iter == whole.n_iter
+
+
+@pytest.mark.parametrize("chunk_rows", [None, 25])
+@pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
+def test_a_later_start_that_wins_is_the_result(chunk_rows):
+    """Of n_init starts the largest <X X^T, U U^T> wins, its U kept in the row chunks
+    while later starts run: on data where the second of three random starts ends highest
+    (planted by the seed), three starts return the second's history, objective and U --
+    the U that two starts return, not the first's or the last's -- whole or in
+    chunks of 25 rows."""
+    from dnomad.kmeans_sdp.nlr import nlr_kmeans
+
+    X, _ = gmm_simplex(120, n_clusters=4, gamma=0.8, random_state=0)
+    kw = dict(init="random", random_state=1, max_iter=300)
+    runs = {k: nlr_kmeans(RowChunks(X, chunk_rows=chunk_rows), 4, n_init=k, **kw) for k in (1, 2, 3)}
+    assert {row["init"] for row in runs[3].history} == {1}
+    assert runs[3].objective == runs[2].objective > runs[1].objective
+    np.testing.assert_array_equal(runs[3].U, runs[2].U)
+    assert not np.allclose(runs[3].U, runs[1].U)
