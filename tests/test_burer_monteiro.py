@@ -608,7 +608,8 @@ def test_row_space_lagrangian_equals_the_dense_formula(where, block_entries, rng
     row chunks of uneven size (data mode) or from an operator's D Y -- equal (32) and its
     gradient computed densely (which test_lagrangian_gradient_has_taylor_slope_two checks
     against finite differences); also where the kernels take each chunk's rows in
-    blocks of 5 (X B and the sums a block at a time, a last block of 2 rows)."""
+    blocks of 5 (X B and the sums a block at a time; the data mode's chunks of 32, 32
+    and 26 rows end in blocks of 2, 2 and 1)."""
     from dnomad.blocks import RowChunks, RowState
     from dnomad.nomad import box_optim
     from dnomad.nomad.bm import _AugmentedLagrangian

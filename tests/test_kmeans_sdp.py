@@ -412,6 +412,7 @@ def test_a_later_start_that_wins_is_the_result(chunk_rows):
     kw = dict(init="random", random_state=1, max_iter=300)
     runs = {k: nlr_kmeans(RowChunks(X, chunk_rows=chunk_rows), 4, n_init=k, **kw) for k in (1, 2, 3)}
     assert {row["init"] for row in runs[3].history} == {1}
+    assert [row["loss"] for row in runs[3].history] == [row["loss"] for row in runs[2].history]
     assert runs[3].objective == runs[2].objective > runs[1].objective
     np.testing.assert_array_equal(runs[3].U, runs[2].U)
     assert not np.allclose(runs[3].U, runs[1].U)

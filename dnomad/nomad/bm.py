@@ -472,7 +472,7 @@ def _ordered_sum(parts):
 
 # Per-chunk kernels (module level: workers import them).
 # Those that read X take the chunk's rows in blocks (box_optim.row_blocks), as the
-# optimizer's kernels do: with whole-chunk temporaries (X B is 32 MiB on a 62,500-row
+# optimizer's kernels do: with whole-chunk temporaries (X B is 30.5 MiB on a 62,500-row
 # chunk at r = 64) and a separate pass over Y for each sum, an evaluation's passes over X
 # took 0.79 s of its 2.2 s on 10^6 rows in such chunks, 0.58 s by blocks
 # (docs/benchmark_notes.md, "Scale on a cluster").
@@ -498,10 +498,11 @@ def _column_stats(chunk, x):
 
 
 def _ft_step(chunk, x, base):
-    """F^T (Y - Y_base) in X's precision (float32: an increment), c = Y^T 1, ||Y||^2,
-    and ||Y_base||^2 (the caller checks that the base is the point it evaluated)."""
+    """F^T (Y - Y_base), each row block's product in X's precision (float32: an
+    increment) and their sum in float64, c = Y^T 1, ||Y||^2, and ||Y_base||^2 (the
+    caller checks that the base is the point it evaluated)."""
     Y, Y_base, X = chunk[x], chunk[base], chunk["X"]
-    FtS, c, trace, trace_base = np.zeros((X.shape[1], Y.shape[1]), dtype=X.dtype), np.zeros(Y.shape[1]), 0.0, 0.0
+    FtS, c, trace, trace_base = np.zeros((X.shape[1], Y.shape[1])), np.zeros(Y.shape[1]), 0.0, 0.0
     for b in row_blocks(Y):
         Yb, Bb = Y[b], Y_base[b]
         FtS += X[b].T @ (Yb - Bb).astype(X.dtype)
@@ -525,12 +526,13 @@ def _lagrangian_rows(chunk, x, g, B, c, sigma, trace_coef, step=None, keep=None,
         DY = chunk["_DY"]
         if keep is not None:
             chunk[keep] = DY
-    elif keep is not None:              # D Y kept whole for the next increment
+    elif keep is not None:              # D Y kept whole for the next increment (always with step)
         DY = output_buffer(chunk, keep, Y)
     else:                               # D Y = X B a block at a time
+        assert step is None, "an increment's D Y is kept (keep)"
         DY = None
     blocks = row_blocks(Y)
-    scratch = np.empty((blocks[0].stop - blocks[0].start, Y.shape[1])) if DY is None and blocks else None
+    scratch = np.empty((min(blocks[0].stop, len(Y)), Y.shape[1])) if DY is None and blocks else None
     G = output_buffer(chunk, g, Y)
     ydy = ss = mus = 0.0
     wy = np.zeros(Y.shape[1])

@@ -551,7 +551,7 @@ class NOMAD(_Clustering, _Estimator):
                 run_store.write_json(self.store, f"layers/{layer}", record)
             record["Q"] = blocks.from_zarr(self.store, f"layers/{layer}/Q", dtype=group.dtype,
                                            block_size=group.layout.block_size, backend="zarr",
-                                           store=self.store)
+                                           store=self.store, check=False)       # just written
         elif group.backend == "local":
             blocks.shifted_copy(group, "Q", f"layer{layer}", 0.0)
             record["Q"] = blocks.BlockMatrix(group, f"layer{layer}")
@@ -575,7 +575,7 @@ class NOMAD(_Clustering, _Estimator):
                                {"penalty": res.penalty, "tau": res.tau, "passes": self.passes_}, start)
             self.Q_ = blocks.from_zarr(self.store, "result/Q", dtype=group.dtype,
                                        block_size=group.layout.block_size, backend="zarr",
-                                       store=self.store)
+                                       store=self.store, check=False)           # just written
         else:
             self.Q_ = res.Q
             if group.backend == "distributed":
