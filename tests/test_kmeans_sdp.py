@@ -405,7 +405,7 @@ def test_a_later_start_that_wins_is_the_result(chunk_rows):
     while later starts run: on data where the second of three random starts ends highest
     (planted by the seed), three starts return the second's history, objective and U --
     the U that two starts return, not the first's or the last's -- whole or in
-    chunks of 25 rows."""
+    chunks of 25 rows; each result's objective is its U's."""
     from dnomad.kmeans_sdp.nlr import nlr_kmeans
 
     X, _ = gmm_simplex(120, n_clusters=4, gamma=0.8, random_state=0)
@@ -416,3 +416,7 @@ def test_a_later_start_that_wins_is_the_result(chunk_rows):
     assert runs[3].objective == runs[2].objective > runs[1].objective
     np.testing.assert_array_equal(runs[3].U, runs[2].U)
     assert not np.allclose(runs[3].U, runs[1].U)
+    F = X - X.mean(axis=0)
+    for res in runs.values():                     # the returned U's, one step after the last row's loss
+        assert res.objective == pytest.approx(np.linalg.norm(F.T @ res.U) ** 2, rel=1e-12)
+        assert res.objective != -res.history[-1]["loss"]

@@ -386,7 +386,8 @@ class NLR(_RowChunkEstimator):
 
     Attributes
     ----------
-    labels_, U_, objective_ (<X X^T, U U^T>, X centred), infeasibility_, stop_reason_,
+    labels_, U_, objective_ (<X X^T, U U^T> of U_, X centred), infeasibility_ (||U U^T 1 - 1||
+    / sqrt(n) at the last history row, the iterate one step before U_), stop_reason_,
     n_iter_, dual_steps_, history_, passes_, fit_seconds_, beta_ (the penalty used), restarts_.
     ``U_`` (n x r) is an ndarray, or, fitted on a cluster's workers with a ``store``, a dask
     array over the store (the row chunks wrote it; read when computed).

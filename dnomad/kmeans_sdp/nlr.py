@@ -43,8 +43,10 @@ BETA_SCALE = 10.0
 class NLRResult:
     """U (n x r; None where it was left in the row chunks' state "U"), the stop reason,
     history rows (iteration, loss = -<XX^T, UU^T>,
-    infeasibility ||UU^T 1 - 1|| / sqrt(n), change, seconds, passes), iterations,
-    dual steps, passes over X, seconds, the step alpha and the penalty beta."""
+    infeasibility ||UU^T 1 - 1|| / sqrt(n), change, seconds, passes; a row's loss and
+    infeasibility are at the iterate its step started from), iterations, dual steps,
+    passes over X, seconds, the step alpha, the penalty beta and <XX^T, UU^T> of the
+    returned U."""
 
     U: np.ndarray
     stop_reason: str
@@ -55,11 +57,12 @@ class NLRResult:
     seconds: float
     step: float
     beta: float
+    final_objective: float | None = None      # None in checkpoints saved before it was kept
 
     @property
     def objective(self):
-        """<X X^T, U U^T> at the last recorded row."""
-        return float(-self.history[-1]["loss"])
+        """<X X^T, U U^T> of the returned U (the last row's loss is one step earlier's)."""
+        return float(-self.history[-1]["loss"] if self.final_objective is None else self.final_objective)
 
 
 def nlr(data, K, *, rank=None, beta="scale", step=None, tol=1e-6, dual_tol=1e-3, max_iter=100000,
@@ -218,7 +221,8 @@ def _nlr_loop(data, K, r, beta, step, tol, dual_tol, max_iter, record_every, cal
     if not keep_rows:
         data.drop("U")
     return NLRResult(U, stop_reason=stop, history=history, n_iter=it, dual_steps=dual_steps,
-                     passes=data.passes - passes0, seconds=time.perf_counter() - t0, step=step, beta=beta)
+                     passes=data.passes - passes0, seconds=time.perf_counter() - t0, step=step, beta=beta,
+                     final_objective=float(scale * scale * np.sum(sums["xtw"] ** 2)))
 
 
 def nlr_kmeans(data, K, *, init="kmeans", n_init=1, random_state=None, state=None, checkpoint=None,
@@ -283,7 +287,7 @@ def nlr_kmeans(data, K, *, init="kmeans", n_init=1, random_state=None, state=Non
 # The state of the best start's U while later starts run.
 _BEST = "nlr_best_U"
 # The best start's scalars a checkpoint keeps (its U is an array of its own).
-_BEST_FIELDS = ("stop_reason", "n_iter", "dual_steps", "passes", "seconds", "step", "beta")
+_BEST_FIELDS = ("stop_reason", "n_iter", "dual_steps", "passes", "seconds", "step", "beta", "final_objective")
 
 
 def _save_starts(checkpoint, run_state, *, init, rng, best, done):
