@@ -316,8 +316,8 @@ def from_array(A, *, name="D", check=True, **group_kw):
 
 
 # from_zarr's probe reads at most this many rows and columns of each block it checks:
-# whole blocks and their transposes held 4.3 blocks in this process at the probe's peak,
-# the corners 2.5 (Zarr decodes a chunk whole to read part of it).
+# whole blocks and their transposes held several blocks in this process (Zarr still
+# decodes a chunk whole to read part of it).
 PROBE_SIDE = 512
 
 

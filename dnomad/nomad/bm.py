@@ -472,10 +472,9 @@ def _ordered_sum(parts):
 
 # Per-chunk kernels (module level: workers import them).
 # Those that read X take the chunk's rows in blocks (box_optim.row_blocks), as the
-# optimizer's kernels do: with whole-chunk temporaries (X B is 30.5 MiB on a 62,500-row
-# chunk at r = 64) and a separate pass over Y for each sum, an evaluation's passes over X
-# took 0.79 s of its 2.2 s on 10^6 rows in such chunks, 0.58 s by blocks
-# (docs/benchmark_notes.md, "Scale on a cluster").
+# optimizer's kernels do: whole-chunk temporaries (X B is 30.5 MiB on a 62,500-row chunk
+# at r = 64) and a pass over Y for each sum made these passes a third slower on large
+# chunks (docs/benchmark_notes.md, "Scale on a cluster").
 def _ft_y(chunk, x):
     Y, X = chunk[x], chunk["X"]
     FtY, c, trace = np.zeros((X.shape[1], Y.shape[1])), np.zeros(Y.shape[1]), 0.0
