@@ -82,7 +82,7 @@ def test_the_plan_shares_rows_chunk_by_chunk_and_says_what_a_worker_needs(tmp_pa
     parts = dnomad.NOMAD(n_clusters=8, solver="bm")._memory_parts(1_000_000, 3)
     plan = dnomad.plan(url, "nomad", n_clusters=8, solver="bm", n_workers=3, worker_memory="8 GiB")
     r = 64                                            # 2 sdp_k; sdp_k = 32 for 8 clusters at this n
-    expected = (engine_cluster.WORKER_FOOTPRINT_BYTES + 6 * 62_500 * sum(parts.rows.values())
+    expected = (engine_cluster.ROW_WORKER_FOOTPRINT_BYTES + 6 * 62_500 * sum(parts.rows.values())
                 + 62_500 * (8 * r * bm.TASK_ROW_TEMPORARIES + 8 * 3 + sum(parts.x_rows.values())))   # X read per task
     assert plan.chunk_rows == 62_500 and plan.worker_total == expected
     assert plan.worker_memory == 8 << 30 and plan.fits and "fits under 95%" in str(plan)
@@ -91,9 +91,9 @@ def test_the_plan_shares_rows_chunk_by_chunk_and_says_what_a_worker_needs(tmp_pa
     small = dnomad.plan(url, "nomad", n_clusters=8, solver="bm", n_workers=3, worker_memory=2 << 30)
     assert not small.fits and "does NOT fit" in str(small)
     assert small.worker_memory_needed == plan.worker_memory_needed
-    assert (small.worker_total - engine_cluster.WORKER_FOOTPRINT_BYTES) > 1.9 * (
+    assert (small.worker_total - engine_cluster.ROW_WORKER_FOOTPRINT_BYTES) > 1.9 * (
         dnomad.plan(url, "nomad", n_clusters=8, solver="bm", n_workers=6, worker_memory="8 GiB").worker_total
-        - engine_cluster.WORKER_FOOTPRINT_BYTES)              # 6 workers: 3 chunks each instead of 6
+        - engine_cluster.ROW_WORKER_FOOTPRINT_BYTES)              # 6 workers: 3 chunks each instead of 6
     # two threads a worker: two tasks' temporaries; an X in memory: each worker's rows of it
     # and their centred copies instead of a chunk read per task
     threads = dnomad.plan(url, "nomad", n_clusters=8, solver="bm", n_workers=3, worker_memory="8 GiB",
@@ -187,13 +187,13 @@ def test_dnomad_plan_prints_the_plan(tmp_path, capsys):
 @pytest.mark.parametrize("make,more", [
     (lambda: dnomad.NOMAD(n_clusters=8, solver="bm", backend="distributed"),         # one chunk is too much
      "or X rechunked to at most 12,500 rows a chunk (it has 50,000) and more workers"),
-    (lambda: dnomad.NLR(n_clusters=8, backend="distributed"), "or 6 workers of this limit")], ids=["bm", "nlr"])
+    (lambda: dnomad.NLR(n_clusters=8, backend="distributed"), "or 3 workers of this limit")], ids=["bm", "nlr"])
 def test_workers_too_small_for_their_share_are_refused_before_any_pass(make, more, tmp_path):
     """A Zarr X of 4 x 10^6 rows in chunks of 50,000 whose chunks were never written: a
     fit on 2 workers of 400 MiB is refused before it reads a row (an unwritten chunk
     would read as zeros, a constant X), naming the limit its workers would need, the
     plan's, and how many workers of 400 MiB would do where some number would (chunks
-    go to workers whole: NLR's hold 14 chunks each on 6 workers), else the chunk rows
+    go to workers whole: NLR's hold 27 chunks each on 3 workers), else the chunk rows
     that would let more share it (BM: one 50,000-row chunk's state is more than 400 MiB)."""
     from distributed import Client, LocalCluster
 

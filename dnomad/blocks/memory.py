@@ -70,7 +70,8 @@ def worker_share(parts, n, n_workers, worker_memory, chunk_rows=None, *, d=0, x_
     matrices' place follows the fit's ``backend`` ("zarr": the store; "local" or
     "distributed": memory; else the engine's rule) and their blocks ``block_size``
     where it is given."""
-    worker, disk = {"a worker's own footprint": cluster.WORKER_FOOTPRINT_BYTES}, {}
+    footprint = cluster.WORKER_FOOTPRINT_BYTES if parts.matrices else cluster.ROW_WORKER_FOOTPRINT_BYTES
+    worker, disk = {"a worker's own footprint": footprint}, {}
     share = WorkerShare(where="", worker=worker, disk=disk)
     if parts.rows:
         chunks = math.ceil(n / chunk_rows)
