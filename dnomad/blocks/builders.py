@@ -351,9 +351,11 @@ def from_zarr(url, path=None, *, name="D", on_digest=None, check=True, **group_k
     group = new_group(n, **group_kw)
     layout = group.layout
     rng = np.random.default_rng(0)
-    probe = [(i, i) for i in range(min(layout.nblocks, 4))] if check else []
-    if check and layout.nblocks > 1:
-        probe += [tuple(sorted(rng.choice(layout.nblocks, 2, replace=False))) for _ in range(3)]
+    probe = []
+    if check:
+        probe = [(i, i) for i in range(min(layout.nblocks, 4))]
+        if layout.nblocks > 1:
+            probe += [tuple(sorted(rng.choice(layout.nblocks, 2, replace=False))) for _ in range(3)]
     for i, j in probe:
         (r0, r1), (c0, c1) = layout.bounds(i), layout.bounds(j)
         ri, cj = slice(r0, min(r1, r0 + PROBE_SIDE)), slice(c0, min(c1, c0 + PROBE_SIDE))

@@ -91,7 +91,7 @@ def worker_share(parts, n, n_workers, worker_memory, chunk_rows=None, *, d=0, x_
         upper = parts.matrices * n * n / 2 * parts.itemsize
         share.matrices_in_memory = backend in ("local", "distributed") or (
             backend != "zarr" and upper <= 0.5 * n_workers * worker_memory)      # as cluster.choose_backend
-        room = cluster.TERMINATE_FRACTION * worker_memory - cluster.WORKER_FOOTPRINT_BYTES
+        room = cluster.TERMINATE_FRACTION * worker_memory - footprint
         share.block_size = min(int(block_size), n) if block_size else builders.choose_block_size(
             n, np.dtype(f"f{parts.itemsize}"),
             target_bytes=min(builders.TARGET_BLOCK_BYTES, max(room, 1) / cluster.TASK_BLOCKS))

@@ -189,7 +189,7 @@ def _nlr_loop(data, K, r, beta, step, tol, dual_tol, max_iter, record_every, cal
         sums, scale = new, new_scale
         done = change < tol and infeas < tol
         if it % record_every == 0 or it == 1 or done or it == max_iter:
-            row = {"iteration": it, "loss": -float(np.sum(XtU ** 2)), "infeasibility": infeas,
+            row = {"iteration": it, "loss": -_objective(XtU), "infeasibility": infeas,
                    "change": change, "seconds": time.perf_counter() - t0, "passes": data.passes - passes0}
             history.append(row)
             if callback is not None:
@@ -222,7 +222,7 @@ def _nlr_loop(data, K, r, beta, step, tol, dual_tol, max_iter, record_every, cal
         data.drop("U")
     return NLRResult(U, stop_reason=stop, history=history, n_iter=it, dual_steps=dual_steps,
                      passes=data.passes - passes0, seconds=time.perf_counter() - t0, step=step, beta=beta,
-                     final_objective=float(scale * scale * np.sum(sums["xtw"] ** 2)))
+                     final_objective=_objective(scale * sums["xtw"]))
 
 
 def nlr_kmeans(data, K, *, init="kmeans", n_init=1, random_state=None, state=None, checkpoint=None,
@@ -304,6 +304,11 @@ _SUM_KEYS = ("w1", "xtw", "wtw", "wty", "ww", "wu", "ee")
 # What :func:`nlr` keeps in a checkpoint besides its history.
 _RUN_KEYS = ("W", "y", "scale", "dual_steps", "dual_next", "iteration", "passes", "seconds",
              *(f"sum_{key}" for key in _SUM_KEYS))
+
+
+def _objective(XtU):
+    """<X X^T, U U^T> = ||X^T U||_F^2."""
+    return float(np.sum(XtU ** 2))
 
 
 def _totals(parts):

@@ -409,7 +409,7 @@ class _AugmentedLagrangian:
         space = self.space
         self.matmats += 1
         if self.D is None:
-            parts = space.map(_ft_y, x)
+            parts = space.map(_ft_step, x)
             B = _ordered_sum([p[0] for p in parts]) / self.scale
         else:
             space.put("_DY", np.asarray(self.D.matmat(space.get(x)), dtype=np.float64))
@@ -475,17 +475,6 @@ def _ordered_sum(parts):
 # optimizer's kernels do: whole-chunk temporaries (X B is 30.5 MiB on a 62,500-row chunk
 # at r = 64) and a pass over Y for each sum made these passes a third slower on large
 # chunks (docs/benchmark_notes.md, "Scale on a cluster").
-def _ft_y(chunk, x):
-    Y, X = chunk[x], chunk["X"]
-    FtY, c, trace = np.zeros((X.shape[1], Y.shape[1])), np.zeros(Y.shape[1]), 0.0
-    for b in row_blocks(Y):
-        Yb = Y[b]
-        FtY += X[b].T @ Yb
-        c += Yb.sum(axis=0)
-        trace += float(np.vdot(Yb, Yb))
-    return FtY, c, trace
-
-
 def _gram(chunk, x):
     Y = chunk[x]
     return Y.T @ Y
@@ -496,18 +485,21 @@ def _column_stats(chunk, x):
     return None, Y.sum(axis=0), float(np.vdot(Y, Y))
 
 
-def _ft_step(chunk, x, base):
-    """F^T (Y - Y_base), each row block's product in X's precision (float32: an
-    increment) and their sum in float64, c = Y^T 1, ||Y||^2, and ||Y_base||^2 (the
-    caller checks that the base is the point it evaluated)."""
-    Y, Y_base, X = chunk[x], chunk[base], chunk["X"]
+def _ft_step(chunk, x, base=None):
+    """F^T (Y - Y_base) (F^T Y without a base), each row block's product in X's
+    precision (float32: an increment) and their sum in float64, c = Y^T 1, ||Y||^2,
+    and ||Y_base||^2 (the caller checks that the base is the point it evaluated)."""
+    Y, X = chunk[x], chunk["X"]
+    Y_base = None if base is None else chunk[base]
     FtS, c, trace, trace_base = np.zeros((X.shape[1], Y.shape[1])), np.zeros(Y.shape[1]), 0.0, 0.0
     for b in row_blocks(Y):
-        Yb, Bb = Y[b], Y_base[b]
-        FtS += X[b].T @ (Yb - Bb).astype(X.dtype)
+        Yb = Y[b]
+        S = Yb if Y_base is None else Yb - Y_base[b]
+        FtS += X[b].T @ S.astype(X.dtype, copy=False)
         c += Yb.sum(axis=0)
         trace += float(np.vdot(Yb, Yb))
-        trace_base += float(np.vdot(Bb, Bb))
+        if Y_base is not None:
+            trace_base += float(np.vdot(Y_base[b], Y_base[b]))
     return FtS, c, trace, trace_base
 
 
@@ -525,11 +517,8 @@ def _lagrangian_rows(chunk, x, g, B, c, sigma, trace_coef, step=None, keep=None,
         DY = chunk["_DY"]
         if keep is not None:
             chunk[keep] = DY
-    elif keep is not None:              # D Y kept whole for the next increment (always with step)
-        DY = output_buffer(chunk, keep, Y)
-    else:                               # D Y = X B a block at a time
-        assert step is None, "an increment's D Y is kept (keep)"
-        DY = None
+    else:                               # made a row block at a time, kept whole or in a scratch block
+        DY = None if keep is None else output_buffer(chunk, keep, Y)
     blocks = row_blocks(Y)
     scratch = np.empty((min(blocks[0].stop, len(Y)), Y.shape[1])) if DY is None and blocks else None
     G = output_buffer(chunk, g, Y)
@@ -537,15 +526,11 @@ def _lagrangian_rows(chunk, x, g, B, c, sigma, trace_coef, step=None, keep=None,
     wy = np.zeros(Y.shape[1])
     for b in blocks:
         Yb = Y[b]
-        if DY is None:
-            DYb = scratch[:Yb.shape[0]]
+        DYb = scratch[:len(Yb)] if DY is None else DY[b]
+        if step is not None:
+            np.add(chunk["_DY@" + step[0]][b], X[b] @ step[1], out=DYb)
+        elif B is not None:
             np.matmul(X[b], B, out=DYb)
-        else:
-            DYb = DY[b]
-            if step is not None:
-                np.add(chunk["_DY@" + step[0]][b], X[b] @ step[1], out=DYb)
-            elif B is not None:
-                np.matmul(X[b], B, out=DYb)
         sb = Yb @ c - 1.0
         wb = sigma * sb - mu[b]
         ydy += _gradient_block(DYb, Yb, wb, c, 2.0 * trace_coef, G[b])
