@@ -274,7 +274,7 @@ def test_schur_sums_by_kronecker_structure_equal_the_dense_ones(rng, monkeypatch
     layout = rk._SmallLayout(r, d)
     small = {"Q": Q, "n": n, "mu": mu, "XtV": X.T @ V, "m": np.zeros(r - 1), "c": 0.0, "shift": shift}
     chunk = {"X": X, "V": V, "rhsV": b}
-    S, rhs, _, _, negative = rk._schur_kernel(chunk, "V", small, layout, True)
+    S, rhs, _, _, negative = rk._schur_kernel(chunk, "V", small, layout, "rhsV")
     Dinv = inverse_longdouble(D)
     S_ref = -np.einsum("iab,ibc,icd->ad", L.transpose(0, 2, 1), Dinv, L).astype(float)
     rhs_ref = -np.einsum("iab,ibc,ic->a", L.transpose(0, 2, 1), Dinv, b).astype(float)
@@ -290,7 +290,7 @@ def test_schur_sums_by_kronecker_structure_equal_the_dense_ones(rng, monkeypatch
     assert negative == int(np.sum(np.linalg.eigvalsh(D.astype(float)) <= 0))
     assert (negative > 0) == (shift < -1)
     s = rng.standard_normal(layout.size)
-    rk._back_substitute_kernel(chunk, "V", small, layout, s, np.zeros((r, r)), True)
+    rk._back_substitute_kernel(chunk, "V", small, layout, s, np.zeros((r, r)), "rhsV", "dV")
     dV_ref = np.einsum("iab,ib->ia", Dinv, b - L @ s[:w]).astype(float)
     assert np.abs(chunk["dV"] - dV_ref).max() <= 1e-10 * np.abs(dV_ref).max()
 
@@ -402,10 +402,45 @@ def test_row_chunk_sums_equal_the_reference(rng, chunk_rows):
         sol = P.solve(it, lam)
         assert sol.grad_norm == pytest.approx(M.norm(x, P.grad(x)), rel=1e-10)
         assert sol.negative == int(np.sum(eig < -lam)), lam
-    value, (eV, eQ) = P.min_eigenvalue(it, tol=1e-12)
+    from dnomad.kmeans_sdp.curvature import smallest_eigenpair
+
+    value, e = smallest_eigenpair(P, it, tol=1e-12)
     assert value == pytest.approx(eig[0], rel=1e-8)
+    eV, eQ = P.data.get(e.name), e.dQ
+    assert M.norm(x, (eV, eQ)) == pytest.approx(1, rel=1e-12)
     hv, hq = P.hess(x, (eV, eQ))
     assert np.sqrt(np.sum((hv - value * eV) ** 2) + np.sum((hq - value * eQ) ** 2)) < 1e-6 * abs(value)
+    assert P.min_eigenvalue(it, tol=1e-12) == pytest.approx(value, rel=1e-8)
+
+
+def test_negative_curvature_step_keeps_its_vectors_in_the_row_chunks(rng, monkeypatch):
+    """At a point where the Hessian has a negative eigenvalue, the step along its
+    eigenvector lowers the cost to a feasible point whose sums are its own; V, the
+    eigenvector and the Lanczos basis stay in the row chunks (a gather is refused), and
+    no vector of the eigensolve is left there afterwards."""
+    from dnomad.blocks import RowChunks
+    from dnomad.kmeans_sdp.riemannian import random_start
+
+    M = KMeansManifold(60, 5, 3)
+    P = KMeansProblem(M, rng.standard_normal((60, 3)), mu=0.05, chunk_rows=7)
+    x = random_start(M, rng)
+    it = P.load(x)
+    assert np.linalg.eigvalsh(dense_riemannian_hessian(M, P, x))[0] < 0
+
+    def refused(self, name):
+        raise AssertionError(f"state {name!r} gathered")
+
+    before = set(P.data._chunks[0])
+    monkeypatch.setattr(RowChunks, "get", refused)
+    new = P.negative_curvature_step(it, 0.95)
+    value = P.min_eigenvalue(it)
+    monkeypatch.undo()
+    assert new is not None and new.cost < it.cost and new.min_u > 0
+    point = (P.data.get(new.name), new.Q)
+    assert new.cost == pytest.approx(P.cost(point), rel=1e-12)
+    assert max(M.feasibility(point)[:3]) < 1e-10
+    assert value == pytest.approx(np.linalg.eigvalsh(dense_riemannian_hessian(M, P, x))[0], rel=1e-6)
+    assert set(P.data._chunks[0]) - before == {new.name, "dV"}
 
 
 def test_issue_gmm_every_start_reaches_the_planted_clusters_at_a_second_order_point():

@@ -338,7 +338,7 @@ class KMeansProblem:
         min_u = min(p[0] for p in parts)
         if not min_u > 0:
             return Iterate(name, Q, math.inf, min_u)
-        xtv, logsum, wsum, vtw, bsum, bv, xsum, vsum, vv = (_ordered_sum(p[k] for p in parts)
+        xtv, logsum, wsum, vtw, bsum, bv, xsum, vsum, vv = (ordered_sum(p[k] for p in parts)
                                                             for k in range(1, 10))
         it = Iterate(name, Q, -float(np.sum(xtv ** 2)) - self.mu * logsum, min_u)
         it.XtV = xtv
@@ -379,10 +379,13 @@ class KMeansProblem:
         Q = it.Q
         shift = lam - it.GVV / M.radius2
         small = self._small(it, shift)
+        rhs_name = None
         if rhs is not None:
-            self.data.put("rhsV", rhs[0])
-        parts = self._map(_schur_kernel, it.name, small, self.layout, rhs is not None)
-        S, b, HQQ, gg, neg_d = (_ordered_sum(p[k] for p in parts) for k in range(5))
+            rhs_name = rhs[0] if isinstance(rhs[0], str) else "rhsV"
+            if rhs_name == "rhsV":
+                self.data.put("rhsV", rhs[0])
+        parts = self._map(_schur_kernel, it.name, small, self.layout, rhs_name)
+        S, b, HQQ, gg, neg_d = (ordered_sum(p[k] for p in parts) for k in range(5))
         lay = self.layout
         HQQ = HQQ.reshape(r * r, r * r) - np.kron(_sym(it.GQ @ Q.T), np.eye(r)) + lam * np.eye(r * r)
         S[lay.q, lay.q] += HQQ
@@ -395,20 +398,19 @@ class KMeansProblem:
         n_constraints = lay.size - r * r - d * (r - 1)
         negative = int(neg_d) + negative_s - n_constraints
         grad_norm = math.sqrt(max(float(gg), 0.0) + float(np.sum(it.gQ ** 2)))
-        return NewtonSolve(lam, shift, small, s, s[lay.q].reshape(r, r), grad_norm, negative,
-                           rhs is not None)
+        return NewtonSolve(lam, shift, small, s, s[lay.q].reshape(r, r), grad_norm, negative, rhs_name)
 
     def _small(self, it, shift):
         """What every chunk needs of the small quantities (sent with each pass)."""
         return {"Q": it.Q, "n": self.manifold.n, "mu": self.mu, "XtV": it.XtV, "m": it.m, "c": it.c,
                 "shift": shift}
 
-    def back_substitute(self, it, sol):
-        """The second pass: dV_i = D_i^-1 (b_i - L_i s) into the row chunks (state "dV");
+    def back_substitute(self, it, sol, out="dV"):
+        """The second pass: dV_i = D_i^-1 (b_i - L_i s) into the row chunks (state ``out``);
         returns what the retraction and the model decrease need (:class:`Step`)."""
         parts = self._map(_back_substitute_kernel, it.name, sol.small, self.layout, sol.s, sol.dQ,
-                              sol.with_rhs)
-        dv_sum, vdv, dvdv, bdv = (_ordered_sum(p[k] for p in parts) for k in range(4))
+                          sol.rhs_name, out)
+        dv_sum, vdv, dvdv, bdv = (ordered_sum(p[k] for p in parts) for k in range(4))
         t_max = min(p[4] for p in parts)
         gp = -float(bdv) + float(np.vdot(it.gQ, sol.dQ))          # <grad, p>
         return Step(sol.dQ, dv_sum, float(vdv), float(dvdv), gp, float(dvdv + np.sum(sol.dQ ** 2)), t_max)
@@ -431,40 +433,21 @@ class KMeansProblem:
         self.data.drop(it.name)
 
     def min_eigenvalue(self, it, *, tol=1e-8, shift=None):
-        """The smallest eigenvalue of the Riemannian Hessian at ``it`` and its unit
-        eigenvector (dV in state "dV", dQ), by Lanczos on (H + s I)^-1 over the tangent
-        space (each product a Newton solve: two passes).  s is raised until H + s I is
-        positive definite on the tangent space (its inertia, from :meth:`solve`), so the
-        largest eigenvalue 1/(lam_min + s) of the inverse is the one sought; the
-        spectrum of H spans orders of magnitude (mu / u_ij^2 near the boundary), which
-        Lanczos on H itself does not resolve."""
-        from scipy.sparse.linalg import LinearOperator, eigsh
+        """The smallest eigenvalue of the Riemannian Hessian at ``it``
+        (:func:`dnomad.kmeans_sdp.curvature.smallest_eigenpair`, its eigenvector kept in
+        the row chunks only while it is found)."""
+        from .curvature import smallest_eigenpair
 
-        M = self.manifold
-        s = shift if shift is not None else 1e-3
-        for _ in range(60):
-            if self.solve(it, s).negative == 0:
-                break
-            s *= 4.0
-        else:
-            raise RuntimeError("no positive definite shift of the Hessian found")
-        V = self.data.get(it.name)
-        nv = V.size
-        point = (V, it.Q)
+        value, vector = smallest_eigenpair(self, it, tol=tol, shift=shift)
+        self.data.drop(vector.name)
+        return value
 
-        def apply(v):
-            b = M.proj(point, (v[:nv].reshape(V.shape), v[nv:].reshape(it.Q.shape)))
-            sol = self.solve(it, s, rhs=b)
-            self.back_substitute(it, sol)
-            return np.concatenate([self.data.get("dV").ravel(), sol.dQ.ravel()])
+    def negative_curvature_step(self, it, boundary_fraction):
+        """The retracted step along the Hessian's most negative direction that lowers the
+        cost (:func:`dnomad.kmeans_sdp.curvature.negative_curvature_step`), or None."""
+        from .curvature import negative_curvature_step
 
-        op = LinearOperator((nv + it.Q.size,) * 2, matvec=apply, dtype=np.float64)
-        v0 = np.concatenate([(V - V.mean(axis=0)).ravel(), np.zeros(it.Q.size)])  # any start
-        theta, vec = eigsh(op, k=1, which="LA", tol=tol, v0=v0 + 1e-3 * np.random.default_rng(0).
-                           standard_normal(v0.size), ncv=min(20, v0.size - 1))
-        e = M.proj(point, (vec[:nv, 0].reshape(V.shape), vec[nv:, 0].reshape(it.Q.shape)))
-        norm = M.norm(point, e)
-        return 1.0 / float(theta[0]) - s, (e[0] / norm, e[1] / norm)
+        return negative_curvature_step(self, it, boundary_fraction)
 
 
 class Iterate:
@@ -479,9 +462,9 @@ class NewtonSolve:
     """The small part of a Newton system's solution (s = (dQ, z, multipliers)), the
     gradient norm at the iterate and the count of Hessian eigenvalues below -lam."""
 
-    def __init__(self, lam, shift, small, s, dQ, grad_norm, negative, with_rhs):
+    def __init__(self, lam, shift, small, s, dQ, grad_norm, negative, rhs_name):
         self.lam, self.shift, self.small, self.s, self.dQ = lam, shift, small, s, dQ
-        self.grad_norm, self.negative, self.with_rhs = grad_norm, negative, with_rhs
+        self.grad_norm, self.negative, self.rhs_name = grad_norm, negative, rhs_name
 
 
 class Step:
@@ -494,7 +477,7 @@ class Step:
         self.gp, self.pp, self.t_max = gp, pp, t_max
 
 
-def _ordered_sum(parts):
+def ordered_sum(parts):
     """Sum in the given (chunk) order, so totals do not depend on where chunks ran."""
     total = None
     for p in parts:
@@ -513,7 +496,7 @@ def _centred_rows(chunk):
     return chunk["X"]
 
 
-def _u_rows(V, Q, n):
+def u_rows(V, Q, n):
     return Q[0][None, :] / math.sqrt(n) + V @ Q[1:]
 
 
@@ -522,7 +505,7 @@ def _point_kernel(chunk, name, Q, n, mu):
     U^-1, V^T U^-1, column sums of B_V = -mu U^-1 Q1^T, <B_V, V>, column sums of X and V,
     ||V||^2."""
     X, V = chunk["X"], chunk[name]
-    U = _u_rows(V, Q, n)
+    U = u_rows(V, Q, n)
     min_u = float(U.min()) if U.size else math.inf
     if not min_u > 0:
         return (min_u,)
@@ -575,7 +558,7 @@ class _Rows:
         self.X, self.V, self.Q, self.Q1, self.mu = X, V, Q, Q[1:], mu
         c = V.shape[0]
         self.Vhat = np.hstack([np.full((c, 1), 1.0 / math.sqrt(n)), V])
-        self.uinv = 1.0 / _u_rows(V, Q, n)
+        self.uinv = 1.0 / u_rows(V, Q, n)
         self.u2 = self.uinv * self.uinv
         self.Et, self.negative = _inverse_blocks((mu * self.u2 + small["shift"]).T, Q)
         # grad_V rows: G_V - 1 m^T - c V with G_V = -2 X (X^T V) - mu U^-1 Q1^T.
@@ -818,7 +801,7 @@ def _add_packed_terms(S, packed, layout, r, d, mu):
     S[ones, ones] += xo[d]
 
 
-def _schur_kernel(chunk, name, small, layout, with_rhs):
+def _schur_kernel(chunk, name, small, layout, rhs_name):
     """The chunk's share of S, of its right-hand side and of the Q-Q block, of
     ||grad_V||^2, and its count of non-positive eigenvalues of the D_i (:class:`_Rows`).
     The L_i have no entries in the sym(dQ Q^T) multipliers' columns, so only the leading
@@ -832,7 +815,7 @@ def _schur_kernel(chunk, name, small, layout, with_rhs):
     packed = np.zeros((_packed_size(r, d), m * (m + 1) // 2))
     gg, neg = 0.0, 0
     for rows in _row_blocks(V.shape[0], d, r):
-        block = _Rows(X[rows], V[rows], small, chunk["rhsV"][rows] if with_rhs else None)
+        block = _Rows(X[rows], V[rows], small, None if rhs_name is None else chunk[rhs_name][rows])
         block.add_schur_terms(S, rhs, layout, HQQ3, packed)
         gg += float(np.sum(block.g * block.g))
         neg += block.negative
@@ -841,14 +824,14 @@ def _schur_kernel(chunk, name, small, layout, with_rhs):
     return -S, -rhs, HQQ, gg, neg
 
 
-def _back_substitute_kernel(chunk, name, small, layout, s, dQ, with_rhs):
-    """dV_i = D_i^-1 (b_i - L_i s) into state "dV"; its sums (see :class:`Step`)."""
+def _back_substitute_kernel(chunk, name, small, layout, s, dQ, rhs_name, out):
+    """dV_i = D_i^-1 (b_i - L_i s) into state ``out``; its sums (see :class:`Step`)."""
     X, V = chunk["X"], chunk[name]
     Q, n = small["Q"], small["n"]
     dV = np.empty_like(V)
     bdv, t_max = 0.0, math.inf
     for rows in _row_blocks(V.shape[0], X.shape[1], Q.shape[0]):
-        block = _Rows(X[rows], V[rows], small, chunk["rhsV"][rows] if with_rhs else None)
+        block = _Rows(X[rows], V[rows], small, None if rhs_name is None else chunk[rhs_name][rows])
         dV[rows] = block.e_times(block.b - block.coupling_times(s, layout)).T
         bdv += float(np.vdot(block.b, dV[rows]))
         # The largest t with U + t dU > 0 (first order), from the block's own U^-1.
@@ -856,7 +839,7 @@ def _back_substitute_kernel(chunk, name, small, layout, s, dQ, with_rhs):
         falling = dU < 0
         if falling.any():
             t_max = min(t_max, float(np.min(-1.0 / (block.uinv[falling] * dU[falling]))))
-    chunk["dV"] = dV
+    chunk[out] = dV
     return dV.sum(axis=0), float(np.vdot(V, dV)), float(np.vdot(dV, dV)), bdv, t_max
 
 
@@ -966,8 +949,8 @@ def default_mu(X, manifold, point, ratio=20.0, sketch=None):
     data.drop("V_mu")
     if not min(p[0] for p in parts) > 0:
         raise InputValueError("default_mu needs a strictly feasible point (U > 0)")
-    fit = float(np.sum(_ordered_sum(p[1] for p in parts) ** 2))
-    barrier = -_ordered_sum(p[2] for p in parts)
+    fit = float(np.sum(ordered_sum(p[1] for p in parts) ** 2))
+    barrier = -ordered_sum(p[2] for p in parts)
     if barrier <= 0 or fit <= 0:
         raise InputValueError("mu cannot be set from the data: give mu explicitly")
     return ratio * fit / barrier
@@ -1130,7 +1113,7 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
         row = {"iteration": k, "loss": it.cost, "grad_norm": sol.grad_norm, "lam": lam, "inner": inner,
                "seconds": time.perf_counter() - t0, "passes": problem.passes - passes0}
         if min_eigenvalue == "every":
-            row["min_eigenvalue"] = problem.min_eigenvalue(it)[0]
+            row["min_eigenvalue"] = problem.min_eigenvalue(it)
         history.append(row)
         if callback is not None:
             t_cb = time.perf_counter()
@@ -1143,7 +1126,7 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
             if not second_order or problem.solve(it, tau).negative == 0:
                 stop = "tolerance"
                 break
-            new = _negative_curvature_step(problem, it, boundary_fraction)
+            new = problem.negative_curvature_step(it, boundary_fraction)
             if new is None:
                 stop = "stalled"
                 break
@@ -1188,7 +1171,7 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
         warn_convergence(f"Riemannian Newton (mu={problem.mu:g}) stopped at max_iter={max_iter} before "
                          f"meeting its tolerance: "
                          f"{_max_iter_residual(history[-1], gtol, second_order, curvature_tol)}")
-    final_eig = problem.min_eigenvalue(it)[0] if min_eigenvalue in ("final", "every") else None
+    final_eig = problem.min_eigenvalue(it) if min_eigenvalue in ("final", "every") else None
     V, Q = problem.point(it)
     return NewtonResult(V, Q, M, history=history, stop_reason=stop, n_iter=history[-1]["iteration"],
                         cost=it.cost, grad_norm=history[-1]["grad_norm"], min_eigenvalue=final_eig,
@@ -1246,31 +1229,6 @@ def _cubic_lam(problem, it, L, lam0, rtol=1e-2, max_solves=80):
     if hi is None:
         raise InputValueError("no lam with 2 lam = L ||p(lam)|| found: the Hessian or gradient is not finite")
     return best
-
-
-def _negative_curvature_step(problem, it, boundary_fraction, min_t=1e-12):
-    """From a first-order point with an eigenvalue of the Hessian below the threshold: the
-    retracted step t e along the unit eigenvector e (either sign, the larger t first,
-    halving) that lowers the cost; None when none does."""
-    M = problem.manifold
-    _, (eV, eQ) = problem.min_eigenvalue(it)
-    V = problem.data.get(it.name)
-    U = M.phi((V, it.Q))
-    for sign in (1.0, -1.0):
-        dV, dQ = sign * eV, sign * eQ
-        problem.data.put("dV", dV)
-        dU = M.phi_differential((V, it.Q), (dV, dQ))
-        falling = dU < 0
-        t_max = float(np.min(-U[falling] / dU[falling])) if falling.any() else math.inf
-        step = Step(dQ, dV.sum(axis=0), float(np.vdot(V, dV)), float(np.vdot(dV, dV)), 0.0, 1.0, t_max)
-        t = min(1.0, (boundary_fraction or 1.0) * t_max)
-        while t > min_t:
-            trial = problem.retract(it, step, t)
-            if trial.cost < it.cost:
-                return trial
-            problem.release(trial)
-            t /= 2
-    return None
 
 
 def labels_from_u(U, K, method="kmeans", random_state=0):

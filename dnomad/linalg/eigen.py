@@ -195,9 +195,33 @@ def _host(a):
     return a.get() if is_device_array(a) else np.asarray(a)
 
 
-def lanczos_extreme(op, start, *, which="SA", tol=1e-3, ncv=20, maxiter=None):
+class ArrayVectors:
+    """The vectors of :func:`lanczos_extreme` as NumPy or CuPy arrays (``xp``)."""
+
+    def __init__(self, xp, dim):
+        self.xp, self.dim = xp, int(dim)
+
+    def dots(self, vectors, w):
+        return _host(self.xp.stack(vectors) @ w)
+
+    def combine(self, coeffs, vectors, base=None):
+        out = self.xp.asarray(np.asarray(coeffs, dtype=np.float64)) @ self.xp.stack(vectors)
+        if base is not None:
+            out += base
+        return out, float(out @ out)
+
+    def release(self, v):
+        pass
+
+
+def lanczos_extreme(op, start, *, which="SA", tol=1e-3, ncv=20, maxiter=None, vectors=None):
     """The smallest ("SA") or largest ("LA") eigenpair of a symmetric operator by Lanczos
-    with thick restarts, on the device of ``start`` (NumPy or CuPy vectors alike).
+    with thick restarts, on the device of ``start`` (NumPy or CuPy vectors alike), or
+    on the vectors of ``vectors``: any space with ``dim``, ``dots(vs, w)`` (the inner
+    products <v, w> as a host array), ``combine(coeffs, vs, base=None)`` (base + sum
+    c_j v_j and its squared norm) and ``release(v)`` (a vector no longer used), of
+    which ``start`` and ``op``'s values are members (vectors kept in a solver's row
+    chunks, for one).
 
     The basis (``ncv`` vectors, fully reorthogonalized) and its products with the
     operator are kept, so the Rayleigh-Ritz step is exact; a restart keeps the Ritz
@@ -205,47 +229,68 @@ def lanczos_extreme(op, start, *, which="SA", tol=1e-3, ncv=20, maxiter=None):
     with one kept vector, as ARPACK's implicit restart for one eigenpair).  Stops when
     ||A x - theta x|| <= tol max(|theta|, eps^(2/3)) (ARPACK's rule; or when it reaches
     the rounding level 8 eps ||H|| sqrt(dim)) or after ``maxiter`` restarts (default 10 dim).  Only scalars and the ncv x ncv projected
-    matrix come to the host.  Returns (theta, x, converged)."""
-    xp = array_module(start)
-    dim = start.shape[0]
+    matrix come to the host.  Returns (theta, x, converged); the caller releases x."""
+    space = ArrayVectors(array_module(start), start.shape[0]) if vectors is None else vectors
+    dim = space.dim
     ncv = int(min(max(ncv, 2), dim))
     maxiter = 10 * dim if maxiter is None else int(maxiter)
-    V = xp.empty((ncv, dim))
-    W = xp.empty((ncv, dim))
-    V[0] = start / xp.linalg.norm(start)
-    W[0] = op(V[0])
-    m = 1
     floor = np.finfo(np.float64).eps ** (2.0 / 3.0)
-    theta, x = float(V[0] @ W[0]), V[0]
+    H = np.zeros((ncv, ncv))
+
+    def unit(u, norm):
+        v, _ = space.combine([1.0 / norm], [u])
+        space.release(u)
+        return v
+
+    def extend(V, W):
+        # V[m] = A V[m-1] orthogonalized against V (twice is enough, Kahan-Parlett), W[m]
+        # its product, H's column m; False where the space is invariant.
+        c = space.dots(V + [W[-1]], W[-1])
+        u, _ = space.combine(-c[:-1], V, base=W[-1])
+        u2, norm2 = space.combine(-space.dots(V, u), V, base=u)
+        space.release(u)
+        if not np.sqrt(max(norm2, 0.0)) > 1e-12 * np.sqrt(max(c[-1], 0.0)):
+            space.release(u2)
+            return False
+        V.append(unit(u2, float(np.sqrt(norm2))))
+        W.append(op(V[-1]))
+        H[:len(V), len(V) - 1] = H[len(V) - 1, :len(V)] = space.dots(V, W[-1])
+        return True
+
+    V = [space.combine([1.0 / float(np.sqrt(space.dots([start], start)[0]))], [start])[0]]
+    W = [op(V[0])]
+    H[0, 0] = space.dots(V, W[0])[0]
+    theta, x = H[0, 0], None
     for _ in range(maxiter + 1):
-        while m < ncv:
-            u = W[m - 1] - V[:m].T @ (V[:m] @ W[m - 1])
-            u -= V[:m].T @ (V[:m] @ u)                # twice is enough (Kahan-Parlett)
-            norm_u = float(xp.linalg.norm(u))
-            if norm_u <= 1e-12 * float(xp.linalg.norm(W[m - 1])):
-                break                                   # an invariant subspace: Ritz pairs are exact
-            V[m] = u / norm_u
-            W[m] = op(V[m])
-            m += 1
-        H = _host(V[:m] @ W[:m].T)
-        w, S = np.linalg.eigh((H + H.T) / 2)
+        while len(V) < ncv and extend(V, W):
+            pass
+        m = len(V)
+        w, S = np.linalg.eigh(H[:m, :m])
         idx = 0 if which == "SA" else m - 1
         theta = float(w[idx])
-        y = xp.asarray(S[:, idx])
-        x, ax = y @ V[:m], y @ W[:m]
-        r = ax - theta * x
-        res = float(xp.linalg.norm(r))
+        x, _ = space.combine(S[:, idx], V)
+        ax, _ = space.combine(S[:, idx], W)
+        r, res2 = space.combine([-theta], [x], base=ax)
+        for v in V + W:
+            space.release(v)
+        res = float(np.sqrt(max(res2, 0.0)))
         # Below about eps ||A|| sqrt(dim) the computed residual is rounding: a tighter tol
         # stops there (ARPACK's Ritz estimate would go lower, but not its true residual).
         noise = 8 * np.finfo(np.float64).eps * float(np.abs(w).max()) * np.sqrt(dim)
         if res <= max(tol * max(abs(theta), floor), noise) or m < ncv:
+            space.release(ax)
+            space.release(r)
             return theta, x, True
         # Restart from [x, r / |r|]: r is orthogonal to the basis's Ritz vectors.
-        V[0], W[0] = x, ax
-        r -= x * (x @ r)
-        V[1] = r / xp.linalg.norm(r)
-        W[1] = op(V[1])
-        m = 2
+        r2, norm2 = space.combine(-space.dots([x], r), [x], base=r)
+        space.release(r)
+        V, W = [x, unit(r2, float(np.sqrt(norm2)))], [ax]
+        W.append(op(V[1]))
+        H[:] = 0
+        H[0, 0] = space.dots([x], ax)[0]
+        H[:2, 1] = H[1, :2] = space.dots(V, W[1])
+    for v in V[1:] + W:
+        space.release(v)
     return theta, x, False
 
 
