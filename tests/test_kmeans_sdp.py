@@ -155,11 +155,18 @@ class _Stop(Exception):
 
 
 @pytest.mark.filterwarnings("ignore::dnomad.ConvergenceWarning")
-def test_nlr_on_workers_leaves_u_in_the_store_and_gathers_only_labels(tmp_path, cluster_client, monkeypatch):
-    """On the workers with a store NLR's starts, U and the labels stay in the row chunks:
-    the client gathers the k-means labels alone (the start's and the rounding's), U_ is a
-    dask array over the store equal to the run in this process, and a finished run
-    loads it lazily again; two starts keep the better one's U in the chunks."""
+@pytest.mark.parametrize("method, kw, lazy", [
+    ("NLR", dict(max_iter=300), ["U"]),
+    # two mu stages, the smallest Hessian eigenvalue at the end (Lanczos over the chunks)
+    ("RiemannianKMeans", dict(mu=[0.1, 0.02], min_eigenvalue="final"), ["U", "V"]),
+])
+def test_kmeans_on_workers_leaves_the_factor_in_the_store_and_gathers_only_labels(
+        method, kw, lazy, tmp_path, cluster_client, monkeypatch):
+    """On the workers with a store the K-means solvers' starts, iterates, factor and
+    labels stay in the row chunks: the client gathers the k-means labels alone (the
+    start's and the rounding's), U_ (and V_) are dask arrays over the store equal to the
+    run in this process, and a finished run loads them lazily again; two starts keep
+    the better one's factor in the chunks."""
     import dask.array as da
 
     gathered = []
@@ -167,20 +174,23 @@ def test_nlr_on_workers_leaves_u_in_the_store_and_gathers_only_labels(tmp_path, 
     monkeypatch.setattr(RowChunks, "get", lambda self, name: gathered.append(name) or get(self, name))
     X, y = gmm_simplex(300, n_clusters=3, gamma=1.5, random_state=1)
     url = write_zarr(tmp_path / "X.zarr", X, 64)
-    kw = dict(n_clusters=3, n_init=2, max_iter=300, random_state=0)
-    here = dnomad.NLR(**kw, backend="local", store=str(tmp_path / "here.zarr")).fit(url)
+    kw = dict(kw, n_clusters=3, n_init=2, random_state=0)
+    cls = getattr(dnomad, method)
+    here = cls(**kw, backend="local", store=str(tmp_path / "here.zarr")).fit(url)
     assert isinstance(here.U_, np.ndarray)
     gathered.clear()
     store = str(tmp_path / "workers.zarr")
-    workers = dnomad.NLR(**kw, backend="distributed", store=store).fit(url)
+    workers = cls(**kw, backend="distributed", store=store).fit(url)
     assert set(gathered) == {"kmeans_labels"}
-    for est in (workers, dnomad.NLR(**kw, backend="distributed", store=store).fit(url, resume=True)):
-        assert isinstance(est.U_, da.Array)
-        np.testing.assert_array_equal(np.asarray(est.U_), here.U_)
+    for est in (workers, cls(**kw, backend="distributed", store=store).fit(url, resume=True)):
+        for name in lazy:
+            assert isinstance(getattr(est, f"{name}_"), da.Array)
+            np.testing.assert_allclose(np.asarray(getattr(est, f"{name}_")), getattr(here, f"{name}_"),
+                                       rtol=0, atol=1e-12)
         np.testing.assert_array_equal(est.labels_, here.labels_)
     np.testing.assert_allclose(here.membership() @ np.ones(len(X)), 1.0, atol=1e-3)     # U U^T 1 = 1
     assert clustering_accuracy(y, workers.labels_) > 0.9
-    assert run_store.read_result(store)["lazy_arrays"] == ["U"]
+    assert run_store.read_result(store)["lazy_arrays"] == lazy
     assert run_store.read_result(str(tmp_path / "here.zarr"))["lazy_arrays"] == []
 
 
@@ -251,8 +261,8 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_the_uninterrupted_result(me
         dnomad.fit(X_in, method=method, store=store, callback=stop_late, **kw)
     ck = run_store.Checkpoints(store, f"{method}_checkpoint").latest()
     assert ck["init"] == 1
-    if method == "nlr":
-        assert ck["held"] == ["W", "best_U", "y"]       # written by the row chunks, not gathered
+    # written by the row chunks, not gathered
+    assert ck["held"] == (["W", "best_U", "y"] if method == "nlr" else ["V", "best_V"])
     ran = []
     if as_path:
         resumed = dnomad.resume(store, callback=lambda row: ran.append(row))

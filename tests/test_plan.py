@@ -48,9 +48,12 @@ def peak_state(monkeypatch):
     ("nomad", dict(solver="bm", sdp_k=4, max_iter=2, solver_options={"optimizer": "spg"})),
     ("nlr", dict(max_iter=5)),
     ("nlr", dict(max_iter=5, n_init=2)),                        # the best start's U beside the second's
-    ("riemannian-kmeans", dict(max_iter=3)),                   # d = 40: X's sketch on 15 components
-    ("riemannian-kmeans", dict(max_iter=3, n_components=None)),
-], ids=["bm", "bm-rank-memory", "bm-spg", "nlr", "nlr-starts", "riemannian-sketch", "riemannian"])
+    # d = 40: X's sketch on 15 components; the Hessian's eigensolve at the end
+    ("riemannian-kmeans", dict(max_iter=3, min_eigenvalue="final")),
+    ("riemannian-kmeans", dict(max_iter=3, n_components=None, n_init=2, min_eigenvalue="final")),
+    ("riemannian-kmeans", dict(max_iter=3, second_order=False)),
+], ids=["bm", "bm-rank-memory", "bm-spg", "nlr", "nlr-starts", "riemannian-sketch", "riemannian-starts",
+        "riemannian-first-order"])
 @pytest.mark.parametrize("in_zarr", [False, True], ids=["numpy", "zarr"])
 def test_declared_rows_are_what_the_chunks_hold_at_their_peak(method, params, in_zarr, peak_state, tmp_path):
     """In this process the chunks keep their state and, from a NumPy X, X's centred

@@ -514,7 +514,8 @@ def test_kmeans_start_is_strictly_feasible_next_to_the_kmeans_partition(r):
     n, K = len(X), 3
     M = KMeansManifold(n, r, K)
     with RowChunks(X, chunk_rows=64) as data:
-        x = kmeans_start(M, data, np.random.default_rng(0))
+        V, Q = kmeans_start(M, data, np.random.default_rng(0))
+        x = (np.asarray(V), Q)                       # made by the chunks
         partition = kmeans_partition(data, K, np.random.default_rng(0))
     U = M.phi(x)
     assert U.min() > 0

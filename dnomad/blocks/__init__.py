@@ -10,11 +10,11 @@ from . import device
 from .engine import BACKENDS, BlockGroup, PassRecord, single_threaded_blas
 from .layout import BlockLayout
 from .matrix import BlockMatrix, available_memory
-from .rows import RowChunks, RowState
+from .rows import HeldRows, RowChunks, RowState
 from .passes import DataPanels, dense, label_sums, matmat, shifted_copy, summary
 
 __all__ = [
-    "BACKENDS", "BlockGroup", "BlockLayout", "BlockMatrix", "DataPanels", "FeatureColumns",
+    "BACKENDS", "BlockGroup", "BlockLayout", "BlockMatrix", "DataPanels", "FeatureColumns", "HeldRows",
     "PassRecord", "RowChunks", "RowState", "SparseColumns", "ZarrColumns", "as_data_matrix", "available_memory",
     "blocked_column_order",
     "check_dtype", "choose_block_size", "device", "default_row_block", "feature_columns",

@@ -299,6 +299,11 @@ class RowChunks:
             run_store.write_row_span(url, path, 0, self.get(name))
         return shape
 
+    def rename(self, old, new):
+        """State ``old`` as state ``new`` (replacing any state of that name), where the
+        chunks hold it (a pass over the state alone)."""
+        self.map(_renamed_state, old, new, read_x=False)
+
     def drop(self, name):
         """Forget state ``name`` (no pass over X)."""
         if self.backend == "local":
@@ -370,7 +375,7 @@ class RowState:
     """Per-row state of n rows with no X beside it, in this process: the row space of a
     solver whose products with D come from elsewhere (a block matrix, a low-rank
     factor).  The state interface of :class:`RowChunks` (``map`` with
-    ``read_x=False``, ``put``, ``get``, ``held``, ``save_state``, ``drop``, ``close``),
+    ``read_x=False``, ``put``, ``get``, ``held``, ``save_state``, ``rename``, ``drop``, ``close``),
     on one chunk by default."""
 
     backend = "local"
@@ -418,6 +423,9 @@ class RowState:
         run_store.write_rows(url, path, A)
         return A.shape
 
+    def rename(self, old, new):
+        self.map(_renamed_state, old, new)
+
     def drop(self, name):
         for chunk in self._chunks:
             chunk.pop(name, None)
@@ -451,6 +459,10 @@ class HeldRows:
     def __array__(self, dtype=None, copy=None):
         A = self.space.get(self.name)
         return A if dtype is None else A.astype(dtype, copy=False)
+
+
+def _renamed_state(chunk, old, new):
+    chunk[new] = chunk.pop(old)
 
 
 def _on_state_rows(kernel, chunk, name, dtype, args):

@@ -93,24 +93,22 @@ class _RowChunkEstimator(_Clustering, _Estimator):
         return self
 
     def _finish(self, data, start):
-        """The stored result, where the solver left U: in this process (``U_``) or, where
-        ``U_`` is None, in the row chunks' state "U", which write it themselves; on a
-        cluster's workers with a ``store``, ``U_`` is then a dask array over the store,
-        else U gathered."""
-        held = self.U_ is None
-        lazy = held and self.store is not None and data.backend != "local"
+        """The stored result, where the solver left it: each n-row array in this process
+        or, where its attribute is None (``U_``, ``V_``), in the row chunks' state of its
+        result name ("U", "V"), which write it themselves; on a cluster's workers with a
+        ``store``, such an attribute is then a dask array over the store, else gathered."""
+        arrays = dict({"labels": self.labels_, "U": self.U_}, **self._result_arrays())
+        held = [name for name, value in arrays.items() if value is None]
+        lazy = bool(held) and self.store is not None and data.backend != "local"
         self.fit_seconds_ = time.perf_counter() - start
         if self.store is not None:
-            runs.write_result(self.store, {"labels": self.labels_, "U": data.held("U") if held else self.U_,
-                                           **self._result_arrays()},
-                              dict(self._summary(), lazy_arrays=["U"] if lazy else []),
+            runs.write_result(self.store, {name: data.held(name) if value is None else value
+                                           for name, value in arrays.items()},
+                              dict(self._summary(), lazy_arrays=held if lazy else []),
                               self.history_, self.fit_seconds_)
-        if lazy:
-            self.U_ = run_store.lazy_rows(self.store, "result/U")
-        elif held:
-            self.U_ = data.get("U")
-        if held:
-            data.drop("U")
+        for name in held:
+            setattr(self, f"{name}_", run_store.lazy_rows(self.store, f"result/{name}") if lazy else data.get(name))
+            data.drop(name)
 
     def _solver_callback(self):
         """The progress report and the user's ``callback(row)``, as the solvers'
@@ -223,6 +221,8 @@ class RiemannianKMeans(_RowChunkEstimator):
     V_, Q_, mu_, cost_, grad_norm_, min_eigenvalue_, stop_reason_, n_iter_, history_,
     costs_ (every start's final cost), curvature_steps_, passes_ (over X or its projection), fit_seconds_,
     restarts_ (restarts from the last checkpoint after a lost worker)
+    ``U_`` and ``V_`` (n x (r - 1)) are ndarrays, or, fitted on a cluster's workers with a
+    ``store``, dask arrays over the store (the row chunks wrote them; read when computed).
 
     References
     ----------
@@ -234,11 +234,22 @@ class RiemannianKMeans(_RowChunkEstimator):
 
     def _memory_parts(self, n, d):
         """What a fit on n rows of d features holds (:func:`dnomad.plan`): X's centred
-        rows, their sketch on m principal components where m < d, and V, dV and the
-        trial point (n x (r - 1) each: U = [1 / sqrt(n), V] up to a rotation)."""
+        rows, their sketch on m principal components where m < d, V, dV and the trial
+        point (n x (r - 1) each: U = [1 / sqrt(n), V] up to a rotation), the best start's
+        V, and the Lanczos basis of the Hessian's eigensolve and its products where
+        curvature is checked."""
+        from .curvature import LANCZOS_NCV
+
         r = self.n_clusters + 1 if self.rank is None else self.rank
         m = rk.sketch_size(self.n_components, d, self.n_clusters)
         rows = {f"the point V, its step and the trial point (n x {r - 1} each)": 24 * (r - 1)}
+        if self.n_init > 1:
+            rows["the best start's V"] = 8 * (r - 1)
+        if self.second_order or self.min_eigenvalue is not None:
+            # beside V and dV: the Lanczos basis and its products, the start, one more
+            # product while the Ritz vector is formed
+            rows[f"the Hessian's eigensolve ({2 * LANCZOS_NCV + 2} vectors of n x {r - 1})"] = \
+                (2 * LANCZOS_NCV + 2) * 8 * (r - 1)
         if m < d:
             rows[f"X's sketch on {m} principal components"] = 8 * m
         return memory.MemoryParts(rows=rows, x_rows={"X's centred rows": 8 * d},
@@ -320,11 +331,11 @@ class RiemannianKMeans(_RowChunkEstimator):
             cubic_L=self.cubic_L * curvature,
             boundary_fraction=self.boundary_fraction, second_order=self.second_order,
             min_eigenvalue=self.min_eigenvalue, callback=self._solver_callback(), state=state,
-            checkpoint=checkpoint, checkpoint_every=self.checkpoint_every)
+            checkpoint=checkpoint, checkpoint_every=self.checkpoint_every, keep_rows=True)
         self.labels_ = res.labels
         self.n_components_ = data.d if res.sketch is None else res.sketch.components.shape[1]
         self.explained_variance_ratio_ = 1.0 if res.sketch is None else res.sketch.variance
-        self.U_, self.V_, self.Q_ = res.U, res.V, res.Q
+        self.U_, self.V_, self.Q_ = None, None, res.Q           # U and V in the row chunks (_finish)
         self.mu_, self.cost_, self.grad_norm_ = res.mu, res.cost, res.grad_norm
         self.min_eigenvalue_ = res.min_eigenvalue
         self.stop_reason_, self.n_iter_, self.history_ = res.stop_reason, res.n_iter, res.history

@@ -105,7 +105,7 @@ def nlr(data, K, *, rank=None, beta="scale", step=None, tol=1e-6, dual_tol=1e-3,
         data.map(_random_factor, stream_key(np.random.default_rng(random_state)), r, read_x=False,
                  with_span=True)
     elif isinstance(U0, str):
-        data.map(_renamed, U0, "W", read_x=False)
+        data.rename(U0, "W")
     else:
         U0 = np.asarray(U0, dtype=np.float64)
         if U0.shape != (n, r) or not np.isfinite(U0).all() or not (U0 > 0).any():
@@ -273,10 +273,10 @@ def nlr_kmeans(data, K, *, init="kmeans", n_init=1, random_state=None, state=Non
         done += res.history
         if best is None or res.objective > best.objective:
             best = res
-            data.map(_renamed, "U", _BEST, read_x=False)
+            data.rename("U", _BEST)
         else:
             data.drop("U")
-    data.map(_renamed, _BEST, "U", read_x=False)
+    data.rename(_BEST, "U")
     if keep_rows:
         return best
     U = data.get("U")
@@ -328,10 +328,6 @@ def _random_factor(chunk, span, key, r):
 
 def _zero_duals(chunk):
     chunk["y"] = np.zeros((len(chunk["W"]), 1))
-
-
-def _renamed(chunk, old, new):
-    chunk[new] = chunk.pop(old)
 
 
 def _scaled_state(chunk, name, scale, out):

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..blocks import RowState
+from ..blocks import HeldRows, RowState
 from ..errors import InputValueError, warn_convergence
 from ..linalg.indefinite import solve_with_inertia
 from ..rounding import factor_labels, kmeans_partition
@@ -82,15 +83,19 @@ class KMeansManifold:
         as U q = U U^T 1 / sqrt(n) = 1 / sqrt(n)), so U Q^T has first column 1 / sqrt(n)
         and V is the rest (centred: 1^T U Q^T = sqrt(n) q^T Q^T = sqrt(n) e_1^T)."""
         U = np.asarray(U, dtype=np.float64)
-        q = U.sum(axis=0) / math.sqrt(self.n)
+        Q = self.reflection(U.sum(axis=0))
+        return (U @ Q.T)[:, 1:], Q
+
+    def reflection(self, column_sums):
+        """Q of :meth:`point_from_u_reflected` from U's column sums (U^T 1)."""
+        q = np.asarray(column_sums, dtype=np.float64) / math.sqrt(self.n)
         q /= np.linalg.norm(q)
         # v = q + sign(q_0) e_1 (no cancellation); H = I - 2 v v^T / v^T v maps q to
         # -sign(q_0) e_1, so Q = -sign(q_0) H has first row q.
         sign = 1.0 if q[0] >= 0 else -1.0
         v = q.copy()
         v[0] += sign
-        Q = -sign * (np.eye(self.r) - (2.0 / float(v @ v)) * np.outer(v, v))
-        return (U @ Q.T)[:, 1:], Q
+        return -sign * (np.eye(self.r) - (2.0 / float(v @ v)) * np.outer(v, v))
 
     def interior_point(self):
         """A strictly positive U = phi(V, Q) on M_r (Lemma 5).
@@ -229,7 +234,6 @@ class KMeansProblem:
         self.mu = float(mu)
         self.layout = _SmallLayout(manifold.r, self.d)
         self._X = None
-        self._names = iter(range(1 << 62))
 
     @property
     def X(self):
@@ -310,10 +314,15 @@ class KMeansProblem:
 
     # -- the row-chunked methods --------------------------------------------------
     def load(self, point):
-        """An :class:`Iterate` for (V, Q) given as arrays: V is put into the row chunks."""
+        """An :class:`Iterate` for (V, Q): V an array or a checkpoint's stored rows, put
+        into the row chunks, or a state of the row chunks (:class:`dnomad.blocks.HeldRows`),
+        which the iterate takes over."""
         V, Q = point
-        name = self._new_name()
-        self.data.put(name, V, dtype=np.float64)
+        if isinstance(V, HeldRows):
+            name = V.name
+        else:
+            name = self._new_name()
+            self.data.put(name, V, dtype=np.float64)
         return self._evaluate(name, np.asarray(Q, dtype=np.float64), self._map(
             _point_kernel, name, np.asarray(Q, dtype=np.float64), self.manifold.n, self.mu))
 
@@ -328,6 +337,9 @@ class KMeansProblem:
     def u(self, it):
         """U = phi(V, Q) of an iterate (n x r, gathered)."""
         return self.manifold.phi(self.point(it))
+
+    # Names of iterates' states, unique across the problems (stages) that share row chunks.
+    _names = itertools.count()
 
     def _new_name(self):
         return f"V{next(self._names)}"
@@ -984,14 +996,31 @@ def kmeans_start(manifold, data, rng, sketch=None):
     s_own s_g) / sqrt(n_own)).  The r groups merged back into K are the k-means
     partition; the Newton run starts next to it instead of at Lemma 5's interior point,
     far from any partition, where the Hessian is indefinite by about 2 ||X||_2^2 and the
-    steps regularized by that much are short."""
+    steps regularized by that much are short.
+
+    Returns (V, Q) with V made by the row chunks where they are (a
+    :class:`dnomad.blocks.HeldRows`; :meth:`KMeansProblem.load` takes it over): U = E
+    M^1/2 as :meth:`KMeansManifold.point_from_u_reflected` maps it, its column sums
+    M^1/2 sqrt(n_g) known from the sizes."""
     K, r, n = manifold.K, manifold.r, manifold.n
     x_state = None if sketch is None else sketch.name
     groups = lloyd.split_groups(data, kmeans_partition(data, K, rng, x_state=x_state), r, x_state=x_state)
     theta = (r - K) / (r - 1)
-    s = np.sqrt(np.bincount(groups, minlength=r) / n)
+    counts = np.bincount(groups, minlength=r)
+    s = np.sqrt(counts / n)
     half = math.sqrt(1.0 - theta) * (np.eye(r) - np.outer(s, s)) + np.outer(s, s)
-    return manifold.point_from_u_reflected(lloyd.partition_factor(groups, r, r) @ half)
+    Q = manifold.reflection(half @ np.sqrt(counts))
+    name = lloyd.put_partition_factor(data, groups, r, r, _START)
+    data.map(_start_rows, name, half @ Q.T, read_x=False)
+    return data.held(name), Q
+
+
+# The state in which kmeans_start's V is made (the first Newton iterate takes it over).
+_START = "riemannian_start_V"
+
+
+def _start_rows(chunk, name, transform):
+    chunk[name] = (chunk[name] @ transform)[:, 1:]
 
 
 @dataclass(frozen=True, eq=False)
@@ -1026,7 +1055,7 @@ class NewtonResult:
 
     @property
     def U(self):
-        return self.manifold.phi(self.point)
+        return self.manifold.phi((np.asarray(self.V), self.Q))
 
 
 # riemannian_newton's defaults, which riemannian_kmeans's ConvergenceWarning also reports.
@@ -1037,7 +1066,7 @@ _NEWTON_GTOL = 1e-6
 def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, max_iter=_NEWTON_MAX_ITER,
                       max_inner=60, gtol=_NEWTON_GTOL, boundary_fraction=0.95, second_order=True,
                       curvature_tol=None, lam_rule="adaptive", cubic_L=1.0, min_eigenvalue=None, callback=None,
-                      warn=True, state=None, checkpoint=None, checkpoint_every=10):
+                      warn=True, state=None, checkpoint=None, checkpoint_every=10, keep_rows=False):
     """Alg. 1 (App. G): regularized Riemannian Newton steps (H + lam I) p = -g on the
     tangent space (App. E, :meth:`KMeansProblem.solve`), retracted; a step is taken when
     it lowers the cost (then lam /= kappa_minus), else lam *= kappa_plus and the step is
@@ -1081,7 +1110,9 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
     ``checkpoint(state)`` is called at the start of every ``checkpoint_every``-th
     iteration with the point (V, Q), lam, cubic_L, the history and the counters; given
     back as ``state`` (``x0`` is then not used), the run goes on from there as if it had
-    not stopped.
+    not stopped.  ``x0``'s V may be a state of the problem's row chunks (a
+    :class:`dnomad.blocks.HeldRows`), which the run takes over; with ``keep_rows`` the
+    result's V is the last iterate's, left in the row chunks (a HeldRows), else gathered.
     """
     import time
 
@@ -1172,7 +1203,10 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
                          f"meeting its tolerance: "
                          f"{_max_iter_residual(history[-1], gtol, second_order, curvature_tol)}")
     final_eig = problem.min_eigenvalue(it) if min_eigenvalue in ("final", "every") else None
-    V, Q = problem.point(it)
+    V, Q = problem.held(it), it.Q
+    if not keep_rows:
+        V = np.asarray(V)
+        problem.release(it)
     return NewtonResult(V, Q, M, history=history, stop_reason=stop, n_iter=history[-1]["iteration"],
                         cost=it.cost, grad_norm=history[-1]["grad_norm"], min_eigenvalue=final_eig,
                         curvature_steps=escapes, passes=problem.passes - passes0,
@@ -1268,7 +1302,8 @@ def mu_schedule(mu, data, manifold, sketch=None):
 
 
 def riemannian_kmeans(data, K, *, rank=None, n_components="auto", mu="auto", init="kmeans", n_init=1,
-                      random_state=None, state=None, checkpoint=None, checkpoint_every=10, **newton):
+                      random_state=None, state=None, checkpoint=None, checkpoint_every=10, keep_rows=False,
+                      **newton):
     """K-means by :func:`riemannian_newton` on the row chunks ``data`` (or on their
     projection on ``n_components`` principal components, :func:`principal_sketch`, the
     start's k-means too): ``n_init`` strictly feasible starts (``init``: "kmeans", :func:`kmeans_start`, a new seeding
@@ -1284,6 +1319,12 @@ def riemannian_kmeans(data, K, *, rank=None, n_components="auto", mu="auto", ini
     state (see :func:`riemannian_newton`), which start and stage it is, the generator's
     state, the best start so far and the history of every run so far; given back as
     ``state``, the run goes on from there as if it had not stopped.
+
+    The starts' points, every stage's iterates and the best start's point stay in the
+    row chunks (the best written from there by a checkpoint), and the labels are taken
+    there (:func:`dnomad.rounding.factor_labels` on U).  With ``keep_rows`` the result's
+    V and U are left in the chunks' states "V" and "U" (the result's V a
+    :class:`dnomad.blocks.HeldRows`), else gathered.
     """
     r = K + 1 if rank is None else rank
     manifold = KMeansManifold(data.n, r, K)
@@ -1299,6 +1340,9 @@ def riemannian_kmeans(data, K, *, rank=None, n_components="auto", mu="auto", ini
     if state is not None:
         rng, best, costs, passes, capped, done, first_init, first_stage, newton_state = \
             _resumed_kmeans(state, manifold)
+        if best is not None:
+            data.put(_BEST, best.V, dtype=np.float64)         # stored rows: the chunks read them
+            best = dataclasses.replace(best, V=data.held(_BEST))
     for index in range(first_init, n_init):
         x = None
         if newton_state is None:
@@ -1318,7 +1362,8 @@ def riemannian_kmeans(data, K, *, rank=None, n_components="auto", mu="auto", ini
                 save({"V": x[0], "Q": x[1], "lam": newton.get("lam", 1.0), "cubic_L": newton.get("cubic_L", 1.0),
                       "history": [], "escapes": 0, "inner": 0, "passes": 0, "seconds": 0.0})
             res = riemannian_newton(KMeansProblem(manifold, data, mu_stage, sketch=sketch), x, **newton, warn=False,
-                                    state=newton_state, checkpoint=save, checkpoint_every=checkpoint_every)
+                                    state=newton_state, checkpoint=save, checkpoint_every=checkpoint_every,
+                                    keep_rows=True)
             newton_state = None
             rows = [dict(row, init=index, stage=stage, mu=mu_stage) for row in res.history]
             history += rows
@@ -1327,10 +1372,12 @@ def riemannian_kmeans(data, K, *, rank=None, n_components="auto", mu="auto", ini
             if res.stop_reason == "max_iter":
                 capped.append((index, stage, mu_stage, res.history[-1]))
             x = res.point
-        res = dataclasses.replace(res, history=history)
         costs.append(res.cost)
         if best is None or res.cost < best.cost:
-            best = res
+            data.rename(res.V.name, _BEST)
+            best = dataclasses.replace(res, history=history, V=data.held(_BEST))
+        else:
+            data.drop(res.V.name)
     gtol = newton.get("gtol", _NEWTON_GTOL)
     if capped and gtol > 0:
         max_iter = newton.get("max_iter", _NEWTON_MAX_ITER)
@@ -1343,8 +1390,23 @@ def riemannian_kmeans(data, K, *, rank=None, n_components="auto", mu="auto", ini
                          f"in {len(capped)} of {n_init * len(mus)} Newton runs: {runs}{more}")
     if sketch is not None:
         data.drop(sketch.name)
-    return dataclasses.replace(best, mu=mus[-1], costs=costs, passes=passes, labels=labels_from_u(best.U, K),
-                               sketch=sketch)
+    data.rename(_BEST, "V")
+    data.map(_u_state, "V", best.Q, manifold.n, read_x=False)
+    labels = factor_labels(data, "U", K)
+    V = data.held("V")
+    if not keep_rows:
+        V = np.asarray(V)
+        data.drop("U")
+        data.drop("V")
+    return dataclasses.replace(best, V=V, mu=mus[-1], costs=costs, passes=passes, labels=labels, sketch=sketch)
+
+
+# The state of the best start's V while later starts run.
+_BEST = "riemannian_best_V"
+
+
+def _u_state(chunk, name, Q, n):
+    chunk["U"] = u_rows(chunk[name], Q, n)
 
 
 # The best start's scalars a checkpoint keeps (its V and Q are arrays of their own).

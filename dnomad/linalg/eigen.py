@@ -270,9 +270,9 @@ def lanczos_extreme(op, start, *, which="SA", tol=1e-3, ncv=20, maxiter=None, ve
         theta = float(w[idx])
         x, _ = space.combine(S[:, idx], V)
         ax, _ = space.combine(S[:, idx], W)
-        r, res2 = space.combine([-theta], [x], base=ax)
         for v in V + W:
             space.release(v)
+        r, res2 = space.combine([-theta], [x], base=ax)
         res = float(np.sqrt(max(res2, 0.0)))
         # Below about eps ||A|| sqrt(dim) the computed residual is rounding: a tighter tol
         # stops there (ARPACK's Ritz estimate would go lower, but not its true residual).
