@@ -15,7 +15,7 @@ from ..linalg.eigen import lanczos_extreme
 from .riemannian import Step, ordered_sum, u_rows
 
 # Lanczos basis size: the basis and its products (2 ncv vectors of n x (r - 1)) stay in
-# the row chunks for the solve.
+# the row chunks during the eigensolve.
 LANCZOS_NCV = 20
 
 
@@ -57,6 +57,13 @@ class TangentRows:
         if base is not None:
             dQ = dQ + base.dQ
         return TangentVector(name, dQ), float(ordered_sum(parts)) + float(np.sum(dQ * dQ))
+
+    def rotate(self, vectors, S):
+        """The vectors sum_j S_jk v_j, made chunk by chunk in place of the vs."""
+        names = [self._new() for _ in range(S.shape[1])]
+        self.data.map(_rotate_kernel, [v.name for v in vectors], S, names, read_x=False)
+        dQ = np.tensordot(S, np.stack([v.dQ for v in vectors]), axes=(0, 0))
+        return [TangentVector(name, q) for name, q in zip(names, dQ)]
 
     def release(self, v):
         self.data.drop(v.name)
@@ -145,6 +152,13 @@ def _combine_kernel(chunk, out, coeffs, names, base):
         total += c * chunk[v]
     chunk[out] = total
     return float(np.vdot(total, total))
+
+
+def _rotate_kernel(chunk, names, S, outs):
+    """States ``outs`` = the combinations S[:, k] of states ``names``, which are dropped."""
+    stacked = np.stack([chunk.pop(v) for v in names], axis=-1)
+    for k, out in enumerate(outs):
+        chunk[out] = stacked @ S[:, k]
 
 
 def _draw_kernel(chunk, span, name, key, vname):

@@ -246,10 +246,10 @@ class RiemannianKMeans(_RowChunkEstimator):
         if self.n_init > 1:
             rows["the best start's V"] = 8 * (r - 1)
         if self.second_order or self.min_eigenvalue is not None:
-            # beside V and dV: the Lanczos basis and its products, the start, one more
-            # product while the Ritz vector is formed
-            rows[f"the Hessian's eigensolve ({2 * LANCZOS_NCV + 2} vectors of n x {r - 1})"] = \
-                (2 * LANCZOS_NCV + 2) * 8 * (r - 1)
+            # beside V and dV, in the trial point's place too: the Lanczos basis, its
+            # products and its start
+            rows[f"the Hessian's eigensolve ({2 * LANCZOS_NCV} vectors of n x {r - 1})"] = \
+                2 * LANCZOS_NCV * 8 * (r - 1)
         if m < d:
             rows[f"X's sketch on {m} principal components"] = 8 * m
         return memory.MemoryParts(rows=rows, x_rows={"X's centred rows": 8 * d},

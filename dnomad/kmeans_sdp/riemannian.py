@@ -367,7 +367,8 @@ class KMeansProblem:
 
     def solve(self, it, lam, rhs=None):
         """One pass over the rows: the Schur complement of App. E at shift ``lam`` and its
-        right-hand side (-grad, or the tangent ``rhs``), solved on the client.
+        right-hand side (-grad, or the tangent ``rhs`` = (dV, dQ), dV an array or the name of
+        a state of the row chunks), solved on the client.
 
         The V-V block of the Lagrangian Hessian is D - B B^T: D block diagonal (one
         (r-1) x (r-1) block per row of V: mu Q1 diag(u_i^-2) Q1^T + (lam - <G_V, V>/(K-1)) I)
@@ -391,11 +392,10 @@ class KMeansProblem:
         Q = it.Q
         shift = lam - it.GVV / M.radius2
         small = self._small(it, shift)
-        rhs_name = None
-        if rhs is not None:
-            rhs_name = rhs[0] if isinstance(rhs[0], str) else "rhsV"
-            if rhs_name == "rhsV":
-                self.data.put("rhsV", rhs[0])
+        rhs_name = None if rhs is None else rhs[0]
+        if rhs is not None and not isinstance(rhs_name, str):
+            self.data.put("rhsV", rhs[0])
+            rhs_name = "rhsV"
         parts = self._map(_schur_kernel, it.name, small, self.layout, rhs_name)
         S, b, HQQ, gg, neg_d = (ordered_sum(p[k] for p in parts) for k in range(5))
         lay = self.layout

@@ -210,6 +210,9 @@ class ArrayVectors:
             out += base
         return out, float(out @ out)
 
+    def rotate(self, vectors, S):
+        return list(self.xp.asarray(np.ascontiguousarray(S.T)) @ self.xp.stack(vectors))
+
     def release(self, v):
         pass
 
@@ -219,20 +222,23 @@ def lanczos_extreme(op, start, *, which="SA", tol=1e-3, ncv=20, maxiter=None, ve
     with thick restarts, on the device of ``start`` (NumPy or CuPy vectors alike), or
     on the vectors of ``vectors``: any space with ``dim``, ``dots(vs, w)`` (the inner
     products <v, w> as a host array), ``combine(coeffs, vs, base=None)`` (base + sum
-    c_j v_j and its squared norm) and ``release(v)`` (a vector no longer used), of
-    which ``start`` and ``op``'s values are members (vectors kept in a solver's row
-    chunks, for one).
+    c_j v_j and its squared norm), ``rotate(vs, S)`` (the vectors sum_j S_jk v_j, the
+    vs released) and ``release(v)`` (a vector no longer used), of which ``start`` and
+    ``op``'s values are members (vectors kept in a solver's row chunks, for one).
 
     The basis (``ncv`` vectors, fully reorthogonalized) and its products with the
-    operator are kept, so the Rayleigh-Ritz step is exact; a restart keeps the Ritz
-    vector and its residual, which continues the same Krylov space (thick restart
-    with one kept vector, as ARPACK's implicit restart for one eigenpair).  Stops when
-    ||A x - theta x|| <= tol max(|theta|, eps^(2/3)) (ARPACK's rule; or when it reaches
-    the rounding level 8 eps ||H|| sqrt(dim)) or after ``maxiter`` restarts (default 10 dim).  Only scalars and the ncv x ncv projected
-    matrix come to the host.  Returns (theta, x, converged); the caller releases x."""
+    operator are kept, so the Rayleigh-Ritz step is exact.  A restart keeps the
+    ``ncv // 2`` Ritz vectors nearest the wanted end and the wanted one's residual,
+    which continues the same Krylov space (thick restart, Wu and Simon; as ARPACK's
+    implicit restart with exact shifts, which also keeps more than the one wanted
+    pair).  Stops when ||A x - theta x|| <= tol max(|theta|, eps^(2/3)) (ARPACK's rule;
+    or when it reaches the rounding level 8 eps ||H|| sqrt(dim)) or after ``maxiter``
+    restarts (default 10 dim).  Only scalars and the ncv x ncv projected matrix come to
+    the host.  Returns (theta, x, converged); the caller releases x."""
     space = ArrayVectors(array_module(start), start.shape[0]) if vectors is None else vectors
     dim = space.dim
     ncv = int(min(max(ncv, 2), dim))
+    keep = max(1, ncv // 2)
     maxiter = 10 * dim if maxiter is None else int(maxiter)
     floor = np.finfo(np.float64).eps ** (2.0 / 3.0)
     H = np.zeros((ncv, ncv))
@@ -260,38 +266,42 @@ def lanczos_extreme(op, start, *, which="SA", tol=1e-3, ncv=20, maxiter=None, ve
     V = [space.combine([1.0 / float(np.sqrt(space.dots([start], start)[0]))], [start])[0]]
     W = [op(V[0])]
     H[0, 0] = space.dots(V, W[0])[0]
-    theta, x = H[0, 0], None
     for _ in range(maxiter + 1):
         while len(V) < ncv and extend(V, W):
             pass
         m = len(V)
         w, S = np.linalg.eigh(H[:m, :m])
-        idx = 0 if which == "SA" else m - 1
-        theta = float(w[idx])
-        x, _ = space.combine(S[:, idx], V)
-        ax, _ = space.combine(S[:, idx], W)
-        for v in V + W:
-            space.release(v)
-        r, res2 = space.combine([-theta], [x], base=ax)
+        wanted = np.argsort(w if which == "SA" else -w, kind="stable")[:min(keep, m)]
+        theta = float(w[wanted[0]])
+        # the kept Ritz vectors and their products, the wanted one first
+        V, W = space.rotate(V, S[:, wanted]), space.rotate(W, S[:, wanted])
+        r, res2 = space.combine([-theta], [V[0]], base=W[0])
         res = float(np.sqrt(max(res2, 0.0)))
         # Below about eps ||A|| sqrt(dim) the computed residual is rounding: a tighter tol
         # stops there (ARPACK's Ritz estimate would go lower, but not its true residual).
         noise = 8 * np.finfo(np.float64).eps * float(np.abs(w).max()) * np.sqrt(dim)
         if res <= max(tol * max(abs(theta), floor), noise) or m < ncv:
-            space.release(ax)
-            space.release(r)
-            return theta, x, True
-        # Restart from [x, r / |r|]: r is orthogonal to the basis's Ritz vectors.
-        r2, norm2 = space.combine(-space.dots([x], r), [x], base=r)
+            break
+        # Restart from the kept Ritz vectors and r / |r|: r is orthogonal to the basis.
+        r2, norm2 = space.combine(-space.dots(V, r), V, base=r)
         space.release(r)
-        V, W = [x, unit(r2, float(np.sqrt(norm2)))], [ax]
-        W.append(op(V[1]))
+        V.append(unit(r2, float(np.sqrt(norm2))))
+        W.append(op(V[-1]))
+        k = len(V) - 1
         H[:] = 0
-        H[0, 0] = space.dots([x], ax)[0]
-        H[:2, 1] = H[1, :2] = space.dots(V, W[1])
+        H[range(k), range(k)] = w[wanted]
+        H[:k + 1, k] = H[k, :k + 1] = space.dots(V, W[-1])
+    else:
+        return theta, _only_first(space, V, W), False
+    space.release(r)
+    return theta, _only_first(space, V, W), True
+
+
+def _only_first(space, V, W):
+    """V[0], the other vectors released."""
     for v in V[1:] + W:
         space.release(v)
-    return theta, x, False
+    return V[0]
 
 
 def top_eigenvectors(matmat, n=None, k=None, *, deflate=None, tol=1e-6, ncv=None, maxiter=None):
