@@ -15,6 +15,10 @@ with the outer steps it had made).  The row capped at 2 outer steps measures the
 for it, beside the same row with a ``--baseline`` checkout's dnomad.  The "nlr" row runs
 ``NLR(n_clusters=8, max_iter=30)`` on the same rows and cluster and measures the same
 (its start, 30 iterations, then the labels and U written), beside a ``--baseline`` too.
+The "riemannian" row runs ``RiemannianKMeans(n_clusters=8, max_iter=5,
+min_eigenvalue="final")`` on 200,000 of those rows (its k-means start, 5 Newton steps,
+the Hessian's smallest eigenvalue by Lanczos, then the labels, U and V written) and
+measures the same, beside a ``--baseline`` too.
 
     python graphs/scale.py              # run every row (each replaces its row in scale.json), draw scale.png
     python graphs/scale.py --only bm    # the rows whose name contains "bm"
@@ -50,9 +54,11 @@ ROWS = (  # (name, method, n, worker memory limit in MiB, block_size (None: the 
     ("NOMAD bm, 2 outer steps then the result, 10^6 trefoil rows from Zarr, 2 x 8 GiB", "nomad_bm", 1_000_000,
      8192, 2),
     ("NLR, 30 iterations then the result, 10^6 trefoil rows from Zarr, 2 x 8 GiB", "nlr", 1_000_000, 8192, 30),
+    ("Riemannian K-means, 5 Newton steps, the Hessian's smallest eigenvalue, then the result, 200,000 trefoil "
+     "rows from Zarr, 2 x 8 GiB", "riemannian", 200_000, 8192, 5),
 )
 # The rows whose solver runs on X's row chunks (each in a child process: see run_chunks_row).
-ROW_CHUNK_METHODS = ("nomad_bm", "nlr")
+ROW_CHUNK_METHODS = ("nomad_bm", "nlr", "riemannian")
 BM_CHUNK_ROWS = 62_500
 TERMINATE_FRACTION = 0.95
 # Workers that neither pause nor spill: the nanny's terminate threshold is the only bound.
@@ -107,6 +113,9 @@ def _chunks_estimator(method, store, callback, max_iter):
 
     if method == "nlr":
         return dnomad.NLR(n_clusters=8, max_iter=max_iter, store=store, callback=callback)
+    if method == "riemannian":
+        return dnomad.RiemannianKMeans(n_clusters=8, max_iter=max_iter, min_eigenvalue="final", store=store,
+                                       callback=callback)
     options = {} if max_iter is None else {"max_iter": max_iter}
     return dnomad.NOMAD(n_clusters=8, solver="bm", store=store, callback=callback, **options)
 
@@ -154,6 +163,9 @@ def _chunks_child(name, method, n, limit_mib, max_iter, queue):
                            result_seconds=time.perf_counter() - last_step[0])
                 if method == "nlr":
                     row.update(infeasibility=est.infeasibility_, rank=int(est.U_.shape[1]))
+                elif method == "riemannian":
+                    row.update(min_eigenvalue=est.min_eigenvalue_, grad_norm=est.grad_norm_,
+                               rank=int(est.U_.shape[1]), curvature_steps=int(est.curvature_steps_))
                 else:
                     start = est.layers_[0].get("start") or {}
                     row.update(evaluations=int(sum(h["evaluations"] for h in est.history_)),
@@ -179,9 +191,10 @@ def chunks_plan(method, n, limit_mib):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "X.zarr")
         zarr.create_array(store=path, shape=(n, 3), chunks=(BM_CHUNK_ROWS, 3), dtype="f8")
-        params = {"solver": "bm"} if method == "nomad_bm" else {}
-        plan = dnomad.plan(path, "nlr" if method == "nlr" else "nomad", n_clusters=8,
-                           store=os.path.join(tmp, "run.zarr"), n_workers=2, worker_memory=limit_mib * 2**20, **params)
+        params = {"nomad_bm": {"solver": "bm"}, "riemannian": {"min_eigenvalue": "final"}}.get(method, {})
+        plan = dnomad.plan(path, {"nomad_bm": "nomad", "riemannian": "riemannian-kmeans"}.get(method, method),
+                           n_clusters=8, store=os.path.join(tmp, "run.zarr"), n_workers=2,
+                           worker_memory=limit_mib * 2**20, **params)
     return _plan_fields(plan)
 
 
@@ -283,7 +296,8 @@ def plot(result, path):
     ax.set_xscale("log")
     ax.set_xlabel("MiB")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=3)
-    ax.set_title("graphs/scale.py: NOMAD (two rings, n = 6,000; bm and NLR: trefoil, n = 10^6),\n"
+    ax.set_title("graphs/scale.py: NOMAD (two rings, n = 6,000; bm and NLR: trefoil, n = 10^6; Riemannian "
+                 "K-means: 200,000),\n"
                  "SymNMF (blobs, n = 8,000); backend 'zarr' (bm, NLR: row chunks), 2 workers "
                  f"({result['environment']['machine']}, at {result['environment']['commit']})", fontsize=9)
     fig.tight_layout()
@@ -326,7 +340,7 @@ def main(argv=None):
     p.add_argument("--bm-timeout", type=float, default=3600.0,
                    help="seconds a nomad_bm or nlr row may take before it is recorded as not finished (default 3600)")
     p.add_argument("--baseline", metavar="PATH",
-                   help="also run the nomad_bm and nlr rows with the dnomad package of the checkout at PATH "
+                   help="also run the row-chunk rows (nomad_bm, nlr, riemannian) with the dnomad package of the checkout at PATH "
                         "(an earlier commit: git worktree add PATH <commit>), as rows named '<row> (dnomad at "
                         "<commit>)'")
     args = p.parse_args(argv)

@@ -101,6 +101,57 @@ def test_lanczos_meets_its_stopping_rule_against_eigh(rng, which, tol):
         assert abs(abs(x @ V[:, 0 if which == "SA" else -1]) - 1) < 1e-8
 
 
+def test_lanczos_over_a_space_of_vectors_releases_all_but_its_result(rng):
+    """Over a space of vectors it does not hold (the row chunks' states, for Riemannian
+    K-means), Lanczos releases every vector it made but the one it returns, converged
+    or stopped at maxiter (without a last restart's product), and finds the same pair
+    as over arrays."""
+    from dnomad.linalg.eigen import ArrayVectors
+
+    n = 300
+    A = rng.standard_normal((n, n))
+    A = (A + A.T) / 2
+
+    class Counted(ArrayVectors):
+        def __init__(self):
+            super().__init__(np, n)
+            self.live = {}
+
+        def made(self, v):
+            self.live[id(v)] = v
+            return v
+
+        def combine(self, coeffs, vectors, base=None):
+            out, norm2 = super().combine(coeffs, vectors, base)
+            return self.made(out), norm2
+
+        def rotate(self, vectors, S):
+            out = [self.made(v) for v in super().rotate(vectors, S)]
+            for v in vectors:
+                self.release(v)
+            return out
+
+        def release(self, v):
+            assert self.live.pop(id(v), None) is not None, "released twice or never made"
+
+    for maxiter, ncv in ((None, 8), (0, 8), (2, 8)):
+        space, products = Counted(), [0]
+
+        def op(x):
+            products[0] += 1
+            return space.made(A @ x)
+
+        start = rng.standard_normal(n)
+        theta, x, converged = lanczos_extreme(op, start, which="SA", tol=1e-8, ncv=ncv, maxiter=maxiter,
+                                              vectors=space)
+        assert list(space.live) == [id(x)]
+        if maxiter is None:
+            assert converged and theta == pytest.approx(np.linalg.eigvalsh(A)[0], rel=1e-10)
+        else:
+            # ncv products fill the basis; each restart keeps ncv // 2 vectors and makes the rest
+            assert not converged and products[0] == ncv + maxiter * (ncv - ncv // 2)
+
+
 def test_top_eigenvectors_match_dense(rng):
     n = 80
     A = rng.standard_normal((n, n))

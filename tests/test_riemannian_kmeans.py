@@ -441,6 +441,19 @@ def test_negative_curvature_step_keeps_its_vectors_in_the_row_chunks(rng, monkey
     assert max(M.feasibility(point)[:3]) < 1e-10
     assert value == pytest.approx(np.linalg.eigvalsh(dense_riemannian_hessian(M, P, x))[0], rel=1e-6)
     assert set(P.data._chunks[0]) - before == {new.name, "dV"}
+    # a solve that fails mid-eigensolve leaves none of its vectors behind
+    solve, calls = P.solve, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 8:
+            raise RuntimeError("a lost worker")
+        return solve(*args, **kwargs)
+
+    monkeypatch.setattr(P, "solve", failing)
+    with pytest.raises(RuntimeError, match="a lost worker"):
+        P.min_eigenvalue(it)
+    assert set(P.data._chunks[0]) - before == {new.name, "dV"}
 
 
 def test_issue_gmm_every_start_reaches_the_planted_clusters_at_a_second_order_point():

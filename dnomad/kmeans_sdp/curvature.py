@@ -11,12 +11,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..blocks.rows import random_rows, stream_key
+from ..errors import warn_convergence
 from ..linalg.eigen import lanczos_extreme
 from .riemannian import Step, ordered_sum, u_rows
 
 # Lanczos basis size: the basis and its products (2 ncv vectors of n x (r - 1)) stay in
 # the row chunks during the eigensolve.
-LANCZOS_NCV = 20
+LANCZOS_NCV = 10
+# Restarts of the eigensolve before it gives up (with a ConvergenceWarning).
+LANCZOS_MAX_RESTARTS = 100
 
 
 @dataclass
@@ -40,9 +43,18 @@ class TangentRows:
         self.data = problem.data
         # n (r - 1) entries less the r - 1 column sums and <V, dV>; skew dQ Q^T
         self.dim = M.n * (M.r - 1) - M.r + M.r * (M.r - 1) // 2
+        self.live = set()           # the states made and not released
 
     def _new(self):
-        return f"tangent{next(self._names)}"
+        name = f"tangent{next(self._names)}"
+        self.live.add(name)
+        return name
+
+    def release_all(self, but=None):
+        """Drop every state made here and not released (but ``but``'s)."""
+        for name in self.live - {getattr(but, "name", None)}:
+            self.data.drop(name)
+        self.live &= {getattr(but, "name", None)}
 
     def dots(self, vectors, w):
         parts = self.data.map(_dots_kernel, [v.name for v in vectors], w.name, read_x=False)
@@ -67,6 +79,7 @@ class TangentRows:
 
     def release(self, v):
         self.data.drop(v.name)
+        self.live.discard(v.name)
 
     def apply(self, v):
         """(H + shift I)^-1 v on the tangent space."""
@@ -105,12 +118,17 @@ def smallest_eigenpair(problem, it, *, tol=1e-8, shift=None):
     else:
         raise RuntimeError("no positive definite shift of the Hessian found")
     space = TangentRows(problem, it, s)
-    start = space.random()
-    theta, x, _ = lanczos_extreme(space.apply, start, which="LA", tol=tol,
-                                  ncv=min(LANCZOS_NCV, space.dim - 1), vectors=space)
-    space.release(start)
-    e, _ = space.combine([1.0 / math.sqrt(space.dots([x], x)[0])], [x])
-    space.release(x)
+    e = None
+    try:
+        theta, x, converged = lanczos_extreme(space.apply, space.random(), which="LA", tol=tol,
+                                              ncv=min(LANCZOS_NCV, space.dim - 1),
+                                              maxiter=LANCZOS_MAX_RESTARTS, vectors=space)
+        e, _ = space.combine([1.0 / math.sqrt(space.dots([x], x)[0])], [x])
+    finally:
+        space.release_all(but=e)           # the start and the basis, or all on an error
+    if not converged:
+        warn_convergence(f"the Hessian's smallest eigenvalue: Lanczos stopped after {LANCZOS_MAX_RESTARTS} "
+                         f"restarts before its tolerance {tol:g}")
     return 1.0 / float(theta) - s, e
 
 
@@ -155,10 +173,14 @@ def _combine_kernel(chunk, out, coeffs, names, base):
 
 
 def _rotate_kernel(chunk, names, S, outs):
-    """States ``outs`` = the combinations S[:, k] of states ``names``, which are dropped."""
-    stacked = np.stack([chunk.pop(v) for v in names], axis=-1)
-    for k, out in enumerate(outs):
-        chunk[out] = stacked @ S[:, k]
+    """States ``outs`` = the combinations S[:, k] of states ``names``, which are dropped
+    (accumulated term by term: no stacked copy of the inputs)."""
+    made = [np.zeros_like(chunk[names[0]]) for _ in outs]
+    for j, v in enumerate(names):
+        for k, out in enumerate(made):
+            out += S[j, k] * chunk[v]
+        del chunk[v]
+    chunk.update(zip(outs, made))
 
 
 def _draw_kernel(chunk, span, name, key, vname):

@@ -243,17 +243,18 @@ class RiemannianKMeans(_RowChunkEstimator):
         r = self.n_clusters + 1 if self.rank is None else self.rank
         m = rk.sketch_size(self.n_components, d, self.n_clusters)
         rows = {f"the point V, its step and the trial point (n x {r - 1} each)": 24 * (r - 1)}
+        temporaries = {"temporaries": 8 * (min(m, d) + 4 * r)}
         if self.n_init > 1:
             rows["the best start's V"] = 8 * (r - 1)
         if self.second_order or self.min_eigenvalue is not None:
             # beside V and dV, in the trial point's place too: the Lanczos basis, its
-            # products and its start
+            # products and its start; a restart makes its Ritz vectors chunk by chunk
             rows[f"the Hessian's eigensolve ({2 * LANCZOS_NCV} vectors of n x {r - 1})"] = \
                 2 * LANCZOS_NCV * 8 * (r - 1)
+            temporaries[f"a Lanczos restart's {LANCZOS_NCV // 2} Ritz vectors"] = 8 * (LANCZOS_NCV // 2) * (r - 1)
         if m < d:
             rows[f"X's sketch on {m} principal components"] = 8 * m
-        return memory.MemoryParts(rows=rows, x_rows={"X's centred rows": 8 * d},
-                                  chunk_rows={"temporaries": 8 * (min(m, d) + 4 * r)},
+        return memory.MemoryParts(rows=rows, x_rows={"X's centred rows": 8 * d}, chunk_rows=temporaries,
                            client=_labels_in_client(n, self.n_clusters),
                            passes={"each Newton iteration": "a few passes over the rows (the gradient, the "
                                                             "Schur complement's products, the line search)"})

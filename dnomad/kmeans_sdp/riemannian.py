@@ -209,8 +209,7 @@ class KMeansProblem:
     Two views of the same math: the methods on points (V, Q) given as arrays (``cost``,
     ``egrad``, ``ehess``, ``grad``, ``hess``: small n, the reference the tests check)
     and the methods on :class:`Iterate` (V kept in the row chunks, every quantity a sum
-    over rows: what the optimizer runs; the client holds only small matrices until U is
-    gathered at the end).
+    over rows: what the optimizer runs; the client holds only small matrices).
 
     A Newton step is three passes: the Schur sums (:meth:`solve`), the back-substitution
     (:meth:`back_substitute`), the retraction with the new point's sums
@@ -319,6 +318,8 @@ class KMeansProblem:
         which the iterate takes over."""
         V, Q = point
         if isinstance(V, HeldRows):
+            if V.space is not self.data:
+                raise InputValueError(f"state {V.name!r} is held by other row chunks than this problem's")
             name = V.name
         else:
             name = self._new_name()
@@ -1032,7 +1033,7 @@ class NewtonResult:
     with the history of all its stages, ``mu`` (the last stage's), ``costs`` (each
     start's final cost), the passes of all runs and ``labels``."""
 
-    V: np.ndarray
+    V: np.ndarray | HeldRows
     Q: np.ndarray
     manifold: object
     history: list
@@ -1091,7 +1092,7 @@ def riemannian_newton(problem, x0, *, lam=1.0, kappa_plus=1.3, kappa_minus=1.1, 
     With ``second_order``, a point with ||grad|| <= gtol is accepted only when the
     Hessian has no eigenvalue below -curvature_tol (default sqrt(gtol); checked by the
     inertia at lam = curvature_tol: one pass); otherwise a step along the eigenvector of the smallest
-    eigenvalue is taken (:meth:`KMeansProblem.min_eigenvalue`) and the iteration goes on.
+    eigenvalue is taken (:meth:`KMeansProblem.negative_curvature_step`) and the iteration goes on.
     ``min_eigenvalue``: None, "final" (the smallest eigenvalue at the end, in the
     result) or "every" (also in every history row; Lanczos, tens of passes each).
 
@@ -1320,9 +1321,10 @@ def riemannian_kmeans(data, K, *, rank=None, n_components="auto", mu="auto", ini
     state, the best start so far and the history of every run so far; given back as
     ``state``, the run goes on from there as if it had not stopped.
 
-    The starts' points, every stage's iterates and the best start's point stay in the
-    row chunks (the best written from there by a checkpoint), and the labels are taken
-    there (:func:`dnomad.rounding.factor_labels` on U).  With ``keep_rows`` the result's
+    The k-means start's point, every stage's iterates and the best start's point stay
+    in the row chunks (the best written from there by a checkpoint), and the labels are
+    taken there (:func:`dnomad.rounding.factor_labels` on U); a random start and
+    ``mu="auto"``'s interior point (App. F) are made in this process.  With ``keep_rows`` the result's
     V and U are left in the chunks' states "V" and "U" (the result's V a
     :class:`dnomad.blocks.HeldRows`), else gathered.
     """
@@ -1390,6 +1392,7 @@ def riemannian_kmeans(data, K, *, rank=None, n_components="auto", mu="auto", ini
                          f"in {len(capped)} of {n_init * len(mus)} Newton runs: {runs}{more}")
     if sketch is not None:
         data.drop(sketch.name)
+    data.drop("dV")                     # the last Newton step's
     data.rename(_BEST, "V")
     data.map(_u_state, "V", best.Q, manifold.n, read_x=False)
     labels = factor_labels(data, "U", K)

@@ -196,22 +196,23 @@ def _host(a):
 
 
 class ArrayVectors:
-    """The vectors of :func:`lanczos_extreme` as NumPy or CuPy arrays (``xp``)."""
+    """The vectors of :func:`lanczos_extreme` as NumPy or CuPy arrays (``xp``); sums are
+    accumulated term by term (a stacked copy of the basis would double its memory)."""
 
     def __init__(self, xp, dim):
         self.xp, self.dim = xp, int(dim)
 
     def dots(self, vectors, w):
-        return _host(self.xp.stack(vectors) @ w)
+        return _host(self.xp.stack([v @ w for v in vectors]))
 
     def combine(self, coeffs, vectors, base=None):
-        out = self.xp.asarray(np.asarray(coeffs, dtype=np.float64)) @ self.xp.stack(vectors)
-        if base is not None:
-            out += base
+        out = self.xp.zeros(self.dim) if base is None else base.copy()
+        for c, v in zip(coeffs, vectors):
+            out += float(c) * v
         return out, float(out @ out)
 
     def rotate(self, vectors, S):
-        return list(self.xp.asarray(np.ascontiguousarray(S.T)) @ self.xp.stack(vectors))
+        return [self.combine(S[:, k], vectors)[0] for k in range(S.shape[1])]
 
     def release(self, v):
         pass
@@ -266,7 +267,7 @@ def lanczos_extreme(op, start, *, which="SA", tol=1e-3, ncv=20, maxiter=None, ve
     V = [space.combine([1.0 / float(np.sqrt(space.dots([start], start)[0]))], [start])[0]]
     W = [op(V[0])]
     H[0, 0] = space.dots(V, W[0])[0]
-    for _ in range(maxiter + 1):
+    for restart in range(maxiter + 1):
         while len(V) < ncv and extend(V, W):
             pass
         m = len(V)
@@ -280,7 +281,8 @@ def lanczos_extreme(op, start, *, which="SA", tol=1e-3, ncv=20, maxiter=None, ve
         # Below about eps ||A|| sqrt(dim) the computed residual is rounding: a tighter tol
         # stops there (ARPACK's Ritz estimate would go lower, but not its true residual).
         noise = 8 * np.finfo(np.float64).eps * float(np.abs(w).max()) * np.sqrt(dim)
-        if res <= max(tol * max(abs(theta), floor), noise) or m < ncv:
+        converged = res <= max(tol * max(abs(theta), floor), noise) or m < ncv
+        if converged or restart == maxiter:
             break
         # Restart from the kept Ritz vectors and r / |r|: r is orthogonal to the basis.
         r2, norm2 = space.combine(-space.dots(V, r), V, base=r)
@@ -291,10 +293,8 @@ def lanczos_extreme(op, start, *, which="SA", tol=1e-3, ncv=20, maxiter=None, ve
         H[:] = 0
         H[range(k), range(k)] = w[wanted]
         H[:k + 1, k] = H[k, :k + 1] = space.dots(V, W[-1])
-    else:
-        return theta, _only_first(space, V, W), False
     space.release(r)
-    return theta, _only_first(space, V, W), True
+    return theta, _only_first(space, V, W), converged
 
 
 def _only_first(space, V, W):
