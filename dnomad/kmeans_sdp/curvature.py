@@ -17,7 +17,7 @@ from .riemannian import Step, ordered_sum, u_rows
 
 # Lanczos basis size: the basis and its products (2 ncv vectors of n x (r - 1)) stay in
 # the row chunks during the eigensolve.
-LANCZOS_NCV = 10
+LANCZOS_NCV = 20
 # Restarts of the eigensolve before it gives up (with a ConvergenceWarning).
 LANCZOS_MAX_RESTARTS = 100
 
