@@ -461,6 +461,15 @@ class HeldRows:
         return A if dtype is None else A.astype(dtype, copy=False)
 
 
+def ordered_sum(parts):
+    """Per-chunk results (a :meth:`RowChunks.map`'s, or any iterable of them) added in
+    chunk order: the same total wherever the chunks ran."""
+    total = None
+    for p in parts:
+        total = p if total is None else total + p
+    return total
+
+
 def _renamed_state(chunk, old, new):
     chunk[new] = chunk.pop(old)
 

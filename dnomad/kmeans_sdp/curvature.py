@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..blocks.rows import random_rows, stream_key
+from ..blocks.rows import ordered_sum, random_rows, stream_key
 from ..errors import warn_convergence
 from ..linalg.eigen import lanczos_extreme
-from .riemannian import Step, ordered_sum, u_rows
+from .riemannian import Step, u_rows
 
 # Lanczos basis size: the basis and its products (2 ncv vectors of n x (r - 1)) stay in
 # the row chunks during the eigensolve.

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..blocks import HeldRows, RowState
+from ..blocks.rows import ordered_sum
 from ..errors import InputValueError, warn_convergence
 from ..linalg.indefinite import solve_with_inertia
 from ..rounding import factor_labels, kmeans_partition
@@ -488,14 +489,6 @@ class Step:
     def __init__(self, dQ, dv_sum, vdv, dvdv, gp, pp, t_max):
         self.dQ, self.dv_sum, self.vdv, self.dvdv = dQ, dv_sum, vdv, dvdv
         self.gp, self.pp, self.t_max = gp, pp, t_max
-
-
-def ordered_sum(parts):
-    """Sum in the given (chunk) order, so totals do not depend on where chunks ran."""
-    total = None
-    for p in parts:
-        total = p if total is None else total + p
-    return total
 
 
 # -- per-chunk kernels (module level: they run on workers) ---------------------

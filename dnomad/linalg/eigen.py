@@ -205,14 +205,18 @@ class ArrayVectors:
     def dots(self, vectors, w):
         return _host(self.xp.stack([v @ w for v in vectors]))
 
-    def combine(self, coeffs, vectors, base=None):
+    def _sum(self, coeffs, vectors, base=None):
         out = self.xp.zeros(self.dim) if base is None else base.copy()
         for c, v in zip(coeffs, vectors):
             out += float(c) * v
+        return out
+
+    def combine(self, coeffs, vectors, base=None):
+        out = self._sum(coeffs, vectors, base)
         return out, float(out @ out)
 
     def rotate(self, vectors, S):
-        return [self.combine(S[:, k], vectors)[0] for k in range(S.shape[1])]
+        return [self._sum(S[:, k], vectors) for k in range(S.shape[1])]     # no norms: no device syncs
 
     def release(self, v):
         pass

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..errors import InputValueError, warn_convergence
 from .._checks import check_choices, check_solver_params, check_ints, check_numbers
-from ..blocks.rows import random_rows, stream_key
+from ..blocks.rows import ordered_sum, random_rows, stream_key
 from .box_optim import PAIR_DTYPES, STATE_FASTMATH, drop_states, output_buffer, row_blocks, solver_states, work_states
 
 logger = logging.getLogger(__name__)
@@ -463,11 +463,9 @@ class _AugmentedLagrangian:
 
 
 def _ordered_sum(parts):
-    """Per-chunk results added in chunk order: the same sum wherever the chunks ran."""
-    total = np.array(parts[0], dtype=np.float64)
-    for p in parts[1:]:
-        total = total + p
-    return total
+    """Per-chunk results added in chunk order (:func:`dnomad.blocks.rows.ordered_sum`), in
+    float64 whatever the kernels' precision."""
+    return ordered_sum(np.asarray(p, dtype=np.float64) for p in parts)
 
 
 # Per-chunk kernels (module level: workers import them).
