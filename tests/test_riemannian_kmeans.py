@@ -355,6 +355,55 @@ def test_default_mu_puts_the_barrier_at_twenty_times_the_data_term(rng):
     assert M.phi(x).min() > 0 and max(M.feasibility(x)[:3]) < 1e-10
 
 
+@pytest.mark.parametrize("n,r,K,chunk_rows", [(60, 5, 3, 7), (61, 5, 3, 7), (123, 6, 3, 16)])
+def test_random_start_and_auto_mu_are_made_by_the_row_chunks(rng, monkeypatch, n, r, K, chunk_rows):
+    """Lemma 5's interior point repeats r rows (interior_factor: the same U as the SVD's
+    point), so init="random" and mu="auto" make their n-row vectors in the chunks: a run
+    with every gather and every put of n x r rows refused ends where the in-memory run
+    ends, and the random start's rows do not depend on the chunking."""
+    from dnomad.blocks import RowChunks
+    from dnomad.kmeans_sdp.riemannian import data_curvature, interior_start, random_start, riemannian_kmeans
+
+    M = KMeansManifold(n, r, K)
+    W, Q = M.interior_factor()
+    assert np.abs(M.phi((W[np.arange(n) % r], Q)) - M.phi(M.interior_point())).max() < 1e-14
+    X = rng.standard_normal((n, 2)) + np.repeat(4.0 * rng.standard_normal((K, 2)), -(-n // K), axis=0)[:n]
+    x = random_start(M, np.random.default_rng(3))
+    assert M.phi(x).min() > 0 and max(M.feasibility(x)[:3]) < 1e-10
+    data = RowChunks(X, chunk_rows=chunk_rows)
+    V, Q7 = random_start(M, np.random.default_rng(3), data=data)
+    assert np.abs(data.get(V.name) - x[0]).max() < 1e-14 and np.array_equal(Q7, x[1])
+    data.drop(V.name)
+    point = interior_start(M, data, "V0")
+    assert np.abs(M.phi((data.get("V0"), point[1])) - M.phi(M.interior_point())).max() < 1e-14
+    data.drop("V0")
+
+    newton = dict(init="random", random_state=5, gtol=1e-8 * data_curvature(data), max_iter=500)
+    reference = riemannian_kmeans(RowChunks(X), K, **newton)
+    assert reference.stop_reason == "tolerance"
+
+    get, put = RowChunks.get, RowChunks.put
+
+    def labels_only(self, name):                     # the labels (n integers) are the result
+        if name != "kmeans_labels":
+            raise AssertionError(f"state {name!r} gathered")
+        return get(self, name)
+
+    def put_a_column(self, name, A, dtype=None):     # k-means' sample mask is one column of bools
+        if np.shape(A)[1:] != (1,):
+            raise AssertionError(f"state {name!r} of shape {np.shape(A)} put")
+        return put(self, name, A, dtype)
+
+    monkeypatch.setattr(RowChunks, "get", labels_only)
+    monkeypatch.setattr(RowChunks, "put", put_a_column)
+    res = riemannian_kmeans(data, K, **newton, keep_rows=True)
+    monkeypatch.undo()
+    assert res.mu == pytest.approx(reference.mu, rel=1e-12)
+    assert res.cost == pytest.approx(reference.cost, rel=1e-9)
+    assert np.array_equal(res.labels, reference.labels)
+    assert np.abs(data.get("U") - reference.U).max() < 1e-6 * np.abs(reference.U).max()
+
+
 def test_interior_point_refuses_too_few_points():
     with pytest.raises(InputValueError, match="interior point does not exist for n = 7, r = 5"):
         KMeansManifold(7, 5, 4).interior_point()

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..blocks import HeldRows, RowState
-from ..blocks.rows import ordered_sum
+from ..blocks.rows import ordered_sum, random_rows, stream_key
 from ..errors import InputValueError, warn_convergence
 from ..linalg.indefinite import solve_with_inertia
 from ..rounding import factor_labels, kmeans_partition
@@ -98,8 +98,9 @@ class KMeansManifold:
         v[0] += sign
         return -sign * (np.eye(self.r) - (2.0 / float(v @ v)) * np.outer(v, v))
 
-    def interior_point(self):
-        """A strictly positive U = phi(V, Q) on M_r (Lemma 5).
+    def interior_rows(self):
+        """The r x r matrix B whose rows repeat down Lemma 5's strictly positive U on M_r:
+        U[i] = B[i mod r].
 
         n divisible by r: U is q = n / r stacked copies of U0 / sqrt(q), U0 =
         (x - y) I + y 1 1^T with x + (r - 1) y = 1 and x^2 + (r - 1) y^2 = K / r, so
@@ -116,13 +117,26 @@ class KMeansManifold:
         if p == 0:
             x = (1 + math.sqrt((r - 1) * (K - 1))) / r
             y = (1 - math.sqrt((K - 1) / (r - 1))) / r
-            U = np.tile((x - y) * np.eye(r) + y, (q, 1)) / math.sqrt(q)
+            B = ((x - y) * np.eye(r) + y) / math.sqrt(q)
         else:
-            U = _lemma5_case2(n, r, K, q, p)
-        if not (np.isfinite(U).all() and U.min() > 0):
+            B = _lemma5_case2(n, r, K, q, p)
+        if not (np.isfinite(B).all() and B.min() > 0):          # every row of B is used: q >= 1
             raise InputValueError(f"Lemma 5's interior point does not exist for n = {n}, r = {r}, K = {K} "
                                   f"(it needs n large enough against r); use more points or a smaller r")
-        return self.point_from_u(U)
+        return B
+
+    def interior_point(self):
+        """Lemma 5's interior point (:meth:`interior_rows`) as arrays (V, Q), by App. C.4's SVD."""
+        return self.point_from_u(self.interior_rows()[np.arange(self.n) % self.r])
+
+    def interior_factor(self):
+        """Lemma 5's interior point as (W, Q) with V[i] = W[i mod r] (W: r x (r - 1)): Q
+        is :meth:`reflection` of U^T 1 = B^T c, c_j the rows i < n with i mod r = j, so
+        V is centred and nothing of n rows is made."""
+        B = self.interior_rows()
+        q, p = divmod(self.n, self.r)
+        Q = self.reflection(B.T @ (q + (np.arange(self.r) < p)))
+        return (B @ Q.T)[:, 1:], Q
 
     # -- geometry --------------------------------------------------------------
     def proj(self, point, Z):
@@ -166,6 +180,7 @@ class KMeansManifold:
 
 
 def _lemma5_case2(n, r, K, q, p):
+    """Lemma 5, case 2's r x r block (NaN where its w^2 is not positive)."""
     a1 = n * r - q * r + p - p * (2 * q + 1) / n
     a2 = 2 * p * (1 + 2 * q - n) / n
     a3 = n - p * (2 * q + 1) / n
@@ -179,7 +194,7 @@ def _lemma5_case2(n, r, K, q, p):
     disc = lin * lin - 4 * quad * b * b * b1
     w2 = (-lin + math.sqrt(disc)) / (2 * quad) if disc >= 0 and quad != 0 else -1.0
     if not w2 > 0:
-        return np.full((n, r), np.nan)
+        return np.full((r, r), np.nan)
     w = math.sqrt(w2)
     z = a * w + b / w
     x, y = (1 - 1 / n) * w + z / n, (1 + 1 / n) * z - w / n
@@ -188,7 +203,7 @@ def _lemma5_case2(n, r, K, q, p):
     B[:p, p:] = z
     B[p:, :p] = y
     B[p:, p:] = (w - z) * np.eye(r - p) + z
-    return np.tile(B, (q + 1, 1))[:n]
+    return B
 
 
 def _skew(A):
@@ -945,14 +960,21 @@ def _project_rows(chunk, components, name):
 def default_mu(X, manifold, point, ratio=20.0, sketch=None):
     """App. F: the largest mu with the barrier term mu * (-sum log U) at ``point`` no more
     than ``ratio`` times the data term ||X^T V||_F^2 there (X centred, or its ``sketch``;
-    X an array, a Zarr array or path, or a :class:`dnomad.blocks.RowChunks`; one pass)."""
+    X an array, a Zarr array or path, or a :class:`dnomad.blocks.RowChunks`; V an array
+    or a state of X's row chunks, a :class:`dnomad.blocks.HeldRows`; one pass)."""
     from ..blocks import RowChunks
 
     data = X if isinstance(X, RowChunks) else RowChunks(X)
-    data.put("V_mu", np.asarray(point[0], dtype=np.float64))
-    parts = data.map(_point_kernel, "V_mu", np.asarray(point[1], dtype=np.float64), manifold.n, 1.0,
-                     x_state=None if sketch is None else sketch.name)
-    data.drop("V_mu")
+    V, Q = point
+    name = V.name if isinstance(V, HeldRows) else "V_mu"
+    if not isinstance(V, HeldRows):
+        data.put(name, np.asarray(V, dtype=np.float64))
+    try:
+        parts = data.map(_point_kernel, name, np.asarray(Q, dtype=np.float64), manifold.n, 1.0,
+                         x_state=None if sketch is None else sketch.name)
+    finally:
+        if not isinstance(V, HeldRows):
+            data.drop(name)
     if not min(p[0] for p in parts) > 0:
         raise InputValueError("default_mu needs a strictly feasible point (U > 0)")
     fit = float(np.sum(ordered_sum(p[1] for p in parts) ** 2))
@@ -962,18 +984,48 @@ def default_mu(X, manifold, point, ratio=20.0, sketch=None):
     return ratio * fit / barrier
 
 
-def random_start(manifold, rng, scale=0.5, tries=60):
-    """A random strictly feasible point: the interior point of Lemma 5 moved along a
-    random tangent direction by the largest step (from ``scale``, halving) that keeps U > 0."""
-    x = manifold.interior_point()
-    v = manifold.random_tangent(x, rng)
-    step = scale * math.sqrt(manifold.radius2)
-    for _ in range(tries):
-        y = manifold.retract(x, (step * v[0], step * v[1]))
-        if manifold.phi(y).min() > 0:
-            return y
-        step /= 2
-    return x
+def interior_start(manifold, data, name):
+    """Lemma 5's interior point with V made by the row chunks ``data`` in state ``name``
+    (:meth:`KMeansManifold.interior_factor`).  Returns (:class:`dnomad.blocks.HeldRows`, Q)."""
+    W, Q = manifold.interior_factor()
+    data.map(_periodic_rows, name, W, with_span=True, read_x=False)
+    return data.held(name), Q
+
+
+def random_start(manifold, rng, scale=0.5, tries=60, *, data=None):
+    """A random strictly feasible point: Lemma 5's interior point (:meth:`KMeansManifold.
+    interior_factor`) moved along a random unit tangent direction by the largest step
+    (from ``scale`` sqrt(K - 1), halving ``tries`` times) that keeps U > 0; the interior
+    point itself when none does.
+
+    With row chunks ``data``, V is made there, in the state the first Newton iterate takes
+    over, and returned as a :class:`dnomad.blocks.HeldRows`: the direction's rows Z are
+    drawn by the chunks (the same whatever the chunking), and every step's point V(t) =
+    c(t) ((1 - t a) V + t (Z - 1 m^T) / ||v||) is known from Z's sums (m its column means, a
+    = <Z, V> / (||v|| (K - 1)), c(t) the scale back to ||V||^2 = K - 1), so one pass finds
+    the step.  Without ``data``, (V, Q) as arrays, made in this process."""
+    if data is None:
+        with RowState(manifold.n) as space:
+            V, Q = random_start(manifold, rng, scale, tries, data=space)
+            return np.array(V), Q
+    n, R2 = manifold.n, manifold.radius2
+    W, Q = manifold.interior_factor()
+    parts = data.map(_draw_start_rows, _START, W, stream_key(rng), with_span=True, read_x=False)
+    zsum, zz, zv = (ordered_sum(p[k] for p in parts) for k in range(3))
+    mean = zsum / n
+    dV2 = float(zz) - n * float(mean @ mean) - float(zv) ** 2 / R2      # ||Z - 1 m^T - (<Z, V> / R2) V||^2
+    dQ = _skew(rng.standard_normal(Q.shape) @ Q.T) @ Q
+    norm = math.sqrt(dV2 + float(np.sum(dQ * dQ)))
+    candidates = []
+    for t in scale * math.sqrt(R2) / 2.0 ** np.arange(tries):
+        c = math.sqrt(R2 / (R2 + (t / norm) ** 2 * dV2))
+        A, _, Bt = np.linalg.svd(Q + (t / norm) * dQ)
+        candidates.append((c * (1.0 - t * float(zv) / (R2 * norm)), c * t / norm, A @ Bt))
+    lowest = np.min(data.map(_start_minima, _START, W, mean, candidates, n, with_span=True, read_x=False), axis=0)
+    feasible = np.flatnonzero(lowest > 0)
+    a, b, Q = candidates[feasible[0]] if feasible.size else (1.0, 0.0, Q)
+    data.map(_start_combine, _START, W, mean, a, b, with_span=True, read_x=False)
+    return data.held(_START), Q
 
 
 def kmeans_start(manifold, data, rng, sketch=None):
@@ -1009,12 +1061,37 @@ def kmeans_start(manifold, data, rng, sketch=None):
     return data.held(name), Q
 
 
-# The state in which kmeans_start's V is made (the first Newton iterate takes it over).
+# The state in which a start's V is made (the first Newton iterate takes it over).
 _START = "riemannian_start_V"
 
 
 def _start_rows(chunk, name, transform):
     chunk[name] = (chunk[name] @ transform)[:, 1:]
+
+
+def _periodic_rows(chunk, span, name, W):
+    """State ``name``: rows W[i mod len(W)] for the chunk's rows i."""
+    chunk[name] = W[np.arange(span[0], span[1]) % len(W)]
+
+
+def _draw_start_rows(chunk, span, name, W, key):
+    """Gaussian rows Z into state ``name``; their column sums, ||Z||^2 and <Z, V> with V's
+    rows W[i mod r]."""
+    Z = random_rows(key, span[0], span[1], W.shape[1])
+    chunk[name] = Z
+    V = W[np.arange(span[0], span[1]) % len(W)]
+    return Z.sum(axis=0), float(np.vdot(Z, Z)), float(np.vdot(Z, V))
+
+
+def _start_minima(chunk, span, name, W, mean, candidates, n):
+    """min U over the chunk's rows at each candidate (a, b, Q): V = a W[i mod r] + b (Z - m)."""
+    V, Z = W[np.arange(span[0], span[1]) % len(W)], chunk[name] - mean
+    return np.array([float(u_rows(a * V + b * Z, Q, n).min()) if len(Z) else math.inf for a, b, Q in candidates])
+
+
+def _start_combine(chunk, span, name, W, mean, a, b):
+    V = W[np.arange(span[0], span[1]) % len(W)]
+    chunk[name] = a * V + b * (chunk[name] - mean)
 
 
 @dataclass(frozen=True, eq=False)
@@ -1284,7 +1361,11 @@ def mu_schedule(mu, data, manifold, sketch=None):
         if mu != "auto":
             raise InputValueError(f"mu must be 'auto', a number > 0 or a decreasing sequence of them; "
                                   f"got {mu!r}")
-        return [default_mu(data, manifold, manifold.interior_point(), sketch=sketch)]
+        point = interior_start(manifold, data, "V_mu")
+        try:
+            return [default_mu(data, manifold, point, sketch=sketch)]
+        finally:
+            data.drop("V_mu")
     values = [mu] if np.ndim(mu) == 0 else list(mu)
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not (v > 0 and math.isfinite(v)):
@@ -1314,10 +1395,10 @@ def riemannian_kmeans(data, K, *, rank=None, n_components="auto", mu="auto", ini
     state, the best start so far and the history of every run so far; given back as
     ``state``, the run goes on from there as if it had not stopped.
 
-    The k-means start's point, every stage's iterates and the best start's point stay
-    in the row chunks (the best written from there by a checkpoint), and the labels are
-    taken there (:func:`dnomad.rounding.factor_labels` on U); a random start and
-    ``mu="auto"``'s interior point (App. F) are made in this process.  With ``keep_rows`` the result's
+    Every start's point (k-means or random), ``mu="auto"``'s interior point (App. F),
+    every stage's iterates and the best start's point stay in the row chunks (the best
+    written from there by a checkpoint), and the labels are taken there
+    (:func:`dnomad.rounding.factor_labels` on U).  With ``keep_rows`` the result's
     V and U are left in the chunks' states "V" and "U" (the result's V a
     :class:`dnomad.blocks.HeldRows`), else gathered.
     """
@@ -1342,7 +1423,8 @@ def riemannian_kmeans(data, K, *, rank=None, n_components="auto", mu="auto", ini
         x = None
         if newton_state is None:
             before = data.passes + data.state_passes
-            x = kmeans_start(manifold, data, rng, sketch) if init == "kmeans" else random_start(manifold, rng)
+            x = (kmeans_start(manifold, data, rng, sketch) if init == "kmeans"
+                 else random_start(manifold, rng, data=data))
             passes += data.passes + data.state_passes - before         # the start's k-means passes
         history = [row for row in done if row["init"] == index]
         for stage, mu_stage in enumerate(mus):
