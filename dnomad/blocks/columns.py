@@ -83,6 +83,7 @@ def map_column_blocks(C, kernel, *, column_block=None):
     f = Ct.shape[0]
     step = column_block or max(1, -(-f // (4 * _n_threads())))
     _thread_map(lambda lo: kernel(Ct, out, lo, min(lo + step, f)), range(0, f, step))
+    del Ct                        # C, out and the result at the peak: 3 f^2, not 4
     return np.ascontiguousarray(out.T)
 
 
@@ -277,9 +278,11 @@ def _dense(A):
 
 def _residual_chunk(Xc, M, sel):
     # Xc: columns c0:c1 of X as rows (m x f, dense or CSR).  (M X)^T for these columns is
-    # Xc M^T: nnz(Xc) f work when Xc is sparse.
-    approx = Xc @ M.T if sel is None else Xc[:, sel] @ M.T
-    return np.abs(_dense(Xc) - np.asarray(approx)).sum(axis=0)
+    # Xc M^T: nnz(Xc) f work when Xc is sparse.  One m x f temporary (and a sparse Xc's
+    # dense copy): the residual is made in place of the product.
+    residual = np.asarray(Xc @ M.T if sel is None else Xc[:, sel] @ M.T)
+    np.subtract(_dense(Xc), residual, out=residual)
+    return np.abs(residual, out=residual).sum(axis=0)
 
 
 def _check_block(values, where):
@@ -382,7 +385,10 @@ def _feature_columns(X, store, path, chunk, memory_fraction, seen=None):
     _check_block(A, "in memory")
     sums = A.sum(axis=1)
     _check_row_sums(sums)
-    Xt = np.ascontiguousarray((A / sums[:, None]).T)
+    Xt = np.empty((A.shape[1], A.shape[0]))
+    step = max(1, _CHUNK_ENTRIES // max(A.shape[0], 1))
+    for c0 in range(0, A.shape[1], step):         # by column chunks: no second f x n copy
+        Xt[c0:c0 + step] = (A[:, c0:c0 + step] / sums[:, None]).T
     return FeatureColumns(Xt, sums, np.count_nonzero(A, axis=1).astype(np.float64), "dense")
 
 
