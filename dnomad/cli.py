@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import logging
 import os
@@ -475,8 +476,10 @@ def cmd_plan(args):
     params = _json_params(args.params) if args.params else {}
     _check_param_keys(args.method, params, flags=False)        # store, dtype, backend: in --params here
     data = args.shape if args.shape is not None else _input_for_plan(args.input)
+    # --n-clusters is the estimator's first parameter: n_clusters, or HOTTOPIXX's rank
+    size = next(iter(inspect.signature(ESTIMATORS[args.method]).parameters))
     print(plan(data, args.method, n_workers=args.workers, worker_memory=args.worker_memory,
-               threads_per_worker=args.threads_per_worker, n_clusters=args.n_clusters, **params))
+               threads_per_worker=args.threads_per_worker, **{size: args.n_clusters}, **params))
     return 0
 
 

@@ -21,7 +21,8 @@ class Plan:
     most loaded worker, ``client`` in the client above its start, ``disk`` in the store;
     ``fits``: whether the worker's total stays under the nanny's bound
     (``TERMINATE_FRACTION`` of ``worker_memory``); ``worker_memory_needed``: the least
-    memory limit under which it would."""
+    memory limit under which it would; ``client_memory``: the memory available to this
+    process, and ``client_fits``: whether the client's parts stay under it."""
 
     method: str
     n: int
@@ -35,6 +36,7 @@ class Plan:
     client: dict
     disk: dict
     passes: dict
+    client_memory: int = 0
     notes: list = field(default_factory=list)
 
     @property
@@ -53,9 +55,14 @@ class Plan:
     def fits(self):
         return self.worker_total <= cluster.TERMINATE_FRACTION * self.worker_memory
 
+    @property
+    def client_fits(self):
+        return self.client_total <= self.client_memory
+
     def __str__(self):
-        lines = [f"dnomad plan: {self.method} on {self.n:,} x {self.d:,}, {self.where}, "
-                 f"{self.n_workers} worker{'s' if self.n_workers > 1 else ''} of {_size(self.worker_memory)}"]
+        lines = [f"dnomad plan: {self.method} on {self.n:,} x {self.d:,}, {self.where}" + (
+            f", {self.n_workers} worker{'s' if self.n_workers > 1 else ''} of {_size(self.worker_memory)}"
+            if self.worker else "")]
         if self.chunk_rows:
             lines.append(f"  row chunks of {self.chunk_rows:,} rows")
         if self.block_size:
@@ -64,10 +71,13 @@ class Plan:
             if parts:
                 lines.append(f"  {title}: {_size(sum(parts.values()))}")
                 lines += [f"    {_size(v):>10}  {k}" for k, v in parts.items()]
-        verdict = ("fits" if self.fits else "does NOT fit") + (
-            f" under {cluster.TERMINATE_FRACTION:.0%} of the workers' limit; needs workers of at least "
-            f"{_size(self.worker_memory_needed)}")
-        lines.append(f"  {verdict}")
+        if self.worker:
+            verdict = ("fits" if self.fits else "does NOT fit") + (
+                f" under {cluster.TERMINATE_FRACTION:.0%} of the workers' limit; needs workers of at least "
+                f"{_size(self.worker_memory_needed)}")
+            lines.append(f"  {verdict}")
+        lines.append(f"  the client {'fits' if self.client_fits else 'does NOT fit'} in the "
+                     f"{_size(self.client_memory)} available to this process")
         lines += [f"  {note}" for note in self.notes]
         if self.passes:
             lines.append("  passes:")
@@ -102,8 +112,10 @@ def plan(data, method="nomad", *, n_workers=None, worker_memory=None, threads_pe
     block side follows the workers' limit as a fit's does (or the fit's ``backend`` and
     ``block_size`` where given).  Its client part counts the block step's first
     eigenvectors only (their number grows with Q's rank).  SymNMF stores P so, and its
-    client holds the local scales' neighbour table.  HOTTOPIXX and Bregman clustering
-    are not covered yet.
+    client holds the local scales' neighbour table.  HOTTOPIXX holds C (f x f) and,
+    where X fits in this process, X's columns in the client; a Zarr X too large for it
+    is staged in the store by columns and read by tasks on the workers.  Bregman
+    clustering runs in this process: all of it is the client's.
     """
     if method not in ESTIMATORS:
         raise InputValueError(f"method must be one of {sorted(ESTIMATORS)}; got {method!r}")
@@ -120,9 +132,9 @@ def plan(data, method="nomad", *, n_workers=None, worker_memory=None, threads_pe
     n_workers, worker_memory = _cluster(n_workers, worker_memory)
     if not (isinstance(threads_per_worker, (int, np.integer)) and threads_per_worker >= 1):
         raise InputValueError(f"threads_per_worker must be a positive integer; got {threads_per_worker!r}")
-    parts = est._memory_parts(n, d)
-    chunk_rows = int(getattr(est, "chunk_rows", None) or chunk_rows_for(data, n)) if parts.rows else None
     meta = {"kind": "shape", "dtype": None} if isinstance(data, tuple) else builders.input_metadata(data)
+    parts = est._memory_parts(n, d, x_kind=meta["kind"])
+    chunk_rows = int(getattr(est, "chunk_rows", None) or chunk_rows_for(data, n)) if parts.rows else None
     share = memory.worker_share(parts, n, n_workers, worker_memory, chunk_rows, d=d,
                                 x_in_zarr=meta["kind"] == "zarr",
                                 x_itemsize=np.dtype(meta["dtype"] or np.float64).itemsize,
@@ -134,8 +146,9 @@ def plan(data, method="nomad", *, n_workers=None, worker_memory=None, threads_pe
     return Plan(method=method, n=n, d=d, where=share.where, n_workers=n_workers, worker_memory=int(worker_memory),
                 chunk_rows=share.chunk_rows, block_size=share.block_size, worker=share.worker,
                 client=dict({k: int(v) for k, v in parts.client.items()},
-                            **{"driving the workers (futures, messages)": memory.CLIENT_TRAFFIC_BYTES}),
-                disk=share.disk, passes=dict(parts.passes),
+                            **({} if parts.in_process else
+                               {"driving the workers (futures, messages)": memory.CLIENT_TRAFFIC_BYTES})),
+                disk=share.disk, passes=dict(parts.passes), client_memory=int(available_memory()),
                 notes=notes)
 
 

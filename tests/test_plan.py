@@ -153,14 +153,67 @@ def test_symnmf_declares_its_local_scales_and_its_matrix_follows_the_backend():
         "in the workers' memory")
 
 
+def _traced_peak(fit):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fit()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("method,make,data", [
+    # C and the projection's copies (f^2) dominate; X's columns and the residual's chunks (f n)
+    ("hottopixx", lambda: dnomad.Hottopixx(4, n_epochs=2, clean_epochs=2, random_state=0), (1200, 500)),
+    ("hottopixx", lambda: dnomad.Hottopixx(4, n_epochs=2, clean_epochs=2, random_state=0), (200, 30000)),
+    ("bregman", lambda: dnomad.BregmanClustering(3, model="cond-jc", max_iter=5, random_state=0), "blobs"),
+    ("bregman", lambda: dnomad.BregmanClustering(3, model="cond", max_iter=5, random_state=0), "blobs"),
+    ("bregman", lambda: dnomad.BregmanClustering(3, model="disc", max_iter=5, random_state=0), "blobs"),
+    ("bregman", lambda: dnomad.BregmanClustering(3, model="joint", max_iter=5, random_state=0), "blobs"),
+], ids=["hottopixx-C", "hottopixx-X", "bregman-cond-jc", "bregman-cond", "bregman-disc", "bregman-joint"])
+def test_in_process_methods_declare_their_traced_peak(method, make, data):
+    """HOTTOPIXX on X in memory and Bregman clustering run in this process: what they
+    declare for the client is the traced peak of a fit (after one to warm up) within
+    10%, and they declare nothing on workers."""
+    if data == "blobs":
+        X = gaussian_blobs(1000, n_centers=3, n_features=5, random_state=0)[0]
+    else:
+        X = np.random.default_rng(0).random(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dnomad.ConvergenceWarning)
+        make().fit(X[:100, :100] if method == "hottopixx" else X[:100])
+        peak = _traced_peak(lambda: make().fit(X))
+    plan = dnomad.plan(X, method, **make().get_params())
+    assert plan.where == "in this process (no workers)" and not plan.worker
+    assert 0.9 * peak <= plan.client_total <= 1.1 * peak
+    assert plan.client_fits and "the client fits in the" in str(plan)
+
+
+def test_hottopixx_out_of_core_stages_x_and_runs_its_tasks_on_the_workers(tmp_path):
+    """A Zarr X too large for a quarter of this process's memory is staged in the store
+    as X^T by columns, and each epoch's tasks read its chunks on the workers (C stays in
+    the client); one that fits is read into the client."""
+    f, m = 2000, 10**9
+    url = str(tmp_path / "X.zarr")
+    zarr.create_array(store=url, shape=(f, m), chunks=(f, 10**6), dtype="f8")      # metadata only
+    staged = dnomad.plan(url, "hottopixx", rank=5, n_workers=3, worker_memory="16 GiB")
+    assert staged.where == "tasks on the workers, reading X from the store"
+    assert staged.disk == {"X^T, staged by columns": 8 * f * m}
+    assert staged.client["C (f x f)"] == 8 * f * f and not any("X^T" in k for k in staged.client)
+    assert staged.worker["C, sent with a residual task (one task)"] == 8 * f * f
+    small = str(tmp_path / "small.zarr")
+    zarr.create_array(store=small, shape=(f, 1000), chunks=(f, 1000), dtype="f8")
+    assert dnomad.plan(small, "hottopixx", rank=5).client["X^T (n x f), rows scaled to sum 1"] == 8 * f * 1000
+
+
 @pytest.mark.parametrize("call,message", [
     (lambda: dnomad.plan((100, 3), "nomad", n_clusters=2, worker_memory="lots"), "worker_memory must be"),
     (lambda: dnomad.plan((100, 3), "nomad", n_clusters=2, n_workers=0), "n_workers must be a positive"),
     (lambda: dnomad.plan((1, 3), "nomad", n_clusters=2), "at least 2 rows"),
     (lambda: dnomad.plan(np.zeros(5), "nomad", n_clusters=2), "data must be X"),
     (lambda: dnomad.plan((100, 3), "kmeans", n_clusters=2), "method must be one of"),
-    (lambda: dnomad.plan((100, 3), "hottopixx", rank=2), "does not cover method 'hottopixx'"),
-    (lambda: dnomad.plan((100, 3), "bregman", n_clusters=2), "does not cover method 'bregman'"),
     (lambda: dnomad.plan((100, 3), "nomad", n_clusters=2, solver="cgm", rank=4), "rank is the Burer-Monteiro"),
     (lambda: dnomad.plan((100, 3), "nlr", n_clusters=200), "at most the number of samples"),
 ])
@@ -185,6 +238,10 @@ def test_dnomad_plan_prints_the_plan(tmp_path, capsys):
                  "512 MiB", "--params", '{"dtype": "float64", "store": "run.zarr"}']) == 0
     out = capsys.readouterr().out
     assert "matrices in blocks in Zarr" in out and "needs store=" not in out
+    assert main(["plan", "--shape", "2000x5000", "--method", "hottopixx", "--n-clusters", "5"]) == 0  # its rank
+    out = capsys.readouterr().out
+    assert out.startswith("dnomad plan: hottopixx on 2,000 x 5,000, in this process (no workers)\n")
+    assert "C (f x f)" in out and "the client fits in the" in out
 
 
 @pytest.mark.parametrize("make,more", [

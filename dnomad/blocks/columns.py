@@ -21,6 +21,27 @@ from .engine import _open_zarr_array
 
 # Columns per chunk of the residual and row passes: about 32 MB of float64 per chunk.
 _CHUNK_ENTRIES = 1 << 22
+# A dask or Zarr X larger than this fraction of the free memory is staged in the store.
+IN_MEMORY_FRACTION = 0.25
+
+
+def columns_in_memory(f, n, memory_fraction=IN_MEMORY_FRACTION):
+    """Whether :func:`feature_columns` brings a dask or Zarr X of f x n into this process
+    (else it stages X^T in the store)."""
+    from .matrix import available_memory
+
+    return 8 * f * n <= memory_fraction * available_memory()
+
+
+def column_pass_chunks(f, n, *, staged):
+    """A streaming pass over the columns of an f x n X (the residual, the rows): (columns
+    per chunk, columns in the chunks running at once in this process, one per thread).
+    Staged in the store, the chunks are the staging's; in memory, views of about 32 MB
+    of X^T."""
+    from .engine import _n_threads
+
+    cols = _column_chunk(None, f, n) if staged else max(1, min(n, _CHUNK_ENTRIES // max(f, 1)))
+    return cols, min(n, _n_threads() * cols)
 
 
 def default_row_block(f):
@@ -299,7 +320,8 @@ def _check_row_sums(sums):
                               f"be scaled to sum 1: drop them")
 
 
-def feature_columns(X, *, store=None, path="input/Xt", chunk=None, memory_fraction=0.25, on_digest=None):
+def feature_columns(X, *, store=None, path="input/Xt", chunk=None, memory_fraction=IN_MEMORY_FRACTION,
+                    on_digest=None):
     """X (f x n, nonnegative) validated, rows scaled to sum 1, held by columns.
 
     X may be a NumPy array, a scipy.sparse matrix (kept sparse), a dask array, a Zarr
@@ -365,10 +387,8 @@ def _feature_columns(X, store, path, chunk, memory_fraction, seen=None):
     if lazy:
         if len(shape) != 2:
             raise InputValueError(f"X must be 2-D (n_features, n_samples); got shape {shape}")
-        from .matrix import available_memory
-
         nbytes = 8 * shape[0] * shape[1]
-        if nbytes > memory_fraction * available_memory():
+        if not columns_in_memory(*shape, memory_fraction):
             if store is None:
                 raise InputValueError(f"X ({shape[0]} x {shape[1]}, {nbytes / 2**30:.1f} GiB as float64) "
                                       f"does not fit in memory: give store= to stage its columns in Zarr")

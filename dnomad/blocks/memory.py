@@ -23,7 +23,9 @@ CLIENT_TRAFFIC_BYTES = 32 << 20
 @dataclass
 class MemoryParts:
     """What a method holds for a problem of n rows of d features, as its estimator's
-    ``_memory_parts(n, d)`` declares it.
+    ``_memory_parts(n, d, x_kind)`` declares it (``x_kind``: X's kind as
+    :func:`dnomad.blocks.input_metadata` names it, "shape" for a shape alone; some
+    methods read a Zarr or dask X from where it is instead of holding it).
 
     ``rows``: bytes per row of X of each state kept in row chunks beside X, spread over
     the workers chunk by chunk.  ``x_rows``: bytes per row of the copies of X's centred
@@ -32,7 +34,11 @@ class MemoryParts:
     task holds on top while it runs (its temporaries).
     ``matrices``: how many n x n matrices of ``itemsize`` bytes it stores as blocks (their
     upper triangles).  ``client``: bytes the client holds above its start, by part.
-    ``passes``: what the run reads, in words, by step."""
+    ``passes``: what the run reads, in words, by step.
+    ``task``: bytes one task holds on a worker whatever the layout (a method whose tasks
+    read X from the store); ``disk``: bytes it writes to the store, by part.  A method
+    that declares no rows, matrices or tasks runs in this process (its threads' parts
+    are in ``client``)."""
 
     rows: dict = field(default_factory=dict)
     x_rows: dict = field(default_factory=dict)
@@ -41,6 +47,12 @@ class MemoryParts:
     itemsize: int = 8
     client: dict = field(default_factory=dict)
     passes: dict = field(default_factory=dict)
+    task: dict = field(default_factory=dict)
+    disk: dict = field(default_factory=dict)
+
+    @property
+    def in_process(self):
+        return not (self.rows or self.matrices or self.task)
 
 
 @dataclass
@@ -70,9 +82,16 @@ def worker_share(parts, n, n_workers, worker_memory, chunk_rows=None, *, d=0, x_
     matrices' place follows the fit's ``backend`` ("zarr": the store; "local" or
     "distributed": memory; else the engine's rule) and their blocks ``block_size``
     where it is given."""
+    if parts.in_process:
+        return WorkerShare(where="in this process (no workers)", worker={}, disk=dict(parts.disk))
     footprint = cluster.WORKER_FOOTPRINT_BYTES if parts.matrices else cluster.ROW_WORKER_FOOTPRINT_BYTES
-    worker, disk = {"a worker's own footprint": footprint}, {}
+    worker, disk = {"a worker's own footprint": footprint}, dict(parts.disk)
     share = WorkerShare(where="", worker=worker, disk=disk)
+    if parts.task:
+        share.where = "tasks on the workers, reading X from the store"
+        tasks = f"{threads} tasks" if threads > 1 else "one task"
+        for name, nbytes in parts.task.items():
+            worker[f"{name} ({tasks})"] = int(nbytes * threads)
     if parts.rows:
         chunks = math.ceil(n / chunk_rows)
         rows_held = min(n, math.ceil(chunks / n_workers) * chunk_rows)        # chunks go to workers whole

@@ -39,6 +39,15 @@ class CondJCResult(FactoredM):
         return (self.Phi * self.sigma) @ self.Phi.T + 1.0 / self.Phi.shape[0]
 
 
+def row_step_chunking(t, chunk_rows=None):
+    """(rows per chunk of M and Lambda, rows whose row step runs at once): by default one
+    chunk per thread, at most 64 MiB per chunk row block (the row step holds about ten
+    r x t temporaries per chunk of r rows); the row chunks' pool runs one per thread."""
+    threads = len(os.sched_getaffinity(0))
+    rows = chunk_rows or max(16, min(-(-t // threads), (64 << 20) // (8 * t)))
+    return rows, min(t, min(threads, 32) * rows)
+
+
 def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-5, inner_iter=5,
             projection="auto", eig_tol=None, chunk_rows=None, callback=None):
     """min D_F(X, M X) over M in M1 = {M : 0 <= M <= I, tr M <= d, rows of M on the
@@ -90,11 +99,7 @@ def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-
         Xall = div.check_domain(Xall)
         t = Xall.shape[0]
         _check_clusters(d, t)
-        # one chunk per thread, at most 64 MiB per chunk row block (the row step holds
-        # about ten r x t temporaries per chunk)
-        threads = len(os.sched_getaffinity(0))
-        rows = chunk_rows or max(16, min(-(-t // threads), (64 << 20) // (8 * t)))
-        data, owned = RowChunks(Xall, chunk_rows=rows, center=False), True
+        data, owned = RowChunks(Xall, chunk_rows=row_step_chunking(t, chunk_rows)[0], center=False), True
     try:
         if Xall is None:
             Xall = div.check_domain(data.gather())

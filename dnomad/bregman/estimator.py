@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numbers
+import os
 import time
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy as np
 from .. import blocks
 from ..base import (_OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONSTRAINTS, _Clustering, _Estimator,
                     _gated)
-from ..blocks import runs
+from ..blocks import memory, runs
 from ..errors import InputValueError
 from ..validation import Interval, Options, check_data
 from .clustering import ROUNDINGS
@@ -117,6 +118,46 @@ class BregmanClustering(_Clustering, _Estimator):
         self.overwrite = overwrite
         self.random_state = random_state
         self.verbose = verbose
+
+    def _memory_parts(self, n, d, x_kind="numpy"):
+        """What a fit on t = n points of d features holds (:func:`dnomad.plan`), all in
+        this process (the relaxations use no workers), at its peak: for "cond-jc", M and
+        Lambda (t x t each) and the larger of the ADMM row step's temporaries (about 11
+        rows of t for each row whose step runs) and the projection's five t x t copies;
+        for "cond", L-BFGS-B's refinement of T over its t d entries (a Zarr X: T, S and
+        a chunk's temporaries instead); for "disc", the loss's three t x t arrays; for
+        "joint", W, S and G with the loss's t x d temporaries.  The roundings and the
+        hard clusterings after them hold O(t (d + rounding_repeats)) (the larger is
+        counted).  X itself is not, unless read from a store."""
+        from ..blocks.rows import default_chunk_rows
+        from .admm import row_step_chunking
+
+        t, R = n, self.rounding_repeats
+        from_store = x_kind == "zarr"
+        tail = 8 * t * (6 * d + R + 11)
+        if self.model == "cond-jc":
+            running = row_step_chunking(t, self.chunk_rows)[1]
+            client = {"M and Lambda (t x t each)": 16 * t * t,
+                      f"the row step's temporaries ({running:,} rows at once) or the projection's t x t copies":
+                          8 * max(11 * t * running, 5 * t * t),
+                      "X's centred copy" + (" and X read from the store" if from_store else ""):
+                          8 * t * d * (2 if from_store else 1)}
+        elif self.model == "cond" and from_store:
+            rows = self.chunk_rows or default_chunk_rows(t)
+            running = min(t, min(len(os.sched_getaffinity(0)), 32) * rows)
+            client = {"T, S and T gathered (t x d each)": 24 * t * d, "the passes' per-row states": 160 * t,
+                      f"a chunk's temporaries ({running:,} rows at once)": 8 * running * (5 * d + 50)}
+        elif self.model == "cond":
+            client = {"T and L-BFGS-B's refinement of it (10 pairs), or the hard clusterings":
+                          max(8 * 43 * t * d, 8 * t * (5 * d + R + 8))}
+        elif self.model == "disc":
+            client = {"the loss's three t x t arrays": 24 * t * t, "W, S and their gradients (t x d)": 40 * t * d}
+        else:
+            client = {"W, S, G and the loss's t x d temporaries, or the hard clusterings":
+                          max(56 * t * (d + 1), tail)}
+        return memory.MemoryParts(client=client, passes={
+            "the relaxation": "in this process (X read whole"
+                              + (", or by row chunks for model 'cond' from a store)" if from_store else ")")})
 
     @_gated
     def fit(self, X, y=None, *, resume=False):

@@ -7,8 +7,9 @@ from dataclasses import asdict
 
 from .. import blocks
 from ..base import _OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONSTRAINTS, _Estimator, _gated
-from ..blocks import runs
+from ..blocks import memory, runs
 from ..blocks.cluster import get_client
+from ..blocks.columns import column_pass_chunks, columns_in_memory
 from ..validation import Interval, Options, check_data
 from . import solver as hott_solver
 
@@ -145,6 +146,38 @@ class Hottopixx(_Estimator):
         self.checkpoint_every = checkpoint_every
         self.callback = callback
         self.verbose = verbose
+
+    def _memory_parts(self, n, d, x_kind="numpy"):
+        """What a fit on X of n = f features by d = m samples holds (:func:`dnomad.plan`):
+        C (f x f) and the larger of the projection's two f x f copies (an epoch's row
+        blocks in flight, out of core) and a residual pass's temporaries (one chunk of
+        columns per running task), F and the hott rows in the client; X^T (dense) in the
+        client, or, for a dask or Zarr X too large for this process, in the store, read
+        by tasks on the workers that each hold a chunk of its columns, its product with C
+        and C itself."""
+        f, m = n, d
+        r = self.rank
+        staged = x_kind in ("zarr", "dask") and not columns_in_memory(f, m)
+        cols, running_cols = column_pass_chunks(f, m, staged=staged)
+        results = {"F (f x r) and the hott rows of X (r x n)": 8 * (f * r + r * m)}
+        epochs = self.n_epochs if self.n_epochs != "fast" else hott_solver.FAST_EPOCHS
+        passes = {"each epoch": "one pass over X's columns (every row block of C streams all of them)",
+                  "the history's error": f"one more pass every {self.error_every} epochs",
+                  "the result": f"{self.clean_epochs} cleaning passes and one for the error",
+                  "all": f"about {epochs * (1 + 1 / self.error_every) + self.clean_epochs + 1:.0f} passes"}
+        if staged:
+            return memory.MemoryParts(
+                client=dict({"C (f x f)": 8 * f * f,
+                             "the projection's two f x f copies, or an epoch's row blocks sent and gathered":
+                                 16 * f * f}, **results),
+                task={"a chunk of X's columns read from the store": 8 * cols * f,
+                      "its product with C (a residual pass)": 8 * cols * f, "C, sent with a residual task": 8 * f * f},
+                disk={"X^T, staged by columns": 8 * f * m}, passes=passes)
+        return memory.MemoryParts(
+            client=dict({"X^T (n x f), rows scaled to sum 1": 8 * f * m, "C (f x f)": 8 * f * f,
+                         f"the projection's two f x f copies, or a residual pass's temporaries (chunks of "
+                         f"{cols:,} columns, one a thread)": max(16 * f * f, 8 * running_cols * f)}, **results),
+            passes=passes)
 
     def _params(self):
         epochs = hott_solver.FAST_EPOCHS if self.n_epochs == "fast" else self.n_epochs

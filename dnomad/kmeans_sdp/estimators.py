@@ -232,7 +232,7 @@ class RiemannianKMeans(_RowChunkEstimator):
 
     _method = "riemannian-kmeans"
 
-    def _memory_parts(self, n, d):
+    def _memory_parts(self, n, d, x_kind="numpy"):
         """What a fit on n rows of d features holds (:func:`dnomad.plan`): X's centred
         rows, their sketch on m principal components where m < d, V, dV and the trial
         point (n x (r - 1) each: U = [1 / sqrt(n), V] up to a rotation), the best start's
@@ -407,7 +407,7 @@ class NLR(_RowChunkEstimator):
 
     _method = "nlr"
 
-    def _memory_parts(self, n, d):
+    def _memory_parts(self, n, d, x_kind="numpy"):
         """What a fit on n rows of d features holds (:func:`dnomad.plan`): X's centred
         rows, U (n x r) and the multipliers y (the labels once y is dropped), and the best
         start's U where there are several starts."""

@@ -403,7 +403,7 @@ class NOMAD(_Clustering, _Estimator):
         if self.solver == "cgm" and self.rank is not None:
             raise InputValueError("rank is the Burer-Monteiro factor's width: it needs solver='bm'")
 
-    def _memory_parts(self, n, d):
+    def _memory_parts(self, n, d, x_kind="numpy"):
         """What a fit on n rows of d features holds (:func:`dnomad.plan`)."""
         from . import bm
 

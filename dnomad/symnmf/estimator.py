@@ -174,7 +174,7 @@ class SymNMF(_Clustering, _Estimator):
         self.callback = callback
         self.verbose = verbose
 
-    def _memory_parts(self, n, d):
+    def _memory_parts(self, n, d, x_kind="numpy"):
         """What a fit on n rows of d features holds (:func:`dnomad.plan`): P in blocks;
         in the client, the iterate W and the step's n x k arrays, the k-means start's
         distances, and, for local scaling, the neighbour table (n x m, m <= 256) with
