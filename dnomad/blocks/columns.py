@@ -104,7 +104,7 @@ def map_column_blocks(C, kernel, *, column_block=None):
     f = Ct.shape[0]
     step = column_block or max(1, -(-f // (4 * _n_threads())))
     _thread_map(lambda lo: kernel(Ct, out, lo, min(lo + step, f)), range(0, f, step))
-    del Ct                        # C, out and the result at the peak: 3 f^2, not 4
+    Ct = None                     # freed: C, out and the result at the peak, 3 f^2 and not 4
     return np.ascontiguousarray(out.T)
 
 
