@@ -20,9 +20,10 @@ class Plan:
     """A fit's memory, before it runs (:func:`plan`).  Bytes by part: ``worker`` on the
     most loaded worker, ``client`` in the client above its start, ``disk`` in the store;
     ``fits``: whether the worker's total stays under the nanny's bound
-    (``TERMINATE_FRACTION`` of ``worker_memory``); ``worker_memory_needed``: the least
-    memory limit under which it would; ``client_memory``: the memory available to this
-    process, and ``client_fits``: whether the client's parts stay under it."""
+    (``TERMINATE_FRACTION`` of ``worker_memory``) and the client's under ``client_memory``,
+    the memory available to this process (``client_fits``: the latter alone);
+    ``worker_memory_needed``: the least worker memory limit under which the workers'
+    would."""
 
     method: str
     n: int
@@ -53,7 +54,7 @@ class Plan:
 
     @property
     def fits(self):
-        return self.worker_total <= cluster.TERMINATE_FRACTION * self.worker_memory
+        return self.worker_total <= cluster.TERMINATE_FRACTION * self.worker_memory and self.client_fits
 
     @property
     def client_fits(self):
@@ -72,7 +73,8 @@ class Plan:
                 lines.append(f"  {title}: {_size(sum(parts.values()))}")
                 lines += [f"    {_size(v):>10}  {k}" for k, v in parts.items()]
         if self.worker:
-            verdict = ("fits" if self.fits else "does NOT fit") + (
+            workers_fit = self.worker_total <= cluster.TERMINATE_FRACTION * self.worker_memory
+            verdict = ("fits" if workers_fit else "does NOT fit") + (
                 f" under {cluster.TERMINATE_FRACTION:.0%} of the workers' limit; needs workers of at least "
                 f"{_size(self.worker_memory_needed)}")
             lines.append(f"  {verdict}")
@@ -121,10 +123,6 @@ def plan(data, method="nomad", *, n_workers=None, worker_memory=None, threads_pe
         raise InputValueError(f"method must be one of {sorted(ESTIMATORS)}; got {method!r}")
     est = ESTIMATORS[method](**params)
     validate_params(est)
-    if not hasattr(est, "_memory_parts"):
-        covered = sorted(m for m, c in ESTIMATORS.items() if hasattr(c, "_memory_parts"))
-        raise InputValueError(f"dnomad.plan does not cover method {method!r}: its estimator declares no memory "
-                              f"parts (covered: {covered})")
     n, d = _shape_of(data)
     for check in ("_check", "_check_sizes"):          # the checks a fit makes before any pass
         if hasattr(est, check):
@@ -143,6 +141,10 @@ def plan(data, method="nomad", *, n_workers=None, worker_memory=None, threads_pe
     notes = []
     if parts.matrices and not share.matrices_in_memory and getattr(est, "store", None) is None:
         notes.append("the matrices exceed half of the workers' memory: the fit needs store= (out of core)")
+    if parts.task:
+        notes.append("X is staged in the store: the fit needs store=; its tasks run on a connected client's "
+                     "workers, else on this process's threads" if getattr(est, "store", None) is None else
+                     "its tasks run on a connected client's workers, else on this process's threads")
     return Plan(method=method, n=n, d=d, where=share.where, n_workers=n_workers, worker_memory=int(worker_memory),
                 chunk_rows=share.chunk_rows, block_size=share.block_size, worker=share.worker,
                 client=dict({k: int(v) for k, v in parts.client.items()},

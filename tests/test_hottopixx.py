@@ -537,6 +537,34 @@ def test_same_c_out_of_core_on_one_or_two_workers_or_threads(tmp_path, cluster_c
         np.testing.assert_allclose(res.F, runs[0].F, rtol=0, atol=1e-13)
 
 
+def test_a_residual_pass_on_workers_sends_c_once_to_each_worker(tmp_path, cluster_client, monkeypatch):
+    """Out of core, a residual pass's tasks get C as a future scattered to the workers
+    (each task used to carry its own copy of the f x f matrix), with the threads' result."""
+    import zarr
+
+    X = separable_nmf(36, 300, 3, random_state=9)["X"]
+    zarr.create_array(store=str(tmp_path / "x.zarr"), name="X", data=X, chunks=(36, 50))
+    src = zarr.open_array(str(tmp_path / "x.zarr"), path="X", mode="r")
+    data = H.blocks.feature_columns(src, store=str(tmp_path / "run.zarr"), chunk=50, memory_fraction=0)
+    M = np.random.default_rng(4).random((36, 36)) / 36
+    sent, submit = [], cluster_client.submit
+
+    def watched(fn, *args, **kwargs):
+        sent.append(args)
+        return submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(cluster_client, "submit", watched)
+    on_workers = data.residual_l1(M, client=cluster_client)
+    monkeypatch.undo()
+    np.testing.assert_allclose(on_workers, data.residual_l1(M), rtol=1e-13)
+    from distributed import Future
+
+    assert len(sent) == data.columns.n_chunks == 6
+    assert all(any(isinstance(a, Future) for a in args) for args in sent)       # C's future
+    assert not any(getattr(a, "__closure__", None) or isinstance(a, np.ndarray) and a.shape == M.shape
+                   for args in sent for a in args)                               # no copy of C
+
+
 def test_estimator_on_numpy_sparse_dask_and_zarr(tmp_path):
     import dask.array as da
     import scipy.sparse as sp

@@ -89,9 +89,10 @@ def test_workers_are_asked_of_the_scheduler_not_the_clients_cache(small_memory_c
     refresh = client._update_scheduler_info
 
     async def refreshed_then_overwritten(n_workers=0):
-        # The periodic refresh (n_workers=0) landing between a fetch and its read.
+        # The periodic refresh (n_workers=0) landing between a fetch and its read (what
+        # distributed before 2026.11 read back; since then scheduler_info returns the value)
         await refresh(n_workers=n_workers)
-        await refresh(n_workers=0)
+        return await refresh(n_workers=0)
 
     monkeypatch.setattr(client, "_update_scheduler_info", refreshed_then_overwritten)
     assert client.scheduler_info(n_workers=-1)["workers"] == {}

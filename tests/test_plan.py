@@ -177,8 +177,8 @@ def test_in_process_methods_declare_their_traced_peak(method, make, data):
     """HOTTOPIXX on X in memory and Bregman clustering run in this process: what they
     declare for the client is the traced peak of a fit (after one to warm up) within
     10%, and they declare nothing on workers."""
-    if data == "blobs":
-        X = gaussian_blobs(1000, n_centers=3, n_features=5, random_state=0)[0]
+    if data == "blobs":            # 50 features: the smaller models' peaks are MBs, not a fixed overhead
+        X = gaussian_blobs(1000, n_centers=3, n_features=50, random_state=0)[0]
     else:
         X = np.random.default_rng(0).random(data)
     with warnings.catch_warnings():
@@ -200,12 +200,27 @@ def test_hottopixx_out_of_core_stages_x_and_runs_its_tasks_on_the_workers(tmp_pa
     zarr.create_array(store=url, shape=(f, m), chunks=(f, 10**6), dtype="f8")      # metadata only
     staged = dnomad.plan(url, "hottopixx", rank=5, n_workers=3, worker_memory="16 GiB")
     assert staged.where == "tasks on the workers, reading X from the store"
+    assert any("the fit needs store=" in note for note in staged.notes)
     assert staged.disk == {"X^T, staged by columns": 8 * f * m}
     assert staged.client["C (f x f)"] == 8 * f * f and not any("X^T" in k for k in staged.client)
-    assert staged.worker["C, sent with a residual task (one task)"] == 8 * f * f
-    small = str(tmp_path / "small.zarr")
-    zarr.create_array(store=small, shape=(f, 1000), chunks=(f, 1000), dtype="f8")
-    assert dnomad.plan(small, "hottopixx", rank=5).client["X^T (n x f), rows scaled to sum 1"] == 8 * f * 1000
+    assert staged.worker["C, sent to each worker for a residual pass"] == 8 * f * f
+
+
+def test_hottopixx_from_a_zarr_x_that_fits_declares_its_traced_peak(tmp_path):
+    """A Zarr X that fits is read whole into the client and kept while X^T is made: the
+    plan counts both, within 10% of a fit's traced peak; Bregman's models that need X
+    in memory are refused from Zarr by the plan as by the fit."""
+    url = str(tmp_path / "X.zarr")
+    zarr.create_array(store=url, shape=(200, 30000), chunks=(200, 5000), dtype="f8")[...] = \
+        np.random.default_rng(0).random((200, 30000))
+    make = lambda: dnomad.Hottopixx(4, n_epochs=2, clean_epochs=2, random_state=0)     # noqa: E731
+    make().fit(url)
+    peak = _traced_peak(lambda: make().fit(url))
+    plan = dnomad.plan(url, "hottopixx", **make().get_params())
+    assert plan.client["X read from where it is (kept while X^T is made)"] == 8 * 200 * 30000
+    assert 0.9 * peak <= plan.client_total <= 1.1 * peak
+    with pytest.raises(InputValueError, match="read by row chunks for model='cond' and 'cond-jc' only"):
+        dnomad.plan(url, "bregman", n_clusters=3, model="disc")
 
 
 @pytest.mark.parametrize("call,message", [

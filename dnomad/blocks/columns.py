@@ -104,7 +104,7 @@ def map_column_blocks(C, kernel, *, column_block=None):
     f = Ct.shape[0]
     step = column_block or max(1, -(-f // (4 * _n_threads())))
     _thread_map(lambda lo: kernel(Ct, out, lo, min(lo + step, f)), range(0, f, step))
-    Ct = None                     # freed: C, out and the result at the peak, 3 f^2 and not 4
+    Ct = None                     # a copy of C freed: C, out and the result at the peak, 3 f^2 and not 4
     return np.ascontiguousarray(out.T)
 
 
@@ -268,18 +268,21 @@ class FeatureColumns:
             return cols.chunk(c0, c1)
         return cols[c0:c1]
 
-    def _map(self, fn, client=None):
+    def _map(self, fn, client=None, shared=()):
+        """fn(chunk of columns, *shared) for each chunk; on ``client``'s workers where X is
+        in Zarr, with ``shared`` sent to each worker once (not with every task)."""
         ranges = self._chunks()
         if client is not None and self.kind == "zarr":
-            futs = [client.submit(_chunk_call, fn, self, c0, c1, pure=False) for c0, c1 in ranges]
+            shared = [client.scatter(a, broadcast=True) if isinstance(a, np.ndarray) else a for a in shared]
+            futs = [client.submit(_chunk_call, fn, self, c0, c1, *shared, pure=False) for c0, c1 in ranges]
             return client.gather(futs)
-        return _thread_map(lambda rng_: _chunk_call(fn, self, *rng_), ranges)
+        return _thread_map(lambda rng_: _chunk_call(fn, self, *rng_, *shared), ranges)
 
     def residual_l1(self, M, hott=None, *, client=None):
         """Row l1 norms of X - M X (M: f x f), or of X - M X_hott (M: f x r)."""
         M = np.ascontiguousarray(M, dtype=np.float64)
         sel = None if hott is None else np.asarray(hott, dtype=np.int64)
-        parts = self._map(lambda Xc: _residual_chunk(Xc, M, sel), client)
+        parts = self._map(_residual_chunk, client, shared=(M, sel))
         return np.sum(parts, axis=0)
 
     def rows(self, idx, *, client=None):
@@ -289,8 +292,8 @@ class FeatureColumns:
         return np.concatenate(parts, axis=1) if parts else np.zeros((len(idx), 0))
 
 
-def _chunk_call(fn, data, c0, c1):
-    return fn(data._read(c0, c1))
+def _chunk_call(fn, data, c0, c1, *shared):
+    return fn(data._read(c0, c1), *shared)
 
 
 def _dense(A):

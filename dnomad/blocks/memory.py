@@ -36,7 +36,8 @@ class MemoryParts:
     upper triangles).  ``client``: bytes the client holds above its start, by part.
     ``passes``: what the run reads, in words, by step.
     ``task``: bytes one task holds on a worker whatever the layout (a method whose tasks
-    read X from the store); ``disk``: bytes it writes to the store, by part.  A method
+    read X from the store); ``each_worker``: bytes sent once to every worker; ``disk``:
+    bytes it writes to the store, by part.  A method
     that declares no rows, matrices or tasks runs in this process (its threads' parts
     are in ``client``)."""
 
@@ -48,6 +49,7 @@ class MemoryParts:
     client: dict = field(default_factory=dict)
     passes: dict = field(default_factory=dict)
     task: dict = field(default_factory=dict)
+    each_worker: dict = field(default_factory=dict)
     disk: dict = field(default_factory=dict)
 
     @property
@@ -92,6 +94,7 @@ def worker_share(parts, n, n_workers, worker_memory, chunk_rows=None, *, d=0, x_
         tasks = f"{threads} tasks" if threads > 1 else "one task"
         for name, nbytes in parts.task.items():
             worker[f"{name} ({tasks})"] = int(nbytes * threads)
+        worker.update({name: int(nbytes) for name, nbytes in parts.each_worker.items()})
     if parts.rows:
         chunks = math.ceil(n / chunk_rows)
         rows_held = min(n, math.ceil(chunks / n_workers) * chunk_rows)        # chunks go to workers whole

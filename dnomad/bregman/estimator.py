@@ -119,6 +119,11 @@ class BregmanClustering(_Clustering, _Estimator):
         self.random_state = random_state
         self.verbose = verbose
 
+    def _check_input_kind(self, x_kind):
+        if x_kind == "zarr" and self.model in ("disc", "joint"):
+            raise InputValueError(f"X from Zarr is read by row chunks for model='cond' and 'cond-jc' only; "
+                                  f"model={self.model!r} needs X in memory (np.asarray(zarr_array[:]))")
+
     def _memory_parts(self, n, d, x_kind="numpy"):
         """What a fit on t = n points of d features holds (:func:`dnomad.plan`), all in
         this process (the relaxations use no workers), at its peak: for "cond-jc", M and
@@ -128,10 +133,12 @@ class BregmanClustering(_Clustering, _Estimator):
         a chunk's temporaries instead); for "disc", the loss's three t x t arrays; for
         "joint", W, S and G with the loss's t x d temporaries.  The roundings and the
         hard clusterings after them hold O(t (d + rounding_repeats)) (the larger is
-        counted).  X itself is not, unless read from a store."""
-        from ..blocks.rows import default_chunk_rows
+        counted).  X itself is not, unless read from a store (for "cond", a chunk's
+        temporaries are counted for all rows at once: the Zarr chunks are not known
+        here)."""
         from .admm import row_step_chunking
 
+        self._check_input_kind(x_kind)
         t, R = n, self.rounding_repeats
         from_store = x_kind == "zarr"
         tail = 8 * t * (6 * d + R + 11)
@@ -143,8 +150,7 @@ class BregmanClustering(_Clustering, _Estimator):
                       "X's centred copy" + (" and X read from the store" if from_store else ""):
                           8 * t * d * (2 if from_store else 1)}
         elif self.model == "cond" and from_store:
-            rows = self.chunk_rows or default_chunk_rows(t)
-            running = min(t, min(len(os.sched_getaffinity(0)), 32) * rows)
+            running = t if self.chunk_rows is None else min(t, min(len(os.sched_getaffinity(0)), 32) * self.chunk_rows)
             client = {"T, S and T gathered (t x d each)": 24 * t * d, "the passes' per-row states": 160 * t,
                       f"a chunk's temporaries ({running:,} rows at once)": 8 * running * (5 * d + 50)}
         elif self.model == "cond":
@@ -156,8 +162,8 @@ class BregmanClustering(_Clustering, _Estimator):
             client = {"W, S, G and the loss's t x d temporaries, or the hard clusterings":
                           max(56 * t * (d + 1), tail)}
         return memory.MemoryParts(client=client, passes={
-            "the relaxation": "in this process (X read whole"
-                              + (", or by row chunks for model 'cond' from a store)" if from_store else ")")})
+            "the relaxation": "in this process (X read by row chunks from the store)"
+                              if from_store and self.model == "cond" else "in this process (X read whole)"})
 
     @_gated
     def fit(self, X, y=None, *, resume=False):
@@ -172,9 +178,7 @@ class BregmanClustering(_Clustering, _Estimator):
         d = self.n_clusters
         rng = np.random.default_rng(self.random_state)
         chunked = isinstance(X, str) or hasattr(X, "__fspath__") or type(X).__module__.startswith("zarr")
-        if chunked and self.model in ("disc", "joint"):
-            raise InputValueError(f"X from Zarr is read by row chunks for model='cond' and 'cond-jc' only; "
-                                  f"model={self.model!r} needs X in memory (np.asarray(zarr_array[:]))")
+        self._check_input_kind("zarr" if chunked else "numpy")
         X = check_data(X, owner="BregmanClustering", min_rows=d, not_constant=True)
         if isinstance(X, np.ndarray):
             div.check_domain(X)

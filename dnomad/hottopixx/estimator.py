@@ -153,8 +153,8 @@ class Hottopixx(_Estimator):
         blocks in flight, out of core) and a residual pass's temporaries (one chunk of
         columns per running task), F and the hott rows in the client; X^T (dense) in the
         client, or, for a dask or Zarr X too large for this process, in the store, read
-        by tasks on the workers that each hold a chunk of its columns, its product with C
-        and C itself."""
+        by tasks on the workers that each hold a chunk of its columns and its product
+        with C (C sent once to each worker)."""
         f, m = n, d
         r = self.rank
         staged = x_kind in ("zarr", "dask") and not columns_in_memory(f, m)
@@ -171,10 +171,12 @@ class Hottopixx(_Estimator):
                              "the projection's two f x f copies, or an epoch's row blocks sent and gathered":
                                  16 * f * f}, **results),
                 task={"a chunk of X's columns read from the store": 8 * cols * f,
-                      "its product with C (a residual pass)": 8 * cols * f, "C, sent with a residual task": 8 * f * f},
+                      "its product with C (a residual pass)": 8 * cols * f},
+                each_worker={"C, sent to each worker for a residual pass": 8 * f * f},
                 disk={"X^T, staged by columns": 8 * f * m}, passes=passes)
+        read = {"X read from where it is (kept while X^T is made)": 8 * f * m} if x_kind in ("zarr", "dask") else {}
         return memory.MemoryParts(
-            client=dict({"X^T (n x f), rows scaled to sum 1": 8 * f * m, "C (f x f)": 8 * f * f,
+            client=dict({"X^T (n x f), rows scaled to sum 1": 8 * f * m, **read, "C (f x f)": 8 * f * f,
                          f"the projection's two f x f copies, or a residual pass's temporaries (chunks of "
                          f"{cols:,} columns, one a thread)": max(16 * f * f, 8 * running_cols * f)}, **results),
             passes=passes)

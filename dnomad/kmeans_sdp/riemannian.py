@@ -960,8 +960,8 @@ def _project_rows(chunk, components, name):
 def default_mu(X, manifold, point, ratio=20.0, sketch=None):
     """App. F: the largest mu with the barrier term mu * (-sum log U) at ``point`` no more
     than ``ratio`` times the data term ||X^T V||_F^2 there (X centred, or its ``sketch``;
-    X an array, a Zarr array or path, or a :class:`dnomad.blocks.RowChunks`; V an array
-    or a state of X's row chunks, a :class:`dnomad.blocks.HeldRows`; one pass)."""
+    X an array, a Zarr array or path, or a :class:`dnomad.blocks.RowChunks`; V an array,
+    or, X being row chunks, a state of theirs, a :class:`dnomad.blocks.HeldRows`; one pass)."""
     from ..blocks import RowChunks
 
     data = X if isinstance(X, RowChunks) else RowChunks(X)
@@ -1425,7 +1425,7 @@ def riemannian_kmeans(data, K, *, rank=None, n_components="auto", mu="auto", ini
             before = data.passes + data.state_passes
             x = (kmeans_start(manifold, data, rng, sketch) if init == "kmeans"
                  else random_start(manifold, rng, data=data))
-            passes += data.passes + data.state_passes - before         # the start's k-means passes
+            passes += data.passes + data.state_passes - before         # the start's passes
         history = [row for row in done if row["init"] == index]
         for stage, mu_stage in enumerate(mus):
             if index == first_init and stage < first_stage:
