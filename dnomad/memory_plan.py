@@ -21,7 +21,7 @@ class Plan:
     most loaded worker, ``client`` in the client above its start, ``disk`` in the store;
     ``fits``: whether the worker's total stays under the nanny's bound
     (``TERMINATE_FRACTION`` of ``worker_memory``) and the client's under ``client_memory``,
-    the memory available to this process (``client_fits``: the latter alone);
+    the memory available to this process (``workers_fit``, ``client_fits``: each alone);
     ``worker_memory_needed``: the least worker memory limit under which the workers'
     would."""
 
@@ -54,7 +54,11 @@ class Plan:
 
     @property
     def fits(self):
-        return self.worker_total <= cluster.TERMINATE_FRACTION * self.worker_memory and self.client_fits
+        return self.workers_fit and self.client_fits
+
+    @property
+    def workers_fit(self):
+        return self.worker_total <= cluster.TERMINATE_FRACTION * self.worker_memory
 
     @property
     def client_fits(self):
@@ -73,8 +77,7 @@ class Plan:
                 lines.append(f"  {title}: {_size(sum(parts.values()))}")
                 lines += [f"    {_size(v):>10}  {k}" for k, v in parts.items()]
         if self.worker:
-            workers_fit = self.worker_total <= cluster.TERMINATE_FRACTION * self.worker_memory
-            verdict = ("fits" if workers_fit else "does NOT fit") + (
+            verdict = ("fits" if self.workers_fit else "does NOT fit") + (
                 f" under {cluster.TERMINATE_FRACTION:.0%} of the workers' limit; needs workers of at least "
                 f"{_size(self.worker_memory_needed)}")
             lines.append(f"  {verdict}")
