@@ -38,10 +38,15 @@ def column_pass_chunks(f, n, *, staged):
     per chunk, columns in the chunks running at once in this process, one per thread).
     Staged in the store, the chunks are the staging's; in memory, views of about 32 MB
     of X^T."""
-    from .engine import _n_threads
+    from .rows import running_rows
 
-    cols = _column_chunk(None, f, n) if staged else max(1, min(n, _CHUNK_ENTRIES // max(f, 1)))
-    return cols, min(n, _n_threads() * cols)
+    cols = _column_chunk(None, f, n) if staged else _memory_chunk(f, n)
+    return cols, running_rows(n, cols)
+
+
+def _memory_chunk(f, n):
+    """Columns per chunk of an f x n X held in this process: about 32 MB of float64."""
+    return max(1, min(n, _CHUNK_ENTRIES // max(f, 1)))
 
 
 def default_row_block(f):
@@ -257,7 +262,7 @@ class FeatureColumns:
         if isinstance(self.columns, ZarrColumns):
             step = self.columns.chunk
         else:
-            step = max(1, min(self.n, _CHUNK_ENTRIES // max(self.f, 1)))
+            step = _memory_chunk(self.f, self.n)
         return [(c0, min(c0 + step, self.n)) for c0 in range(0, self.n, step)]
 
     def _read(self, c0, c1):
@@ -409,7 +414,7 @@ def _feature_columns(X, store, path, chunk, memory_fraction, seen=None):
     sums = A.sum(axis=1)
     _check_row_sums(sums)
     Xt = np.empty((A.shape[1], A.shape[0]))
-    step = max(1, _CHUNK_ENTRIES // max(A.shape[0], 1))
+    step = _memory_chunk(*A.shape)
     for c0 in range(0, A.shape[1], step):         # by column chunks: no second f x n copy
         Xt[c0:c0 + step] = (A[:, c0:c0 + step] / sums[:, None]).T
     return FeatureColumns(Xt, sums, np.count_nonzero(A, axis=1).astype(np.float64), "dense")

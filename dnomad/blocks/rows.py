@@ -461,6 +461,12 @@ class HeldRows:
         return A if dtype is None else A.astype(dtype, copy=False)
 
 
+def running_rows(n, chunk_rows):
+    """Rows of n in chunks of ``chunk_rows`` whose tasks run at once in this process (one
+    chunk a thread): what their temporaries are counted for."""
+    return min(n, _n_threads() * chunk_rows)
+
+
 def ordered_sum(parts):
     """Per-chunk results (a :meth:`RowChunks.map`'s, or any iterable of them) added in
     chunk order: the same total wherever the chunks ran."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..blocks.rows import running_rows
 from ..errors import InputValueError, warn_convergence
 from .divergences import get_divergence
 from .gcg import _check_clusters
@@ -43,9 +44,8 @@ def row_step_chunking(t, chunk_rows=None):
     """(rows per chunk of M and Lambda, rows whose row step runs at once): by default one
     chunk per thread, at most 64 MiB per chunk row block (the row step holds about ten
     r x t temporaries per chunk of r rows); the row chunks' pool runs one per thread."""
-    threads = len(os.sched_getaffinity(0))
-    rows = chunk_rows or max(16, min(-(-t // threads), (64 << 20) // (8 * t)))
-    return rows, min(t, min(threads, 32) * rows)
+    rows = chunk_rows or max(16, min(-(-t // len(os.sched_getaffinity(0))), (64 << 20) // (8 * t)))
+    return rows, running_rows(t, rows)
 
 
 def cond_jc(X, d, divergence="euclidean", *, admm_mu=None, max_iter=500, tol=1e-5, inner_iter=5,

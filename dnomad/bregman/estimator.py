@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numbers
-import os
 import time
 
 import numpy as np
@@ -11,6 +10,7 @@ from .. import blocks
 from ..base import (_OPTIONAL_POSITIVE_INT, _POSITIVE, _POSITIVE_INT, _RUN_CONSTRAINTS, _Clustering, _Estimator,
                     _gated)
 from ..blocks import memory, runs
+from ..blocks.rows import running_rows
 from ..errors import InputValueError
 from ..validation import Interval, Options, check_data
 from .clustering import ROUNDINGS
@@ -150,7 +150,7 @@ class BregmanClustering(_Clustering, _Estimator):
                       "X's centred copy" + (" and X read from the store" if from_store else ""):
                           8 * t * d * (2 if from_store else 1)}
         elif self.model == "cond" and from_store:
-            running = t if self.chunk_rows is None else min(t, min(len(os.sched_getaffinity(0)), 32) * self.chunk_rows)
+            running = t if self.chunk_rows is None else running_rows(t, self.chunk_rows)
             client = {"T, S and T gathered (t x d each)": 24 * t * d, "the passes' per-row states": 160 * t,
                       f"a chunk's temporaries ({running:,} rows at once)": 8 * running * (5 * d + 50)}
         elif self.model == "cond":

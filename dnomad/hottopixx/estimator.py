@@ -160,7 +160,7 @@ class Hottopixx(_Estimator):
         staged = x_kind in ("zarr", "dask") and not columns_in_memory(f, m)
         cols, running_cols = column_pass_chunks(f, m, staged=staged)
         results = {"F (f x r) and the hott rows of X (r x n)": 8 * (f * r + r * m)}
-        epochs = self.n_epochs if self.n_epochs != "fast" else hott_solver.FAST_EPOCHS
+        epochs = self._params().n_epochs
         passes = {"each epoch": "one pass over X's columns (every row block of C streams all of them)",
                   "the history's error": f"one more pass every {self.error_every} epochs",
                   "the result": f"{self.clean_epochs} cleaning passes and one for the error",

@@ -155,8 +155,7 @@ class KMeansManifold:
         W = V + dV
         W = W - W.mean(axis=0)
         W *= math.sqrt(self.radius2) / np.linalg.norm(W)
-        A, _, Bt = np.linalg.svd(Q + dQ)
-        return W, A @ Bt
+        return W, _polar(Q + dQ)
 
     @staticmethod
     def inner(point, a, b):
@@ -208,6 +207,12 @@ def _lemma5_case2(n, r, K, q, p):
 
 def _skew(A):
     return 0.5 * (A - A.T)
+
+
+def _polar(A):
+    """The orthogonal polar factor of A (the nearest orthogonal matrix)."""
+    U, _, Vt = np.linalg.svd(A)
+    return U @ Vt
 
 
 def _sym(A):
@@ -451,8 +456,7 @@ class KMeansProblem:
         mean = (it.vsum + t * step.dv_sum) / M.n
         norm2 = it.vv + 2 * t * step.vdv + t * t * step.dvdv - M.n * float(mean @ mean)
         scale = math.sqrt(M.radius2 / norm2)
-        A, _, Bt = np.linalg.svd(it.Q + t * step.dQ)
-        Q = A @ Bt
+        Q = _polar(it.Q + t * step.dQ)
         name = self._new_name()
         parts = self._map(_retract_kernel, it.name, name, t, mean, scale, Q, M.n, self.mu)
         return self._evaluate(name, Q, parts)
@@ -966,14 +970,15 @@ def default_mu(X, manifold, point, ratio=20.0, sketch=None):
 
     data = X if isinstance(X, RowChunks) else RowChunks(X)
     V, Q = point
-    name = V.name if isinstance(V, HeldRows) else "V_mu"
-    if not isinstance(V, HeldRows):
+    put = not isinstance(V, HeldRows)
+    name = "V_mu" if put else V.name
+    if put:
         data.put(name, np.asarray(V, dtype=np.float64))
     try:
         parts = data.map(_point_kernel, name, np.asarray(Q, dtype=np.float64), manifold.n, 1.0,
                          x_state=None if sketch is None else sketch.name)
     finally:
-        if not isinstance(V, HeldRows):
+        if put:
             data.drop(name)
     if not min(p[0] for p in parts) > 0:
         raise InputValueError("default_mu needs a strictly feasible point (U > 0)")
@@ -1019,8 +1024,7 @@ def random_start(manifold, rng, scale=0.5, tries=60, *, data=None):
     candidates = []
     for t in scale * math.sqrt(R2) / 2.0 ** np.arange(tries):
         c = math.sqrt(R2 / (R2 + (t / norm) ** 2 * dV2))
-        A, _, Bt = np.linalg.svd(Q + (t / norm) * dQ)
-        candidates.append((c * (1.0 - t * float(zv) / (R2 * norm)), c * t / norm, A @ Bt))
+        candidates.append((c * (1.0 - t * float(zv) / (R2 * norm)), c * t / norm, _polar(Q + (t / norm) * dQ)))
     lowest = np.min(data.map(_start_minima, _START, W, mean, candidates, n, with_span=True, read_x=False), axis=0)
     feasible = np.flatnonzero(lowest > 0)
     a, b, Q = candidates[feasible[0]] if feasible.size else (1.0, 0.0, Q)
@@ -1069,9 +1073,13 @@ def _start_rows(chunk, name, transform):
     chunk[name] = (chunk[name] @ transform)[:, 1:]
 
 
+def _periodic(W, span):
+    """Rows W[i mod len(W)] for the chunk's rows i (Lemma 5's V)."""
+    return W[np.arange(span[0], span[1]) % len(W)]
+
+
 def _periodic_rows(chunk, span, name, W):
-    """State ``name``: rows W[i mod len(W)] for the chunk's rows i."""
-    chunk[name] = W[np.arange(span[0], span[1]) % len(W)]
+    chunk[name] = _periodic(W, span)
 
 
 def _draw_start_rows(chunk, span, name, W, key):
@@ -1079,19 +1087,17 @@ def _draw_start_rows(chunk, span, name, W, key):
     rows W[i mod r]."""
     Z = random_rows(key, span[0], span[1], W.shape[1])
     chunk[name] = Z
-    V = W[np.arange(span[0], span[1]) % len(W)]
-    return Z.sum(axis=0), float(np.vdot(Z, Z)), float(np.vdot(Z, V))
+    return Z.sum(axis=0), float(np.vdot(Z, Z)), float(np.vdot(Z, _periodic(W, span)))
 
 
 def _start_minima(chunk, span, name, W, mean, candidates, n):
     """min U over the chunk's rows at each candidate (a, b, Q): V = a W[i mod r] + b (Z - m)."""
-    V, Z = W[np.arange(span[0], span[1]) % len(W)], chunk[name] - mean
+    V, Z = _periodic(W, span), chunk[name] - mean
     return np.array([float(u_rows(a * V + b * Z, Q, n).min()) if len(Z) else math.inf for a, b, Q in candidates])
 
 
 def _start_combine(chunk, span, name, W, mean, a, b):
-    V = W[np.arange(span[0], span[1]) % len(W)]
-    chunk[name] = a * V + b * (chunk[name] - mean)
+    chunk[name] = a * _periodic(W, span) + b * (chunk[name] - mean)
 
 
 @dataclass(frozen=True, eq=False)
